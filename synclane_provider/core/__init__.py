@@ -1,0 +1,59 @@
+"""The SyncLane engine: one jobs table, a repeatable planner, exclusive lanes, leased jobs with cursors.
+
+This package imports nothing from Airflow; the Airflow adapters around it are thin.
+"""
+
+from synclane_provider.core.database import Database, Session
+from synclane_provider.core.declarations import Owner, Queue, SnapshotType, SyncLane, WindowedType
+from synclane_provider.core.errors import (
+    DatabaseUnavailableError,
+    DeclarationError,
+    HandlerResultError,
+    JobAbandoned,
+    JobThrottled,
+    LeaseLostError,
+    OwnerSourceError,
+    SyncLaneError,
+    UnknownJobTypeError,
+    UnknownOwnerError,
+    UnknownQueueError,
+)
+from synclane_provider.core.operations import Operations
+from synclane_provider.core.planner import PlanSummary
+from synclane_provider.core.records import Job, Page, Progress
+from synclane_provider.core.runner import Outcome, RunResult
+from synclane_provider.core.states import JobMode, JobStatus
+from synclane_provider.core.worker import Summary, WorkerPool, WorkerSlot
+
+__all__ = [
+    "Database",
+    "DatabaseUnavailableError",
+    "DeclarationError",
+    "HandlerResultError",
+    "Job",
+    "JobAbandoned",
+    "JobMode",
+    "JobStatus",
+    "JobThrottled",
+    "LeaseLostError",
+    "Operations",
+    "Outcome",
+    "Owner",
+    "OwnerSourceError",
+    "Page",
+    "PlanSummary",
+    "Progress",
+    "Queue",
+    "RunResult",
+    "Session",
+    "SnapshotType",
+    "Summary",
+    "SyncLane",
+    "SyncLaneError",
+    "UnknownJobTypeError",
+    "UnknownOwnerError",
+    "UnknownQueueError",
+    "WindowedType",
+    "WorkerPool",
+    "WorkerSlot",
+]

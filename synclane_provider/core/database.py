@@ -1,0 +1,162 @@
+"""The driver boundary: connections, named statements, and surviving a database that goes away.
+
+Every statement the engine runs is safe to repeat (fenced on the lease, absolute
+values, ``ON CONFLICT DO NOTHING``, or a take that first looks for a job the
+worker already holds), so a statement whose connection broke is simply run
+again on a new connection after a backoff.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+
+from synclane_provider.core.errors import DatabaseUnavailableError
+from synclane_provider.core.queries import statement
+from synclane_provider.core.schema import create_schema
+
+log = logging.getLogger(__name__)
+
+ConnectionFactory = Callable[[], psycopg.Connection]
+
+CONNECTION_ERRORS = (psycopg.OperationalError, psycopg.InterfaceError)
+"""Errors that mean "the connection is gone or unusable", as opposed to a bad statement."""
+
+
+class Database:
+    """Where the jobs table lives: a conninfo string, or a function that opens a psycopg connection."""
+
+    def __init__(
+        self,
+        conninfo: str | None = None,
+        *,
+        connect: ConnectionFactory | None = None,
+        schema: str = "synclane",
+        create_schema: bool = True,
+        application_name: str = "synclane",
+    ) -> None:
+        if (conninfo is None) == (connect is None):
+            raise ValueError("give exactly one of conninfo or connect")
+        self._conninfo = conninfo
+        self._connect = connect
+        self.schema = schema
+        self.create_schema = create_schema
+        self.application_name = application_name
+        self._schema_ready = False
+        self._schema_lock = threading.Lock()
+
+    def connect(self) -> psycopg.Connection:
+        """A new autocommit connection returning rows as dicts; creates the schema on first use when allowed."""
+        if self._connect is not None:
+            conn = self._connect()
+            conn.autocommit = True
+        else:
+            conn = psycopg.connect(
+                self._conninfo, autocommit=True, application_name=self.application_name, connect_timeout=10
+            )
+        conn.row_factory = dict_row
+        self._ensure_schema(conn)
+        return conn
+
+    def _ensure_schema(self, conn: psycopg.Connection) -> None:
+        if self._schema_ready or not self.create_schema:
+            return
+        with self._schema_lock:
+            if not self._schema_ready:
+                create_schema(conn, self.schema)
+                self._schema_ready = True
+
+    def session(self, **kwargs: Any) -> "Session":
+        return Session(self, **kwargs)
+
+
+class Session:
+    """One connection used by one worker slot (or one operation), reopened with backoff when it breaks.
+
+    Thread-safe: a worker's heartbeat thread shares its session.
+    """
+
+    def __init__(
+        self,
+        database: Database,
+        *,
+        give_up_after: timedelta = timedelta(minutes=5),
+        first_backoff: float = 0.1,
+        max_backoff: float = 5.0,
+        stop: threading.Event | None = None,
+    ) -> None:
+        self.database = database
+        self.give_up_after = give_up_after
+        self.first_backoff = first_backoff
+        self.max_backoff = max_backoff
+        self._stop = stop
+        self._conn: psycopg.Connection | None = None
+        self._lock = threading.RLock()
+        self.reconnects = 0
+
+    def run(self, name: str, **params: Any) -> list[dict[str, Any]]:
+        """Run the named statement and return its rows, reconnecting while the database is away."""
+        query = statement(name, self.database.schema)
+        deadline = time.monotonic() + self.give_up_after.total_seconds()
+        delay = self.first_backoff
+        while True:
+            with self._lock:
+                try:
+                    conn = self._connection()
+                    cur = conn.execute(query, params)
+                    return cur.fetchall() if cur.description is not None else []
+                except CONNECTION_ERRORS as exc:
+                    self._discard()
+                    error = exc
+            if time.monotonic() + delay > deadline:
+                raise DatabaseUnavailableError(
+                    f"database unreachable for {self.give_up_after} while running {name!r}: {error}"
+                ) from error
+            log.warning("database connection lost during %s (%s); retrying in %.1fs", name, error, delay)
+            self._sleep(delay * random.uniform(0.5, 1.0))
+            delay = min(delay * 2, self.max_backoff)
+
+    def one(self, name: str, **params: Any) -> dict[str, Any] | None:
+        rows = self.run(name, **params)
+        return rows[0] if rows else None
+
+    def _connection(self) -> psycopg.Connection:
+        if self._conn is None or self._conn.closed:
+            self._conn = self.database.connect()
+        return self._conn
+
+    def _discard(self) -> None:
+        """Drop a broken connection; the next statement opens a new one."""
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            self.reconnects += 1
+            try:
+                conn.close()
+            except Exception:  # noqa: BLE001 - it is already broken; closing is a courtesy
+                pass
+
+    def _sleep(self, seconds: float) -> None:
+        if self._stop is not None:
+            self._stop.wait(seconds)
+        else:
+            time.sleep(seconds)
+
+    def close(self) -> None:
+        with self._lock:
+            conn, self._conn = self._conn, None
+            if conn is not None:
+                conn.close()
+
+    def __enter__(self) -> "Session":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

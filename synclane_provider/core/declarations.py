@@ -1,0 +1,218 @@
+"""What the user declares: queues, their job types, their owner source and settings.
+
+Everything is checked here, when the declaration is made, so that a typo in a
+DAG file fails at parse time with the bad value in the message instead of in
+the middle of a sync.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import TYPE_CHECKING, Union
+
+from synclane_provider.core.errors import DeclarationError, UnknownJobTypeError, UnknownQueueError
+
+if TYPE_CHECKING:
+    from synclane_provider.core.database import Database
+    from synclane_provider.core.records import Job, Page
+
+Handler = Callable[["Job"], "Page"]
+"""Does one page of a job: fetch, store with upserts, return the next cursor and the record count."""
+
+OwnerSource = Callable[[str], Iterable[Union["Owner", str]]]
+"""Lists the connected owners of a queue (given the queue's name)."""
+
+_SCHEMA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]{0,62}$")
+
+
+def _positive(name: str, value: object) -> timedelta:
+    if not isinstance(value, timedelta):
+        raise DeclarationError(f"{name} must be a timedelta, got {value!r}")
+    if value <= timedelta(0):
+        raise DeclarationError(f"{name} must be positive, got {value}")
+    return value
+
+
+def _name(kind: str, value: object) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise DeclarationError(f"{kind} must be a non-empty string, got {value!r}")
+    if "\x00" in value:
+        raise DeclarationError(f"{kind} must not contain NUL characters, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class Owner:
+    """An account to sync for. Owners that share a rate limit share a ``lane``."""
+
+    id: str
+    lane: str | None = None
+
+    def __post_init__(self) -> None:
+        _name("owner id", self.id)
+        if self.lane is not None:
+            _name("owner lane", self.lane)
+
+    @property
+    def lane_or_id(self) -> str:
+        return self.lane if self.lane is not None else self.id
+
+
+def _check_handler(type_name: str, handler: object) -> None:
+    if not callable(handler):
+        raise DeclarationError(f"handler of job type {type_name!r} must be callable, got {handler!r}")
+
+
+@dataclass(frozen=True)
+class SnapshotType:
+    """A whole-state job type (e.g. a product catalogue): one initial load, then one refresh per period."""
+
+    name: str
+    handler: Handler
+    every: timedelta
+
+    def __post_init__(self) -> None:
+        _name("job type name", self.name)
+        _check_handler(self.name, self.handler)
+        _positive(f"every of job type {self.name!r}", self.every)
+
+
+@dataclass(frozen=True)
+class WindowedType:
+    """A time-windowed job type (e.g. orders): history in slices back to a horizon, then one job per period.
+
+    The recurring job's window starts where coverage ends, minus ``overlap``, so
+    records that arrive late at the source are picked up by the next run.
+    """
+
+    name: str
+    handler: Handler
+    horizon: timedelta
+    slice: timedelta
+    every: timedelta
+    overlap: timedelta = timedelta(0)
+
+    def __post_init__(self) -> None:
+        _name("job type name", self.name)
+        _check_handler(self.name, self.handler)
+        label = f"of job type {self.name!r}"
+        _positive(f"horizon {label}", self.horizon)
+        _positive(f"slice {label}", self.slice)
+        _positive(f"every {label}", self.every)
+        if not isinstance(self.overlap, timedelta) or self.overlap < timedelta(0):
+            raise DeclarationError(f"overlap {label} must be a timedelta of zero or more, got {self.overlap!r}")
+        if self.slice > self.horizon:
+            raise DeclarationError(f"slice {label} ({self.slice}) must not be longer than its horizon ({self.horizon})")
+        if self.overlap >= self.every:
+            raise DeclarationError(f"overlap {label} ({self.overlap}) must be shorter than its period every={self.every}")
+
+
+JobType = Union[SnapshotType, WindowedType]
+
+
+@dataclass(frozen=True)
+class Queue:
+    """A named group of job types sharing a concurrency budget and retry policy.
+
+    ``types`` are run in the order given: an earlier type's due jobs are taken
+    before a later type's.
+    """
+
+    name: str
+    owners: OwnerSource
+    types: Sequence[JobType]
+    concurrency: int = 1
+    max_attempts: int = 5
+    lease: timedelta = timedelta(minutes=5)
+    retry_delay: timedelta = timedelta(minutes=1)
+    retry_max_delay: timedelta = timedelta(hours=1)
+    throttle_delay: timedelta = timedelta(minutes=5)
+    throttle_max_delay: timedelta = timedelta(minutes=30)
+
+    def __post_init__(self) -> None:
+        _name("queue name", self.name)
+        label = f"of queue {self.name!r}"
+        if not callable(self.owners):
+            raise DeclarationError(f"owners {label} must be callable (queue name -> owners), got {self.owners!r}")
+        object.__setattr__(self, "types", tuple(self.types))
+        if not self.types:
+            raise DeclarationError(f"queue {self.name!r} declares no job types")
+        seen: set[str] = set()
+        for job_type in self.types:
+            if not isinstance(job_type, (SnapshotType, WindowedType)):
+                raise DeclarationError(f"job type {job_type!r} {label} must be a SnapshotType or WindowedType")
+            if job_type.name in seen:
+                raise DeclarationError(f"job type {job_type.name!r} is declared twice {label}")
+            seen.add(job_type.name)
+        for setting in ("concurrency", "max_attempts"):
+            value = getattr(self, setting)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise DeclarationError(f"{setting} {label} must be a positive integer, got {value!r}")
+        for setting in ("lease", "retry_delay", "retry_max_delay", "throttle_delay", "throttle_max_delay"):
+            _positive(f"{setting} {label}", getattr(self, setting))
+        if self.retry_max_delay < self.retry_delay:
+            raise DeclarationError(f"retry_max_delay {label} ({self.retry_max_delay}) is shorter than retry_delay ({self.retry_delay})")
+        if self.throttle_max_delay < self.throttle_delay:
+            raise DeclarationError(
+                f"throttle_max_delay {label} ({self.throttle_max_delay}) is shorter than throttle_delay ({self.throttle_delay})"
+            )
+
+    def job_type(self, name: str) -> JobType:
+        for job_type in self.types:
+            if job_type.name == name:
+                return job_type
+        known = ", ".join(repr(t.name) for t in self.types)
+        raise UnknownJobTypeError(f"queue {self.name!r} has no job type {name!r} (it declares {known})")
+
+    def priority_of(self, type_name: str) -> int:
+        """Declared position of a type; lower runs first."""
+        return self.types.index(self.job_type(type_name))
+
+
+@dataclass(frozen=True)
+class SyncLane:
+    """The whole declaration: queues plus where the table lives.
+
+    Holds no connection, so it can be imported at DAG parse time; the engine
+    gets its database separately (see :class:`~synclane_provider.core.database.Database`).
+    """
+
+    queues: Sequence[Queue]
+    schema: str = "synclane"
+    create_schema: bool = True
+    plan_interval: timedelta = timedelta(minutes=1)
+    poll_interval: timedelta = timedelta(seconds=5)
+    _by_name: dict[str, Queue] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "queues", tuple(self.queues))
+        if not isinstance(self.schema, str) or not _SCHEMA_NAME.match(self.schema):
+            raise DeclarationError(
+                f"schema must be a plain SQL identifier (letters, digits, _ and $; at most 63), got {self.schema!r}"
+            )
+        _positive("plan_interval", self.plan_interval)
+        _positive("poll_interval", self.poll_interval)
+        by_name: dict[str, Queue] = {}
+        for queue in self.queues:
+            if not isinstance(queue, Queue):
+                raise DeclarationError(f"queues must hold Queue declarations, got {queue!r}")
+            if queue.name in by_name:
+                raise DeclarationError(f"queue {queue.name!r} is declared twice")
+            by_name[queue.name] = queue
+        object.__setattr__(self, "_by_name", by_name)
+
+    def database(self, conninfo: str | None = None, *, connect=None) -> "Database":
+        """Where this declaration's table lives: a conninfo string or a function returning a psycopg connection."""
+        from synclane_provider.core.database import Database
+
+        return Database(conninfo, connect=connect, schema=self.schema, create_schema=self.create_schema)
+
+    def queue(self, name: str) -> Queue:
+        try:
+            return self._by_name[name]
+        except KeyError:
+            known = ", ".join(repr(q) for q in self._by_name) or "none"
+            raise UnknownQueueError(f"unknown queue {name!r} (declared: {known})") from None

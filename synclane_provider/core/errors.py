@@ -1,0 +1,66 @@
+"""Every exception SyncLane raises or understands, under one root.
+
+Two of them are for handlers to raise: :class:`JobThrottled` ("slow down",
+optionally with the wait the server named) and :class:`JobAbandoned` ("a
+retry cannot help"). Anything else a handler raises is an ordinary failure.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+
+class SyncLaneError(Exception):
+    """Root of SyncLane's own exceptions."""
+
+
+class DeclarationError(SyncLaneError, ValueError):
+    """A queue, job type or setting was declared with a value that cannot work."""
+
+
+class UnknownQueueError(SyncLaneError, LookupError):
+    """A queue name that no declaration has."""
+
+
+class UnknownJobTypeError(SyncLaneError, LookupError):
+    """A job type name that the queue does not declare."""
+
+
+class HandlerResultError(SyncLaneError, TypeError):
+    """A handler returned something other than a :class:`~synclane_provider.core.records.Page`."""
+
+
+class LeaseLostError(SyncLaneError):
+    """This worker's lease on a job was taken over; it must stop writing to the job."""
+
+
+class DatabaseUnavailableError(SyncLaneError):
+    """The database stayed unreachable for longer than the caller was willing to wait."""
+
+
+class JobThrottled(SyncLaneError):
+    """Raised by a handler when the other side asks to slow down.
+
+    With ``retry_after`` the job waits exactly that long (e.g. from a
+    ``Retry-After`` header); without it the queue's throttle delay applies.
+    """
+
+    def __init__(self, message: str = "throttled", *, retry_after: timedelta | float | None = None):
+        super().__init__(message)
+        if isinstance(retry_after, (int, float)):
+            retry_after = timedelta(seconds=retry_after)
+        if retry_after is not None and retry_after < timedelta(0):
+            raise ValueError(f"retry_after must not be negative, got {retry_after}")
+        self.retry_after: timedelta | None = retry_after
+
+
+class JobAbandoned(SyncLaneError):
+    """Raised by a handler when a retry cannot help (access revoked, account gone)."""
+
+
+class OwnerSourceError(SyncLaneError, TypeError):
+    """An owner source returned something that is not an owner."""
+
+
+class UnknownOwnerError(SyncLaneError, LookupError):
+    """An owner that the queue's owner source does not list."""

@@ -1,0 +1,140 @@
+"""What application code and operators do with the table: plan, enqueue, requeue, cancel, list, progress."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+from synclane_provider.core import planner
+from synclane_provider.core.database import Database, Session
+from synclane_provider.core.declarations import Owner, SyncLane
+from synclane_provider.core.errors import DeclarationError
+from synclane_provider.core.planning import instant_key, utc
+from synclane_provider.core.records import Job, Progress
+from synclane_provider.core.states import JobMode, JobStatus
+from synclane_provider.core.wakeups import notify
+
+
+class Operations:
+    """The calls an application makes on its sync jobs. One connection, opened on first use.
+
+    Every call takes an optional ``now`` so that tests (and replays) can pin
+    the clock; by default the database's own time is used.
+    """
+
+    def __init__(self, synclane: SyncLane, database: Database) -> None:
+        self.synclane = synclane
+        self.session = Session(database)
+
+    def plan(self, queue: str, *, owner: str | Owner | None = None, now: datetime | None = None):
+        """Plan one queue now (every owner, or just ``owner``, e.g. right after an account connects)."""
+        return planner.plan(self.session, self.synclane.queue(queue), now=now, owner=owner)
+
+    def enqueue(
+        self,
+        queue: str,
+        owner: str,
+        type: str,
+        *,
+        lane: str | None = None,
+        window_start: datetime | None = None,
+        window_end: datetime | None = None,
+        key: str | None = None,
+        run_at: datetime | None = None,
+        now: datetime | None = None,
+    ) -> Job | None:
+        """Put one job in by hand, outside the plan. Returns it, or None if a job with the same key exists.
+
+        The key defaults to the window (``manual:<start>/<end>``) or, for a
+        window-less job, to the enqueue time, so repeating a call for the same
+        window adds nothing.
+        """
+        declared = self.synclane.queue(queue)
+        priority = declared.priority_of(type)
+        Owner(owner, lane)  # validates the names
+        if (window_start is None) != (window_end is None):
+            raise DeclarationError(f"give both window_start and window_end, or neither (got {window_start!r}, {window_end!r})")
+        if window_start is not None and window_end is not None and utc(window_start) >= utc(window_end):
+            raise DeclarationError(f"window_start {window_start} must be before window_end {window_end}")
+        if key is None:
+            if window_start is not None and window_end is not None:
+                key = f"{instant_key(JobMode.MANUAL, window_start)}/{utc(window_end):%Y-%m-%dT%H:%M:%SZ}"
+            else:
+                key = instant_key(JobMode.MANUAL, now or datetime.now(timezone.utc))
+        row = self.session.one(
+            "enqueue",
+            queue=queue,
+            owner=owner,
+            lane=lane if lane is not None else owner,
+            type=type,
+            mode=JobMode.MANUAL.value,
+            priority=priority,
+            window_start=window_start,
+            window_end=window_end,
+            dedup_key=key if key.startswith("manual:") else f"manual:{key}",
+            run_at=run_at,
+            now=now,
+        )
+        if row is None:
+            return None
+        notify(self.session, queue)
+        return Job.from_row(row)
+
+    def requeue(
+        self, queue: str, *, owner: str | None = None, type: str | None = None, now: datetime | None = None
+    ) -> int:
+        """Give failed, deferred and abandoned jobs fresh attempts from their cursors. Returns how many."""
+        self.synclane.queue(queue)
+        rows = self.session.run("requeue", queue=queue, owner=owner, type=type, now=now)
+        if rows:
+            notify(self.session, queue)
+        return len(rows)
+
+    def cancel(self, queue: str, owner: str, reason: str) -> int:
+        """Abandon the owner's jobs that are not running (e.g. the account disconnected). Returns how many."""
+        self.synclane.queue(queue)
+        rows = self.session.run("cancel", queue=queue, owner=owner, error=f"Cancelled: {reason}")
+        return len(rows)
+
+    def list_jobs(
+        self,
+        queue: str,
+        *,
+        owner: str | None = None,
+        status: JobStatus | str | None = None,
+        type: str | None = None,
+        limit: int = 100,
+    ) -> list[Job]:
+        """Jobs of a queue, newest first, optionally of one owner, status and type."""
+        self.synclane.queue(queue)
+        status_value = JobStatus(status).value if status is not None else None
+        rows = self.session.run(
+            "list_jobs", queue=queue, owner=owner, status=status_value, type=type, limit=limit
+        )
+        return [Job.from_row(row) for row in rows]
+
+    def job(self, job_id: int) -> Job | None:
+        row = self.session.one("get_job", id=job_id)
+        return Job.from_row(row) if row else None
+
+    def progress(self, queue: str, owner: str, *, type: str | None = None) -> Progress:
+        """How far the owner's first load is, e.g. to show "connecting…" without a status of your own."""
+        declared = self.synclane.queue(queue)
+        if type is not None:
+            declared.job_type(type)
+        row = self.session.one("initial_progress", queue=queue, owner=owner, type=type)
+        return Progress(queue=queue, owner=owner, **row)
+
+    def activity(self, queue: str, *, lane: str | None = None, now: datetime | None = None) -> dict[str, Any]:
+        """Whether the queue (or lane) has work running or due, and when the next waiting job is due."""
+        self.synclane.queue(queue)
+        return self.session.one("queue_activity", queue=queue, lane=lane, now=now)
+
+    def close(self) -> None:
+        self.session.close()
+
+    def __enter__(self) -> "Operations":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

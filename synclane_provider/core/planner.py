@@ -1,0 +1,116 @@
+"""The planner: for each owner, what should exist minus what exists, inserted in one statement per batch."""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+from synclane_provider.core.database import Session
+from synclane_provider.core.declarations import Owner, Queue
+from synclane_provider.core.errors import OwnerSourceError, UnknownOwnerError
+from synclane_provider.core.planning import NOTHING_YET, Coverage, PlannedJob, plan_type, utc
+from synclane_provider.core.wakeups import notify
+
+log = logging.getLogger(__name__)
+
+OWNER_BATCH = 1000
+"""Owners planned per read and insert: bounds memory and statement size for large owner lists."""
+
+
+@dataclass(frozen=True)
+class PlanSummary:
+    """What one planning pass did: the owners it looked at and the jobs it inserted, per type."""
+
+    queue: str
+    owners: int
+    inserted: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def total(self) -> int:
+        return sum(self.inserted.values())
+
+
+def owners_of(queue: Queue) -> list[Owner]:
+    """Ask the queue's owner source who is connected; strings are owners with their own lane."""
+    owners: dict[str, Owner] = {}
+    for item in queue.owners(queue.name):
+        owner = Owner(item) if isinstance(item, str) else item
+        if not isinstance(owner, Owner):
+            raise OwnerSourceError(
+                f"owner source of queue {queue.name!r} returned {item!r}; expected an Owner or a string"
+            )
+        owners.setdefault(owner.id, owner)
+    return list(owners.values())
+
+
+def plan(
+    session: Session,
+    queue: Queue,
+    *,
+    now: datetime | None = None,
+    owner: str | Owner | None = None,
+) -> PlanSummary:
+    """Plan every owner of ``queue`` (or only ``owner``) at ``now``; safe to repeat and to run concurrently."""
+    now = utc(now) if now is not None else datetime.now(timezone.utc)
+    owners = _select(queue, owner)
+    inserted: Counter = Counter()
+    for start in range(0, len(owners), OWNER_BATCH):
+        inserted.update(_plan_batch(session, queue, owners[start : start + OWNER_BATCH], now))
+    if inserted:
+        notify(session, queue.name)
+    summary = PlanSummary(queue.name, len(owners), {t.name: inserted.get(t.name, 0) for t in queue.types})
+    return summary
+
+
+def _select(queue: Queue, owner: str | Owner | None) -> list[Owner]:
+    if isinstance(owner, Owner):
+        return [owner]
+    owners = owners_of(queue)
+    if owner is None:
+        return owners
+    for candidate in owners:
+        if candidate.id == owner:
+            return [candidate]
+    raise UnknownOwnerError(f"owner {owner!r} is not listed by the owner source of queue {queue.name!r}")
+
+
+def _plan_batch(session: Session, queue: Queue, owners: Sequence[Owner], now: datetime) -> Counter:
+    rows = session.run("read_coverage", queue=queue.name, owners=[o.id for o in owners])
+    coverage = {
+        (row["owner"], row["type"]): Coverage(
+            has_initial=row["has_initial"],
+            initial_start=row["initial_start"],
+            covered_until=row["covered_until"],
+            first_created_at=row["first_created_at"],
+        )
+        for row in rows
+    }
+    wanted = [
+        (owner, priority, job)
+        for owner in owners
+        for priority, job_type in enumerate(queue.types)
+        for job in plan_type(job_type, coverage.get((owner.id, job_type.name), NOTHING_YET), now)
+    ]
+    if not wanted:
+        return Counter()
+    return _insert(session, queue, wanted, now)
+
+
+def _insert(session: Session, queue: Queue, wanted: Iterable[tuple[Owner, int, PlannedJob]], now: datetime) -> Counter:
+    columns: dict[str, list] = {
+        name: [] for name in ("owners", "lanes", "types", "modes", "priorities", "window_starts", "window_ends", "dedup_keys")
+    }
+    for owner, priority, job in wanted:
+        columns["owners"].append(owner.id)
+        columns["lanes"].append(owner.lane_or_id)
+        columns["types"].append(job.type)
+        columns["modes"].append(job.mode.value)
+        columns["priorities"].append(priority)
+        columns["window_starts"].append(job.window_start)
+        columns["window_ends"].append(job.window_end)
+        columns["dedup_keys"].append(job.dedup_key)
+    rows = session.run("insert_planned", queue=queue.name, now=now, **columns)
+    return Counter({row["type"]: row["inserted"] for row in rows})

@@ -1,0 +1,138 @@
+"""The planning rule: which jobs should exist for one owner and type, as a pure function of ``now``.
+
+Three mistakes this rule exists to prevent:
+
+* **Shifting slices.** History slices are cut back from the midnight (UTC) of the
+  *first* plan and never re-cut: later plans extend from the oldest existing slice,
+  so planning the same day, the next day or after raising the horizon never
+  produces overlapping slices with new keys.
+* **Gaps after downtime.** The recurring job's window starts where coverage ends
+  (minus the overlap), not one period back from now, so a planner that was down
+  for a day plans one job that covers the whole day.
+* **Duplicates under races.** Every job has a key derived only from its window
+  or period (``initial:<start>``, ``recurring:<period start>``); the table's unique
+  index turns a second insert of the same key into nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+
+import pendulum
+
+from synclane_provider.core.declarations import JobType, SnapshotType, WindowedType
+from synclane_provider.core.states import JobMode
+
+EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+@dataclass(frozen=True)
+class Coverage:
+    """What already exists for one owner and type, read in bulk before planning."""
+
+    has_initial: bool = False
+    initial_start: datetime | None = None
+    """Start of the oldest initial slice."""
+    covered_until: datetime | None = None
+    """Newest window end among initial and recurring jobs."""
+    first_created_at: datetime | None = None
+    """When the owner's first job of this type was created."""
+
+
+NOTHING_YET = Coverage()
+
+
+@dataclass(frozen=True)
+class PlannedJob:
+    """A job that should exist: one row for the planner's insert."""
+
+    type: str
+    mode: JobMode
+    window_start: datetime | None
+    window_end: datetime | None
+    dedup_key: str
+
+
+def utc(now: datetime) -> datetime:
+    """``now`` in UTC; a naive datetime is refused rather than guessed."""
+    if now.tzinfo is None or now.utcoffset() is None:
+        raise ValueError(f"times must be timezone-aware, got naive {now!r}")
+    return now.astimezone(timezone.utc)
+
+
+def midnight(now: datetime) -> datetime:
+    """The start of ``now``'s day in UTC: where history slices are anchored."""
+    day = pendulum.instance(utc(now)).in_timezone("UTC").start_of("day")
+    return datetime(day.year, day.month, day.day, tzinfo=timezone.utc)
+
+
+def period_start(now: datetime, every: timedelta) -> datetime:
+    """The start of the period ``now`` falls in; periods are aligned to midnight UTC (the Unix epoch)."""
+    elapsed = utc(now) - EPOCH
+    return EPOCH + (elapsed // every) * every
+
+
+def instant_key(mode: JobMode, instant: datetime) -> str:
+    return f"{mode.value}:{utc(instant):%Y-%m-%dT%H:%M:%SZ}"
+
+
+def slices_back(newest_end: datetime, oldest_start: datetime, length: timedelta) -> list[tuple[datetime, datetime]]:
+    """Windows of ``length`` from ``newest_end`` back to ``oldest_start``, newest first; the oldest one is clipped."""
+    windows = []
+    end = newest_end
+    while end > oldest_start:
+        start = max(end - length, oldest_start)
+        windows.append((start, end))
+        end = start
+    return windows
+
+
+def plan_type(job_type: JobType, coverage: Coverage, now: datetime) -> list[PlannedJob]:
+    """Every job of ``job_type`` one owner should have at ``now`` and may not have yet, newest first.
+
+    Jobs that already exist may be in the result (their keys make the insert a
+    no-op); jobs that are missing are always in it.
+    """
+    if isinstance(job_type, WindowedType):
+        return _plan_windowed(job_type, coverage, now)
+    if isinstance(job_type, SnapshotType):
+        return _plan_snapshot(job_type, coverage, now)
+    raise TypeError(f"cannot plan job type {job_type!r}")
+
+
+def _plan_snapshot(job_type: SnapshotType, coverage: Coverage, now: datetime) -> list[PlannedJob]:
+    if not coverage.has_initial:
+        return [PlannedJob(job_type.name, JobMode.INITIAL, None, None, JobMode.INITIAL.value)]
+    period = period_start(now, job_type.every)
+    if coverage.first_created_at is not None and coverage.first_created_at < period:
+        return [PlannedJob(job_type.name, JobMode.RECURRING, None, None, instant_key(JobMode.RECURRING, period))]
+    return []
+
+
+def _plan_windowed(job_type: WindowedType, coverage: Coverage, now: datetime) -> list[PlannedJob]:
+    anchor = midnight(now)
+    horizon_start = anchor - job_type.horizon
+    if coverage.has_initial and coverage.initial_start is not None:
+        history = slices_back(coverage.initial_start, horizon_start, job_type.slice)
+        covered_until = coverage.covered_until
+    else:
+        history = slices_back(anchor, horizon_start, job_type.slice)
+        covered_until = anchor
+
+    planned = []
+    period = period_start(now, job_type.every)
+    if covered_until is not None and covered_until < period:
+        planned.append(
+            PlannedJob(
+                job_type.name,
+                JobMode.RECURRING,
+                covered_until - job_type.overlap,
+                period,
+                instant_key(JobMode.RECURRING, period),
+            )
+        )
+    planned.extend(
+        PlannedJob(job_type.name, JobMode.INITIAL, start, end, instant_key(JobMode.INITIAL, start)) for start, end in history
+    )
+    return planned

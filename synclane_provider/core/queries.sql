@@ -1,0 +1,224 @@
+-- Every statement the engine runs, one per name.
+--
+-- {schema} is replaced by the quoted schema name (psycopg.sql.Identifier);
+-- values are always parameters. %(now)s is the caller's clock: NULL means the
+-- database's own time, a value pins it (tests do this). Statements that must
+-- be atomic are one statement.
+
+-- name: take_next
+-- Lease the job a worker should run next: one it already holds (a take whose reply was lost), else an
+-- expired lease (a dead worker's job, continued from its cursor), else the first due waiting job whose lane
+-- has nothing running, in declared type order and newest window first. A deferred job only goes when its
+-- lane has nothing else due. Row locks are skipped, never waited on; two workers picking jobs of one lane at
+-- once are stopped by jobs_one_running_per_lane (the caller retries on that unique violation).
+WITH clock AS (
+    SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now
+),
+candidate AS (
+    (
+        SELECT j.id
+        FROM {schema}.jobs AS j, clock
+        WHERE j.queue = %(queue)s
+          AND j.status = 'running'
+          AND (j.leased_by = %(worker)s OR j.lease_expires_at < clock.now)
+        ORDER BY j.leased_by = %(worker)s DESC, j.lease_expires_at
+        LIMIT 1
+        FOR UPDATE OF j SKIP LOCKED
+    )
+    UNION ALL
+    (
+        SELECT j.id
+        FROM {schema}.jobs AS j, clock
+        WHERE j.queue = %(queue)s
+          AND j.status IN ('pending', 'failed', 'deferred')
+          AND j.next_run_at <= clock.now
+          AND NOT EXISTS (
+              SELECT 1 FROM {schema}.jobs AS busy
+              WHERE busy.queue = j.queue AND busy.lane = j.lane AND busy.status = 'running'
+          )
+          AND (j.status <> 'deferred' OR NOT EXISTS (
+              SELECT 1 FROM {schema}.jobs AS other
+              WHERE other.queue = j.queue AND other.lane = j.lane
+                AND other.status IN ('pending', 'failed') AND other.next_run_at <= clock.now
+          ))
+        ORDER BY j.priority, j.window_end DESC NULLS LAST, j.id
+        LIMIT 1
+        FOR UPDATE OF j SKIP LOCKED
+    )
+    LIMIT 1
+)
+UPDATE {schema}.jobs AS j
+SET status = 'running',
+    leased_by = %(worker)s,
+    lease_expires_at = clock.now + %(lease)s::interval,
+    attempt_count = CASE WHEN j.leased_by = %(worker)s THEN j.attempt_count ELSE j.attempt_count + 1 END,
+    started_at = CASE WHEN j.leased_by = %(worker)s THEN j.started_at
+                      ELSE coalesce(%(now)s::timestamptz, clock_timestamp()) END,
+    heartbeat_at = clock.now
+FROM candidate, clock
+WHERE j.id = candidate.id
+RETURNING j.*;
+
+-- name: save_page
+-- After a page: store the cursor and the absolute record count, and renew the lease. Fenced on the lease:
+-- zero rows means another worker holds the job now. Absolute values make a retried save harmless.
+UPDATE {schema}.jobs
+SET cursor = %(cursor)s,
+    processed_count = %(processed_count)s,
+    heartbeat_at = coalesce(%(now)s::timestamptz, statement_timestamp()),
+    lease_expires_at = coalesce(%(now)s::timestamptz, statement_timestamp()) + %(lease)s::interval
+WHERE id = %(id)s AND leased_by = %(worker)s AND status = 'running'
+RETURNING lease_expires_at;
+
+-- name: renew_lease
+-- Heartbeat while a slow page is in flight. Fenced like save_page.
+UPDATE {schema}.jobs
+SET heartbeat_at = coalesce(%(now)s::timestamptz, statement_timestamp()),
+    lease_expires_at = coalesce(%(now)s::timestamptz, statement_timestamp()) + %(lease)s::interval
+WHERE id = %(id)s AND leased_by = %(worker)s AND status = 'running'
+RETURNING lease_expires_at;
+
+-- name: finish
+-- Leave running: completed, failed, deferred or abandoned, with the final count and the error (if any).
+-- Fenced on the lease. Frees the lane.
+UPDATE {schema}.jobs
+SET status = %(status)s,
+    processed_count = %(processed_count)s,
+    error = %(error)s,
+    next_run_at = coalesce(%(now)s::timestamptz, statement_timestamp()) + %(delay)s::interval,
+    completed_at = CASE WHEN %(status)s = 'completed'
+                        THEN coalesce(%(now)s::timestamptz, clock_timestamp()) END,
+    leased_by = NULL,
+    lease_expires_at = NULL
+WHERE id = %(id)s AND leased_by = %(worker)s AND status = 'running'
+RETURNING id;
+
+-- name: release
+-- Graceful stop: hand the job back as pending with its cursor; the interrupted attempt does not count.
+UPDATE {schema}.jobs
+SET status = 'pending',
+    processed_count = %(processed_count)s,
+    attempt_count = greatest(attempt_count - 1, 0),
+    next_run_at = coalesce(%(now)s::timestamptz, statement_timestamp()),
+    leased_by = NULL,
+    lease_expires_at = NULL
+WHERE id = %(id)s AND leased_by = %(worker)s AND status = 'running'
+RETURNING id;
+
+-- name: read_coverage
+-- What exists per owner and type for a batch of owners: the planner's single read per batch.
+SELECT owner,
+       type,
+       bool_or(mode = 'initial') AS has_initial,
+       min(window_start) FILTER (WHERE mode = 'initial') AS initial_start,
+       max(window_end) FILTER (WHERE mode IN ('initial', 'recurring')) AS covered_until,
+       min(created_at) AS first_created_at
+FROM {schema}.jobs
+WHERE queue = %(queue)s AND owner = ANY(%(owners)s::text[]) AND mode <> 'manual'
+GROUP BY owner, type;
+
+-- name: insert_planned
+-- Insert planned jobs, skipping any whose key exists: concurrent planners create each job once.
+-- Returns how many rows each type gained.
+WITH inserted AS (
+    INSERT INTO {schema}.jobs
+        (queue, owner, lane, type, mode, priority, window_start, window_end, dedup_key, next_run_at, created_at)
+    SELECT %(queue)s, p.owner, p.lane, p.type, p.mode, p.priority, p.window_start, p.window_end, p.dedup_key,
+           coalesce(%(now)s::timestamptz, statement_timestamp()),
+           coalesce(%(now)s::timestamptz, statement_timestamp())
+    FROM unnest(%(owners)s::text[], %(lanes)s::text[], %(types)s::text[], %(modes)s::text[],
+                %(priorities)s::int[], %(window_starts)s::timestamptz[], %(window_ends)s::timestamptz[],
+                %(dedup_keys)s::text[])
+         AS p(owner, lane, type, mode, priority, window_start, window_end, dedup_key)
+    ON CONFLICT (queue, owner, type, dedup_key) DO NOTHING
+    RETURNING type
+)
+SELECT type, count(*) AS inserted FROM inserted GROUP BY type;
+
+-- name: enqueue
+-- Put one job in by hand; a job with the same key is left as it is (and returned as NULL).
+INSERT INTO {schema}.jobs
+    (queue, owner, lane, type, mode, priority, window_start, window_end, dedup_key, next_run_at, created_at)
+VALUES (%(queue)s, %(owner)s, %(lane)s, %(type)s, %(mode)s, %(priority)s, %(window_start)s, %(window_end)s,
+        %(dedup_key)s,
+        coalesce(%(run_at)s::timestamptz, %(now)s::timestamptz, statement_timestamp()),
+        coalesce(%(now)s::timestamptz, statement_timestamp()))
+ON CONFLICT (queue, owner, type, dedup_key) DO NOTHING
+RETURNING *;
+
+-- name: requeue
+-- Give failed, deferred and abandoned jobs fresh attempts, due now; cursors and counts are kept.
+UPDATE {schema}.jobs
+SET status = 'pending',
+    attempt_count = 0,
+    next_run_at = coalesce(%(now)s::timestamptz, statement_timestamp())
+WHERE queue = %(queue)s
+  AND status IN ('failed', 'deferred', 'abandoned')
+  AND (%(owner)s::text IS NULL OR owner = %(owner)s)
+  AND (%(type)s::text IS NULL OR type = %(type)s)
+RETURNING id;
+
+-- name: cancel
+-- Abandon what has not started for an owner (e.g. the account disconnected), saying why.
+UPDATE {schema}.jobs
+SET status = 'abandoned',
+    error = %(error)s
+WHERE queue = %(queue)s
+  AND owner = %(owner)s
+  AND status IN ('pending', 'failed', 'deferred')
+RETURNING id;
+
+-- name: list_jobs
+-- Jobs by queue, optionally one owner, status and type: newest first.
+SELECT *
+FROM {schema}.jobs
+WHERE queue = %(queue)s
+  AND (%(owner)s::text IS NULL OR owner = %(owner)s)
+  AND (%(status)s::text IS NULL OR status = %(status)s)
+  AND (%(type)s::text IS NULL OR type = %(type)s)
+ORDER BY id DESC
+LIMIT %(limit)s;
+
+-- name: get_job
+-- One job by id.
+SELECT * FROM {schema}.jobs WHERE id = %(id)s;
+
+-- name: initial_progress
+-- How far an owner's first load is: its initial jobs by outcome, and the records stored so far.
+SELECT count(*) AS total,
+       count(*) FILTER (WHERE status = 'completed') AS completed,
+       count(*) FILTER (WHERE status = 'abandoned') AS abandoned,
+       count(*) FILTER (WHERE status = 'running') AS running,
+       coalesce(sum(processed_count), 0)::bigint AS records
+FROM {schema}.jobs
+WHERE queue = %(queue)s
+  AND owner = %(owner)s
+  AND mode = 'initial'
+  AND (%(type)s::text IS NULL OR type = %(type)s);
+
+-- name: queue_activity
+-- Whether a queue (or one lane of it) has a job running, a job due, and when the next waiting job is due:
+-- what idle workers, triggers and the "drained" sensor decide on.
+WITH clock AS (
+    SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now
+)
+SELECT EXISTS (
+           SELECT 1 FROM {schema}.jobs
+           WHERE queue = %(queue)s AND status = 'running' AND (%(lane)s::text IS NULL OR lane = %(lane)s)
+       ) AS running,
+       EXISTS (
+           SELECT 1 FROM {schema}.jobs, clock
+           WHERE queue = %(queue)s AND status IN ('pending', 'failed', 'deferred')
+             AND next_run_at <= clock.now AND (%(lane)s::text IS NULL OR lane = %(lane)s)
+       ) AS due,
+       (
+           SELECT min(next_run_at) FROM {schema}.jobs
+           WHERE queue = %(queue)s AND status IN ('pending', 'failed', 'deferred')
+             AND (%(lane)s::text IS NULL OR lane = %(lane)s)
+       ) AS next_run_at,
+       clock.now AS now
+FROM clock;
+
+-- name: notify
+-- Wake idle workers of a queue (their triggers LISTEN on the channel): jobs were inserted, requeued or released.
+SELECT pg_notify(%(channel)s, %(payload)s);

@@ -1,0 +1,113 @@
+"""Frozen records that cross the engine's boundary: a job row, a handler's page, summaries."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from datetime import datetime
+from typing import Any, Mapping
+
+from synclane_provider.core.errors import HandlerResultError
+from synclane_provider.core.states import JobMode, JobStatus
+
+
+@dataclass(frozen=True)
+class Job:
+    """One row of the jobs table, as read. Handlers receive it; it is never written back whole."""
+
+    id: int
+    queue: str
+    owner: str
+    lane: str
+    type: str
+    mode: JobMode
+    status: JobStatus
+    priority: int
+    window_start: datetime | None
+    window_end: datetime | None
+    dedup_key: str
+    cursor: str | None
+    processed_count: int
+    attempt_count: int
+    error: str | None
+    next_run_at: datetime
+    leased_by: str | None
+    lease_expires_at: datetime | None
+    created_at: datetime
+    started_at: datetime | None
+    heartbeat_at: datetime | None
+    completed_at: datetime | None
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> "Job":
+        values = {f.name: row[f.name] for f in fields(cls)}
+        values["mode"] = JobMode(values["mode"])
+        values["status"] = JobStatus(values["status"])
+        return cls(**values)
+
+    def describe(self) -> str:
+        """A short human label for logs: ``globex/orders [2026-08-08 → 2026-09-07] #33``."""
+        if self.window_start is not None and self.window_end is not None:
+            window = f" [{self.window_start:%Y-%m-%d %H:%M} → {self.window_end:%Y-%m-%d %H:%M}]"
+        else:
+            window = ""
+        return f"{self.owner}/{self.type}{window} #{self.id}"
+
+
+@dataclass(frozen=True)
+class Page:
+    """What a handler returns for one page: where the next page starts (None: done) and how many records it stored."""
+
+    next_cursor: str | None
+    count: int = 0
+
+    @classmethod
+    def check(cls, value: object, *, job_type: str) -> "Page":
+        """Return ``value`` if it is a well-formed page, else raise a :class:`HandlerResultError` naming what is wrong."""
+        if not isinstance(value, Page):
+            raise HandlerResultError(
+                f"handler of job type {job_type!r} returned {type(value).__name__} {_short(value)}, expected a Page"
+            )
+        if value.next_cursor is not None and not isinstance(value.next_cursor, str):
+            raise HandlerResultError(
+                f"handler of job type {job_type!r} returned a next_cursor of type "
+                f"{type(value.next_cursor).__name__} ({_short(value.next_cursor)}), expected str or None"
+            )
+        if isinstance(value.next_cursor, str) and "\x00" in value.next_cursor:
+            raise HandlerResultError(f"handler of job type {job_type!r} returned a next_cursor containing NUL")
+        if isinstance(value.count, bool) or not isinstance(value.count, int) or value.count < 0:
+            raise HandlerResultError(
+                f"handler of job type {job_type!r} returned count {_short(value.count)}, expected an integer of zero or more"
+            )
+        return value
+
+
+def _short(value: object, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+@dataclass(frozen=True)
+class Progress:
+    """How far an owner's initial load is: the slices (or first snapshot) done out of all planned."""
+
+    queue: str
+    owner: str
+    total: int
+    completed: int
+    abandoned: int
+    running: int
+    records: int
+
+    @property
+    def complete(self) -> bool:
+        """Every initial job completed (and there is at least one): the first load is there."""
+        return self.total > 0 and self.completed == self.total
+
+    @property
+    def settled(self) -> bool:
+        """Nothing of the first load will run again without help: each initial job completed or abandoned."""
+        return self.total > 0 and self.completed + self.abandoned == self.total
+
+    @property
+    def fraction(self) -> float:
+        return self.completed / self.total if self.total else 0.0

@@ -1,0 +1,168 @@
+"""Running one leased job page by page, and writing how it ended."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from enum import Enum
+
+from synclane_provider.core.database import Session
+from synclane_provider.core.declarations import Queue
+from synclane_provider.core.errors import UnknownJobTypeError
+from synclane_provider.core.lease import LeaseKeeper
+from synclane_provider.core.outcomes import decide_failure, describe_error
+from synclane_provider.core.records import Job, Page
+from synclane_provider.core.states import JobStatus
+
+Clock = Callable[[], "datetime | None"]
+
+
+class Outcome(str, Enum):
+    """How one run of a job ended, from the worker's point of view."""
+
+    COMPLETED = "completed"
+    FAILED = "failed"
+    DEFERRED = "deferred"
+    ABANDONED = "abandoned"
+    RELEASED = "released"  # handed back as pending on a graceful stop
+    LEASE_LOST = "lease_lost"  # another worker took the job over; nothing more was written
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class RunResult:
+    job: Job
+    outcome: Outcome
+    pages: int
+    records: int
+    error: str | None = None
+
+    def describe(self) -> str:
+        text = f"{self.job.describe()}: {self.outcome} after {self.pages} page(s), {self.records} record(s)"
+        return f"{text}; {self.error}" if self.error else text
+
+
+class JobRunner:
+    """Runs jobs of one queue for one worker: handler page by page, cursor saved after each page.
+
+    Every write is fenced on the worker's lease; when a write finds the lease
+    gone, the runner stops at once and reports ``lease_lost``.
+    """
+
+    def __init__(
+        self,
+        session: Session,
+        queue: Queue,
+        *,
+        worker: str,
+        clock: Clock,
+        stop: threading.Event,
+        log: logging.Logger | logging.LoggerAdapter | None = None,
+    ) -> None:
+        self._session = session
+        self._queue = queue
+        self._worker = worker
+        self._clock = clock
+        self._stop = stop
+        self._log = log or logging.getLogger(__name__)
+
+    def run(self, job: Job) -> RunResult:
+        try:
+            handler = self._queue.job_type(job.type).handler
+        except UnknownJobTypeError as exc:
+            return self._finish(job, JobStatus.ABANDONED, job.processed_count, 0, 0, error=describe_error(exc))
+
+        start_count = job.processed_count
+        current = job
+        pages = 0
+        with LeaseKeeper(self._session, job_id=job.id, worker=self._worker, lease=self._queue.lease, clock=self._clock) as lease:
+            while True:
+                if self._stop.is_set():
+                    return self._release(current, pages, current.processed_count - start_count)
+                try:
+                    page = Page.check(handler(current), job_type=job.type)
+                except (KeyboardInterrupt, SystemExit):
+                    self._release(current, pages, current.processed_count - start_count)
+                    raise
+                except Exception as exc:  # noqa: BLE001 - any handler failure is recorded on the row
+                    if lease.lost:
+                        return self._lost(current, pages, current.processed_count - start_count)
+                    failure = decide_failure(self._queue, job.attempt_count, exc)
+                    return self._finish(
+                        current,
+                        failure.status,
+                        current.processed_count,
+                        pages,
+                        current.processed_count - start_count,
+                        error=failure.error,
+                        delay=failure.delay,
+                    )
+                pages += 1
+                processed = current.processed_count + page.count
+                if lease.lost:
+                    return self._lost(current, pages, processed - start_count)
+                if page.next_cursor is None:
+                    return self._finish(current, JobStatus.COMPLETED, processed, pages, processed - start_count)
+                saved = self._session.one(
+                    "save_page",
+                    id=job.id,
+                    worker=self._worker,
+                    cursor=page.next_cursor,
+                    processed_count=processed,
+                    lease=self._queue.lease,
+                    now=self._clock(),
+                )
+                if saved is None:
+                    return self._lost(current, pages, processed - start_count)
+                lease.renewed()
+                current = dataclasses.replace(
+                    current, cursor=page.next_cursor, processed_count=processed, lease_expires_at=saved["lease_expires_at"]
+                )
+
+    def _finish(
+        self,
+        job: Job,
+        status: JobStatus,
+        processed: int,
+        pages: int,
+        records: int,
+        *,
+        error: str | None = None,
+        delay: timedelta = timedelta(0),
+    ) -> RunResult:
+        row = self._session.one(
+            "finish",
+            id=job.id,
+            worker=self._worker,
+            status=status.value,
+            processed_count=processed,
+            error=error,
+            delay=delay,
+            now=self._clock(),
+        )
+        if row is None:
+            return self._lost(job, pages, records)
+        result = RunResult(job, Outcome(status.value), pages, records, error)
+        self._log.info("%s", result.describe())
+        return result
+
+    def _release(self, job: Job, pages: int, records: int) -> RunResult:
+        row = self._session.one(
+            "release", id=job.id, worker=self._worker, processed_count=job.processed_count, now=self._clock()
+        )
+        if row is None:
+            return self._lost(job, pages, records)
+        result = RunResult(job, Outcome.RELEASED, pages, records)
+        self._log.info("%s (handed back at cursor %s)", result.describe(), job.cursor)
+        return result
+
+    def _lost(self, job: Job, pages: int, records: int) -> RunResult:
+        result = RunResult(job, Outcome.LEASE_LOST, pages, records)
+        self._log.warning("%s: the lease was taken over; stopped without writing", result.describe())
+        return result

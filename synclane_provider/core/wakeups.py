@@ -1,0 +1,31 @@
+"""LISTEN/NOTIFY: telling idle workers of a queue that there may be work.
+
+Notifications are a shortcut, never the only way work is found: a worker or
+trigger also wakes for the earliest ``next_run_at``, so a lost notification
+(or a fix made by hand with SQL) delays work by at most one poll.
+"""
+
+from __future__ import annotations
+
+from synclane_provider.core.database import Session
+
+MAX_PAYLOAD_BYTES = 7000  # PostgreSQL refuses payloads of 8000 bytes or more
+
+
+def channel(schema: str) -> str:
+    """The channel of one jobs table; it is passed as a value to pg_notify, and quoted for LISTEN."""
+    return f"synclane.{schema}"
+
+
+def payload(queue: str) -> str:
+    """The queue name, or empty (meaning "any queue") when the name is too long to send."""
+    return queue if len(queue.encode("utf-8")) < MAX_PAYLOAD_BYTES else ""
+
+
+def concerns(received: str, queue: str) -> bool:
+    """Whether a notification's payload may be about ``queue``."""
+    return received in ("", queue)
+
+
+def notify(session: Session, queue: str) -> None:
+    session.run("notify", channel=channel(session.database.schema), payload=payload(queue))

@@ -1,0 +1,228 @@
+"""Worker slots: take the next job whose lane is free, run it, repeat until nothing is due.
+
+A :class:`WorkerSlot` is one unit of concurrency with its own connection; the
+Airflow worker operator drives one slot per mapped task instance. A
+:class:`WorkerPool` runs several slots on threads, for use outside Airflow
+and in tests.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+import psycopg.errors
+
+from synclane_provider.core.database import Database, Session
+from synclane_provider.core.declarations import SyncLane
+from synclane_provider.core.records import Job
+from synclane_provider.core.runner import Clock, JobRunner, Outcome, RunResult
+
+log = logging.getLogger(__name__)
+
+LANE_INDEX = "jobs_one_running_per_lane"
+IDLE_BACKOFF_START = 0.005
+"""Seconds a draining slot first waits when every lane with due work is busy; doubles up to the poll interval."""
+MAX_LANE_RACES = 50
+"""Lane races lost in a row before a take gives up and reports nothing to do (the lanes are contended)."""
+
+
+def database_clock() -> datetime | None:
+    """The default clock: ``None`` tells every statement to use the database's own time."""
+    return None
+
+
+def new_worker_id(label: str = "worker") -> str:
+    """A name unique to one worker slot's life, readable in ``leased_by``: ``host:pid:label:random``."""
+    return f"{socket.gethostname()}:{os.getpid()}:{label}:{uuid.uuid4().hex[:8]}"
+
+
+@dataclass
+class Summary:
+    """What a worker did: jobs by outcome, pages and records. Adds up across slots and resumes."""
+
+    outcomes: Counter = field(default_factory=Counter)
+    pages: int = 0
+    records: int = 0
+    lane_races: int = 0
+
+    def add(self, result: RunResult) -> None:
+        self.outcomes[result.outcome.value] += 1
+        self.pages += result.pages
+        self.records += result.records
+
+    def merge(self, other: "Summary") -> None:
+        self.outcomes.update(other.outcomes)
+        self.pages += other.pages
+        self.records += other.records
+        self.lane_races += other.lane_races
+
+    @property
+    def jobs(self) -> int:
+        return sum(self.outcomes.values())
+
+    def as_dict(self) -> dict[str, int]:
+        counts = {outcome.value: self.outcomes.get(outcome.value, 0) for outcome in Outcome}
+        return {"jobs": self.jobs, **counts, "pages": self.pages, "records": self.records}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, int]) -> "Summary":
+        summary = cls(pages=data.get("pages", 0), records=data.get("records", 0))
+        summary.outcomes.update({o.value: data[o.value] for o in Outcome if data.get(o.value)})
+        return summary
+
+
+class WorkerSlot:
+    """One unit of concurrency of a queue: its own connection, one job at a time."""
+
+    def __init__(
+        self,
+        synclane: SyncLane,
+        database: Database,
+        queue: str,
+        *,
+        worker_id: str | None = None,
+        clock: Clock = database_clock,
+        stop: threading.Event | None = None,
+        logger: logging.Logger | logging.LoggerAdapter | None = None,
+        give_up_after: timedelta = timedelta(minutes=5),
+    ) -> None:
+        self.queue = synclane.queue(queue)
+        self.worker_id = worker_id or new_worker_id(queue)
+        self.clock = clock
+        self.stop = stop or threading.Event()
+        self.session = Session(database, stop=self.stop, give_up_after=give_up_after)
+        self.runner = JobRunner(
+            self.session, self.queue, worker=self.worker_id, clock=clock, stop=self.stop, log=logger or log
+        )
+        self.summary = Summary()
+
+    def take(self) -> Job | None:
+        """Lease the next job this slot should run, or None when nothing is due in a free lane."""
+        for _ in range(MAX_LANE_RACES):
+            try:
+                row = self.session.one(
+                    "take_next", queue=self.queue.name, worker=self.worker_id, lease=self.queue.lease, now=self.clock()
+                )
+            except psycopg.errors.UniqueViolation as exc:
+                if exc.diag.constraint_name != LANE_INDEX:
+                    raise
+                self.summary.lane_races += 1  # another worker took this lane first; ask again
+                continue
+            return Job.from_row(row) if row else None
+        return None
+
+    def run_one(self) -> RunResult | None:
+        """Take one job and run it to the end of this attempt; None when there was nothing to take."""
+        job = self.take()
+        if job is None:
+            return None
+        result = self.runner.run(job)
+        self.summary.add(result)
+        return result
+
+    def drain(self, *, max_jobs: int | None = None, until: float | None = None) -> Summary:
+        """Run jobs until nothing is due, the slot is stopped, ``max_jobs`` ran or ``until`` (monotonic) passed."""
+        done = 0
+        while not self.stop.is_set():
+            if max_jobs is not None and done >= max_jobs:
+                break
+            if until is not None and time.monotonic() >= until:
+                break
+            if self.run_one() is None:
+                break
+            done += 1
+        return self.summary
+
+    def close(self) -> None:
+        self.session.close()
+
+
+class WorkerPool:
+    """Several worker slots of one queue on threads: drain once, or keep polling until stopped."""
+
+    def __init__(
+        self,
+        synclane: SyncLane,
+        database: Database,
+        queue: str,
+        *,
+        slots: int | None = None,
+        clock: Clock = database_clock,
+        poll_interval: timedelta | None = None,
+    ) -> None:
+        self.queue = synclane.queue(queue)
+        self.slots = slots if slots is not None else self.queue.concurrency
+        if self.slots < 1:
+            raise ValueError(f"slots must be at least 1, got {self.slots}")
+        self.poll_interval = poll_interval or synclane.poll_interval
+        self.stop = threading.Event()
+        self._slots = [
+            WorkerSlot(synclane, database, queue, worker_id=new_worker_id(f"{queue}-{i}"), clock=clock, stop=self.stop)
+            for i in range(self.slots)
+        ]
+
+    def drain(self) -> Summary:
+        """Run until the queue has nothing running and nothing due; returns the combined summary.
+
+        A slot that finds every due lane busy waits briefly and asks again, so
+        all slots keep competing until the last job is done.
+        """
+
+        def until_empty(slot: WorkerSlot) -> None:
+            idle = IDLE_BACKOFF_START
+            while not self.stop.is_set():
+                if slot.run_one() is not None:
+                    idle = IDLE_BACKOFF_START
+                    continue
+                activity = slot.session.one("queue_activity", queue=self.queue.name, lane=None, now=slot.clock())
+                if not (activity["running"] or activity["due"]):
+                    return
+                self.stop.wait(idle)
+                idle = min(idle * 2, self.poll_interval.total_seconds())
+
+        return self._on_threads(until_empty)
+
+    def run(self) -> Summary:
+        """Keep draining, waiting a poll interval whenever nothing is due, until :meth:`stop` is set."""
+
+        def poll(slot: WorkerSlot) -> None:
+            while not self.stop.is_set():
+                if slot.run_one() is None:
+                    self.stop.wait(self.poll_interval.total_seconds())
+
+        return self._on_threads(poll)
+
+    def _on_threads(self, work) -> Summary:
+        errors: list[BaseException] = []
+
+        def guarded(slot: WorkerSlot) -> None:
+            try:
+                work(slot)
+            except BaseException as exc:  # noqa: BLE001 - reported to the caller below
+                errors.append(exc)
+                self.stop.set()
+
+        threads = [threading.Thread(target=guarded, args=(slot,), name=slot.worker_id) for slot in self._slots]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        if errors:
+            raise errors[0]
+        total = Summary()
+        for slot in self._slots:
+            total.merge(slot.summary)
+            slot.summary = Summary()
+        return total
+
+    def close(self) -> None:
+        for slot in self._slots:
+            slot.close()

@@ -1,0 +1,89 @@
+"""Shared fixtures: a real PostgreSQL (never mocked), a schema per test run, a clock tests can pin."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
+
+import psycopg
+import pytest
+from psycopg import sql
+
+LOCAL_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
+DATABASE_URL = os.environ.get("SYNCLANE_TEST_DATABASE_URL", LOCAL_URL)
+
+
+@pytest.fixture(scope="session")
+def database_url() -> str:
+    """The test database. Unreachable is a failure, never a skip: the tests would prove nothing."""
+    try:
+        with psycopg.connect(DATABASE_URL, connect_timeout=5) as conn:
+            conn.execute("SELECT 1")
+    except psycopg.Error as exc:
+        pytest.fail(
+            f"PostgreSQL is not reachable at {DATABASE_URL}: {exc}. "
+            "Run the suite with scripts/test (it finds or starts a database), "
+            "or set SYNCLANE_TEST_DATABASE_URL.",
+            pytrace=False,
+        )
+    return DATABASE_URL
+
+
+@pytest.fixture(scope="session")
+def run_schema(database_url: str) -> Iterator[str]:
+    """A schema of this test run's own, dropped afterwards."""
+    name = f"synclane_test_{uuid.uuid4().hex[:10]}"
+    yield name
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
+
+
+@pytest.fixture
+def admin(database_url: str) -> Iterator[psycopg.Connection]:
+    """A plain connection for looking at (and tampering with) the table the way an operator would."""
+    with psycopg.connect(database_url, autocommit=True, row_factory=psycopg.rows.dict_row) as conn:
+        yield conn
+
+
+@pytest.fixture
+def schema(run_schema: str, admin: psycopg.Connection) -> str:
+    """The run's schema with an empty jobs table (created on first use by the engine)."""
+    admin.execute(
+        sql.SQL(
+            "DO $$ BEGIN IF to_regclass({}) IS NOT NULL THEN EXECUTE {}; END IF; END $$"
+        ).format(
+            sql.Literal(f'"{run_schema}".jobs'),
+            sql.Literal(sql.SQL("TRUNCATE {}.jobs RESTART IDENTITY").format(sql.Identifier(run_schema)).as_string(admin)),
+        )
+    )
+    return run_schema
+
+
+@pytest.fixture
+def fresh_schema(database_url: str) -> Iterator[str]:
+    """A schema for one test alone, for tests that change indexes."""
+    name = f"synclane_test_{uuid.uuid4().hex[:10]}"
+    yield name
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
+
+
+class PinnedClock:
+    """A clock that only moves when a test moves it; passed to the engine, which hands it to SQL."""
+
+    def __init__(self, now: datetime) -> None:
+        self.now = now
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, delta: timedelta) -> datetime:
+        self.now += delta
+        return self.now
+
+
+@pytest.fixture
+def clock() -> PinnedClock:
+    return PinnedClock(datetime(2026, 11, 30, 10, 20, tzinfo=timezone.utc))

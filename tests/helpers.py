@@ -1,0 +1,77 @@
+"""Building blocks for tests: declarations, fake APIs that page, and reading rows back."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable
+from datetime import timedelta
+
+import psycopg
+from psycopg import sql
+
+from synclane_provider.core import Job, Owner, Page, Queue, SnapshotType, SyncLane, WindowedType
+
+
+def paged(total: int, size: int = 50) -> Callable[[Job], Page]:
+    """A handler over ``total`` records, ``size`` per page; the cursor is the offset of the next page."""
+
+    def handler(job: Job) -> Page:
+        offset = int(job.cursor or 0)
+        count = min(size, total - offset)
+        following = offset + count
+        return Page(str(following) if following < total else None, count)
+
+    return handler
+
+
+def failing(exc: BaseException) -> Callable[[Job], Page]:
+    def handler(job: Job) -> Page:
+        raise exc
+
+    return handler
+
+
+class Recorder:
+    """A handler wrapper that remembers every page call (job id, cursor), thread-safely."""
+
+    def __init__(self, handler: Callable[[Job], Page]) -> None:
+        self.handler = handler
+        self.calls: list[tuple[int, str | None]] = []
+        self._lock = threading.Lock()
+
+    def __call__(self, job: Job) -> Page:
+        with self._lock:
+            self.calls.append((job.id, job.cursor))
+        return self.handler(job)
+
+
+def owners(*specs: str | Owner) -> Callable[[str], list]:
+    listed = list(specs)
+    return lambda queue: listed
+
+
+def declare(schema: str, *types, queue: str = "shops", owner_source=None, **settings) -> SyncLane:
+    return SyncLane(
+        queues=[Queue(queue, owners=owner_source or owners("acme"), types=list(types), **settings)],
+        schema=schema,
+    )
+
+
+def orders(handler=None, **overrides) -> WindowedType:
+    settings = dict(horizon=timedelta(days=60), slice=timedelta(days=30), every=timedelta(minutes=15), overlap=timedelta(minutes=5))
+    settings.update(overrides)
+    return WindowedType("orders", handler or paged(0), **settings)
+
+
+def products(handler=None, every=timedelta(days=1)) -> SnapshotType:
+    return SnapshotType("products", handler or paged(0), every=every)
+
+
+def rows(conn: psycopg.Connection, schema: str, where: str = "true", params: Iterable = ()) -> list[dict]:
+    query = sql.SQL("SELECT * FROM {}.jobs WHERE " + where + " ORDER BY id").format(sql.Identifier(schema))
+    return conn.execute(query, list(params)).fetchall()
+
+
+def execute(conn: psycopg.Connection, schema: str, statement: str, params: Iterable = ()) -> None:
+    """Run ``statement`` with ``{jobs}`` standing for the schema's jobs table."""
+    conn.execute(sql.SQL(statement).format(jobs=sql.SQL("{}.jobs").format(sql.Identifier(schema))), list(params))

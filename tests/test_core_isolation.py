@@ -1,0 +1,16 @@
+"""The engine stands alone: importing it pulls in nothing from Airflow."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+
+def test_engine_imports_nothing_from_airflow():
+    probe = (
+        "import sys, synclane_provider.core, synclane_provider.core.worker, synclane_provider.core.operations\n"
+        "leaked = sorted(m for m in sys.modules if m == 'airflow' or m.startswith('airflow.'))\n"
+        "print(','.join(leaked))"
+    )
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == ""
