@@ -67,8 +67,11 @@ def products(handler=None, every=timedelta(days=1)) -> SnapshotType:
     return SnapshotType("products", handler or paged(0), every=every)
 
 
-def rows(conn: psycopg.Connection, schema: str, where: str = "true", params: Iterable = ()) -> list[dict]:
-    query = sql.SQL("SELECT * FROM {}.jobs WHERE " + where + " ORDER BY id").format(sql.Identifier(schema))
+def rows(
+    conn: psycopg.Connection, schema: str, where: str = "true", params: Iterable = (), order: str = "id"
+) -> list[dict]:
+    """Rows of the schema's jobs table; ``where`` and ``order`` are SQL written by the test itself."""
+    query = sql.SQL("SELECT * FROM {}.jobs WHERE " + where + " ORDER BY " + order).format(sql.Identifier(schema))
     return conn.execute(query, list(params)).fetchall()
 
 

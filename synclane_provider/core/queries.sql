@@ -15,7 +15,7 @@ WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now
 ),
 candidate AS (
-    (
+    SELECT id FROM (
         SELECT j.id
         FROM {schema}.jobs AS j, clock
         WHERE j.queue = %(queue)s
@@ -24,9 +24,9 @@ candidate AS (
         ORDER BY j.leased_by = %(worker)s DESC, j.lease_expires_at
         LIMIT 1
         FOR UPDATE OF j SKIP LOCKED
-    )
+    ) AS held_or_expired
     UNION ALL
-    (
+    SELECT id FROM (
         SELECT j.id
         FROM {schema}.jobs AS j, clock
         WHERE j.queue = %(queue)s
@@ -44,7 +44,7 @@ candidate AS (
         ORDER BY j.priority, j.window_end DESC NULLS LAST, j.id
         LIMIT 1
         FOR UPDATE OF j SKIP LOCKED
-    )
+    ) AS due
     LIMIT 1
 )
 UPDATE {schema}.jobs AS j

@@ -1,0 +1,187 @@
+"""Planning: what should exist minus what exists, repeatable, gap-free, and safe under races."""
+
+from __future__ import annotations
+
+import threading
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from synclane_provider.core import Operations, Owner, UnknownOwnerError
+from synclane_provider.core.errors import OwnerSourceError
+from tests.helpers import declare, execute, orders, owners, products, rows
+
+DAY = timedelta(days=1)
+UTC = timezone.utc
+
+
+def windows(admin, schema, owner="acme", type="orders"):
+    return sorted(
+        (r["window_start"], r["window_end"]) for r in rows(admin, schema, "owner = %s AND type = %s", [owner, type])
+    )
+
+
+def assert_no_gap(spans, start, end):
+    """The union of the windows covers [start, end] without a hole."""
+    reach = start
+    for window_start, window_end in sorted(spans):
+        assert window_start <= reach, f"gap from {reach} to {window_start}"
+        reach = max(reach, window_end)
+    assert reach >= end, f"coverage stops at {reach}, before {end}"
+
+
+@pytest.fixture
+def ops(schema, database_url):
+    def make(*types, owner_source=None, **settings):
+        lane = declare(schema, *types, owner_source=owner_source, **settings)
+        return Operations(lane, lane.database(database_url))
+
+    return make
+
+
+def test_first_plan_slices_history_back_to_the_horizon_from_midnight(ops, admin, schema, clock):
+    summary = ops(orders()).plan("shops", now=clock.now)
+
+    assert summary.inserted == {"orders": 3}  # two 30-day slices and today's recurring job
+    initial = rows(admin, schema, "mode = 'initial'", order="window_end DESC, id")
+    midnight = datetime(2026, 11, 30, tzinfo=UTC)
+    assert [(r["window_start"], r["window_end"]) for r in initial] == [
+        (midnight - 30 * DAY, midnight),
+        (midnight - 60 * DAY, midnight - 30 * DAY),
+    ]
+    assert initial[0]["dedup_key"] == "initial:2026-10-31T00:00:00Z"
+    assert all(r["status"] == "pending" and r["lane"] == "acme" and r["priority"] == 0 for r in initial)
+    [recurring] = rows(admin, schema, "mode = 'recurring'")
+    assert (recurring["window_start"], recurring["window_end"]) == (
+        midnight - timedelta(minutes=5),
+        datetime(2026, 11, 30, 10, 15, tzinfo=UTC),
+    )
+    assert recurring["dedup_key"] == "recurring:2026-11-30T10:15:00Z"
+
+
+def test_history_is_inserted_newest_first(ops, admin, schema, clock):
+    ops(orders(horizon=timedelta(days=365))).plan("shops", now=clock.now)
+    initial = rows(admin, schema, "mode = 'initial'")
+    ends = [r["window_end"] for r in initial]
+    assert ends == sorted(ends, reverse=True)
+
+
+def test_repeated_planning_inserts_nothing(ops, admin, schema, clock):
+    operations = ops(orders(), products())
+    first = operations.plan("shops", now=clock.now)
+    before = rows(admin, schema)
+    for _ in range(3):
+        assert operations.plan("shops", now=clock.now + timedelta(minutes=1)).total == 0
+    assert rows(admin, schema) == before
+    assert first.inserted == {"orders": 3, "products": 1}
+
+
+def test_raising_the_horizon_adds_only_the_missing_older_slices(ops, admin, schema, clock):
+    ops(orders(horizon=60 * DAY)).plan("shops", now=clock.now)
+    before = {r["dedup_key"]: r["id"] for r in rows(admin, schema)}
+
+    summary = ops(orders(horizon=730 * DAY)).plan("shops", now=clock.now)
+
+    after = rows(admin, schema, "mode = 'initial'")
+    added = [r for r in after if r["dedup_key"] not in before]
+    assert summary.inserted == {"orders": len(added)}
+    assert len(added) == 23  # 730 days = 24 slices of 30 days and one of 10; two existed
+    midnight = datetime(2026, 11, 30, tzinfo=UTC)
+    assert all(r["window_end"] <= midnight - 60 * DAY for r in added)
+    assert_no_gap(windows(admin, schema), midnight - 730 * DAY, midnight)
+    starts = [r["window_start"] for r in after]
+    assert len(starts) == len(set(starts))
+
+
+def test_a_planner_that_was_down_for_a_day_leaves_no_gap(ops, admin, schema, clock):
+    operations = ops(orders())
+    operations.plan("shops", now=clock.now)
+    later = clock.now + timedelta(days=1, hours=3, minutes=7)
+
+    summary = operations.plan("shops", now=later)
+
+    assert summary.inserted == {"orders": 1}
+    [newest] = rows(admin, schema, "mode = 'recurring'", order="window_end DESC LIMIT 1")
+    assert newest["window_start"] == datetime(2026, 11, 30, 10, 15, tzinfo=UTC) - timedelta(minutes=5)
+    assert newest["window_end"] == datetime(2026, 12, 1, 13, 15, tzinfo=UTC)
+    assert_no_gap(windows(admin, schema), datetime(2026, 11, 30, tzinfo=UTC) - 60 * DAY, newest["window_end"])
+
+
+def test_windows_cover_horizon_start_to_the_latest_period_over_many_plans(ops, admin, schema, clock):
+    operations = ops(orders())
+    now = clock.now
+    for step in [timedelta(minutes=1), timedelta(minutes=14), timedelta(hours=5), timedelta(minutes=15), 2 * DAY]:
+        now += step
+        operations.plan("shops", now=now)
+    latest = max(r["window_end"] for r in rows(admin, schema))
+    assert latest == datetime(2026, 12, 2, 15, 45, tzinfo=UTC)
+    assert_no_gap(windows(admin, schema), datetime(2026, 11, 30, tzinfo=UTC) - 60 * DAY, latest)
+
+
+def test_snapshot_gets_one_initial_then_one_recurring_job_per_period(ops, admin, schema, clock):
+    operations = ops(products(every=DAY))
+    assert operations.plan("shops", now=clock.now).inserted == {"products": 1}
+    assert operations.plan("shops", now=clock.now + timedelta(hours=5)).total == 0
+    assert operations.plan("shops", now=clock.now + DAY).inserted == {"products": 1}
+    assert operations.plan("shops", now=clock.now + DAY + timedelta(hours=1)).total == 0
+    keys = [r["dedup_key"] for r in rows(admin, schema)]
+    assert keys == ["initial", "recurring:2026-12-01T00:00:00Z"]
+
+
+def test_owners_sharing_a_lane_get_that_lane(ops, admin, schema, clock):
+    source = owners(Owner("acme-us", lane="acme"), Owner("acme-eu", lane="acme"), "globex")
+    ops(products(), owner_source=source).plan("shops", now=clock.now)
+    assert {(r["owner"], r["lane"]) for r in rows(admin, schema)} == {
+        ("acme-us", "acme"),
+        ("acme-eu", "acme"),
+        ("globex", "globex"),
+    }
+
+
+def test_plan_one_owner_now(ops, admin, schema, clock):
+    operations = ops(products(), owner_source=owners("acme", "globex"))
+    assert operations.plan("shops", owner="globex", now=clock.now).owners == 1
+    assert [r["owner"] for r in rows(admin, schema)] == ["globex"]
+    with pytest.raises(UnknownOwnerError, match="owner 'initech' is not listed"):
+        operations.plan("shops", owner="initech", now=clock.now)
+
+
+def test_owner_source_returning_garbage_is_refused(ops, clock):
+    with pytest.raises(OwnerSourceError, match="returned 42; expected an Owner or a string"):
+        ops(products(), owner_source=owners("acme", 42)).plan("shops", now=clock.now)
+
+
+def test_types_are_planned_with_their_declared_priority(ops, admin, schema, clock):
+    ops(products(), orders()).plan("shops", now=clock.now)
+    assert {(r["type"], r["priority"]) for r in rows(admin, schema)} == {("products", 0), ("orders", 1)}
+
+
+def test_eight_racing_planners_create_every_job_exactly_once(ops, admin, schema, clock):
+    source = owners(*[f"owner-{i}" for i in range(40)])
+    planners = [ops(orders(horizon=365 * DAY), products(), owner_source=source) for _ in range(8)]
+    start = threading.Barrier(len(planners))
+    totals = []
+
+    def race(operations):
+        start.wait()
+        totals.append(operations.plan("shops", now=clock.now).total)
+
+    threads = [threading.Thread(target=race, args=(p,)) for p in planners]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    expected = 40 * (13 + 1 + 1)  # 13 slices of 30 days (365 days), today's recurring job, the snapshot
+    assert sum(totals) == expected
+    counted = admin.execute(
+        f'SELECT count(*) AS n, count(DISTINCT (owner, type, dedup_key)) AS distinct_keys FROM "{schema}".jobs'
+    ).fetchone()
+    assert counted == {"n": expected, "distinct_keys": expected}
+
+
+def test_deleted_recurring_job_is_planned_again_in_its_period(ops, admin, schema, clock):
+    operations = ops(orders())
+    operations.plan("shops", now=clock.now)
+    execute(admin, schema, "DELETE FROM {jobs} WHERE mode = 'recurring'")
+    assert operations.plan("shops", now=clock.now).inserted == {"orders": 1}

@@ -1,0 +1,319 @@
+"""Taking and running jobs: order, lanes, cursors, retries, throttles, deferral, abandonment, stops, leases."""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import timedelta
+
+import pytest
+
+from synclane_provider.core import JobAbandoned, JobThrottled, Operations, Owner, Page, WorkerSlot
+from synclane_provider.core.runner import Outcome
+from tests.helpers import Recorder, declare, execute, failing, orders, owners, paged, products, rows
+
+MINUTE = timedelta(minutes=1)
+
+
+@pytest.fixture
+def setup(schema, database_url, clock):
+    """Declare a queue, plan it at the pinned time, and make worker slots for it."""
+
+    made = []
+
+    def make(*types, owner_source=None, plan=True, **settings):
+        lane = declare(schema, *types, owner_source=owner_source, **settings)
+        database = lane.database(database_url)
+        ops = Operations(lane, database)
+        if plan:
+            ops.plan("shops", now=clock.now)
+
+        def slot(**kwargs):
+            worker = WorkerSlot(lane, database, "shops", clock=clock, **kwargs)
+            made.append(worker)
+            return worker
+
+        return ops, slot
+
+    yield make
+    for worker in made:
+        worker.close()
+
+
+def job_row(admin, schema, job_id):
+    [row] = rows(admin, schema, "id = %s", [job_id])
+    return row
+
+
+def test_a_job_runs_page_by_page_saving_the_cursor_after_each(setup, admin, schema):
+    seen_on_row = []
+
+    def handler(job):
+        seen_on_row.append(job_row(admin, schema, job.id)["cursor"])
+        return paged(120, 50)(job)
+
+    recorder = Recorder(handler)
+    _, slot = setup(products(recorder))
+    result = slot().run_one()
+
+    assert result.outcome is Outcome.COMPLETED
+    assert (result.pages, result.records) == (3, 120)
+    assert [cursor for _, cursor in recorder.calls] == [None, "50", "100"]
+    assert seen_on_row == [None, "50", "100"]  # each page starts from what the row says
+    row = job_row(admin, schema, result.job.id)
+    assert (row["status"], row["processed_count"], row["attempt_count"]) == ("completed", 120, 1)
+    assert row["leased_by"] is None and row["lease_expires_at"] is None and row["completed_at"] is not None
+
+
+def test_types_run_in_declared_order_then_newest_window_first(setup):
+    _, slot = setup(products(), orders(), plan=True)
+    worker = slot()
+    taken = []
+    while (result := worker.run_one()) is not None:
+        taken.append((result.job.type, result.job.mode.value, result.job.window_end))
+    assert taken[0][:2] == ("products", "initial")
+    window_ends = [end for _, _, end in taken[1:]]
+    assert window_ends == sorted(window_ends, reverse=True)
+    assert taken[1][1] == "recurring"  # what is new is never stuck behind history
+
+
+def test_a_busy_lane_is_skipped_and_other_lanes_run(setup, admin, schema):
+    source = owners(Owner("acme-us", lane="acme"), Owner("acme-eu", lane="acme"), "globex")
+    _, slot = setup(products(), owner_source=source)
+    first = slot().take()
+    second = slot().take()
+    third = slot().take()
+    assert first.lane == "acme" and second.lane == "globex"
+    assert third is None  # the other acme job waits for its lane
+    assert [r["lane"] for r in rows(admin, schema, "status = 'running'")] == ["acme", "globex"]
+
+
+def test_failures_retry_with_a_doubling_capped_delay_then_defer_then_abandon(setup, admin, schema, clock):
+    _, slot = setup(products(failing(RuntimeError("boom"))), retry_max_delay=timedelta(minutes=5))
+    worker = slot()
+    seen = []
+    for _ in range(6):
+        result = worker.run_one()
+        row = job_row(admin, schema, result.job.id)
+        seen.append((row["status"], row["attempt_count"], row["next_run_at"] - clock.now))
+        assert row["error"] == "RuntimeError: boom"
+        assert worker.take() is None  # not due before its delay is over
+        clock.advance(row["next_run_at"] - clock.now)
+    assert seen == [
+        ("failed", 1, MINUTE),
+        ("failed", 2, 2 * MINUTE),
+        ("failed", 3, 4 * MINUTE),
+        ("failed", 4, 5 * MINUTE),  # capped
+        ("deferred", 5, 5 * MINUTE),
+        ("abandoned", 6, timedelta(0)),
+    ]
+    assert worker.run_one() is None  # abandoned waits for a person
+
+
+def test_a_deferred_job_runs_only_when_its_lane_is_otherwise_idle(setup, admin, schema, clock):
+    ops, slot = setup(products(), plan=False, max_attempts=1)
+    ops.enqueue("shops", "acme", "products", key="first")
+    ops.enqueue("shops", "acme", "products", key="second")
+    execute(admin, schema, "UPDATE {jobs} SET status = 'deferred', attempt_count = 1 WHERE dedup_key = 'manual:first'")
+    worker = slot()
+    assert worker.run_one().job.dedup_key == "manual:second"
+    last = worker.run_one()
+    assert (last.job.dedup_key, last.job.attempt_count, last.outcome) == ("manual:first", 2, Outcome.COMPLETED)
+
+
+def test_the_deferred_last_attempt_failing_abandons_the_job(setup, admin, schema, clock):
+    _, slot = setup(products(failing(ValueError("bad page"))), max_attempts=1)
+    worker = slot()
+    assert worker.run_one().outcome is Outcome.DEFERRED
+    clock.advance(MINUTE)
+    result = worker.run_one()
+    assert result.outcome is Outcome.ABANDONED
+    assert job_row(admin, schema, result.job.id)["error"] == "ValueError: bad page"
+
+
+def test_throttled_without_a_named_wait_uses_the_throttle_delay(setup, admin, schema, clock):
+    _, slot = setup(products(failing(JobThrottled("429 from the shop"))))
+    worker = slot()
+    delays = []
+    for _ in range(4):
+        result = worker.run_one()
+        row = job_row(admin, schema, result.job.id)
+        delays.append(row["next_run_at"] - clock.now)
+        clock.advance(row["next_run_at"] - clock.now)
+    assert delays == [5 * MINUTE, 10 * MINUTE, 20 * MINUTE, 30 * MINUTE]
+    assert row["error"] == "JobThrottled: 429 from the shop"
+
+
+def test_throttled_with_a_named_wait_waits_exactly_that(setup, admin, schema, clock):
+    _, slot = setup(products(failing(JobThrottled("slow down", retry_after=17))))
+    result = slot().run_one()
+    row = job_row(admin, schema, result.job.id)
+    assert (row["status"], row["next_run_at"] - clock.now) == ("failed", timedelta(seconds=17))
+
+
+def test_an_abandon_exception_abandons_at_once_keeping_the_cursor(setup, admin, schema):
+    def handler(job):
+        if job.cursor is None:
+            return Page("50", 50)
+        raise JobAbandoned("access revoked")
+
+    _, slot = setup(products(handler))
+    result = slot().run_one()
+    row = job_row(admin, schema, result.job.id)
+    assert (row["status"], row["attempt_count"], row["cursor"], row["processed_count"]) == ("abandoned", 1, "50", 50)
+    assert row["error"] == "JobAbandoned: access revoked"
+
+
+def test_a_failure_keeps_the_cursor_and_the_retry_continues_from_it(setup, admin, schema, clock):
+    calls = Recorder(paged(150, 50))
+    broken = {"page": "50"}
+
+    def handler(job):
+        if job.cursor == broken["page"]:
+            broken["page"] = None
+            raise ConnectionError("503 from the shop")
+        return calls(job)
+
+    _, slot = setup(products(handler))
+    worker = slot()
+    first = worker.run_one()
+    row = job_row(admin, schema, first.job.id)
+    assert (row["status"], row["cursor"], row["processed_count"]) == ("failed", "50", 50)
+    clock.advance(MINUTE)
+    second = worker.run_one()
+    row = job_row(admin, schema, second.job.id)
+    assert (row["status"], row["processed_count"], row["attempt_count"]) == ("completed", 150, 2)
+    assert [cursor for _, cursor in calls.calls] == [None, "50", "100"]
+
+
+@pytest.mark.parametrize(
+    ("returned", "message"),
+    [
+        (None, "handler of job type 'products' returned NoneType None, expected a Page"),
+        (("next", 3), "returned tuple ('next', 3), expected a Page"),
+        (Page(123, 5), "returned a next_cursor of type int (123), expected str or None"),
+        (Page("x", -1), "returned count -1, expected an integer of zero or more"),
+        (Page("x", 2.5), "returned count 2.5, expected an integer of zero or more"),
+    ],
+)
+def test_a_bad_handler_result_fails_the_job_clearly_and_leaves_the_row_consistent(setup, admin, schema, returned, message):
+    _, slot = setup(products(lambda job: returned))
+    result = slot().run_one()
+    row = job_row(admin, schema, result.job.id)
+    assert row["status"] == "failed"
+    assert row["error"].startswith("HandlerResultError: ") and message in row["error"]
+    assert (row["leased_by"], row["lease_expires_at"], row["cursor"], row["processed_count"]) == (None, None, None, 0)
+
+
+def test_graceful_stop_hands_the_job_back_pending_with_its_cursor(setup, admin, schema):
+    stop = threading.Event()
+    inner = paged(500, 50)
+
+    def handler(job):
+        if job.cursor == "100":
+            stop.set()  # the worker is asked to stop while this page is in flight
+        return inner(job)
+
+    _, slot = setup(products(handler))
+    result = slot(stop=stop).run_one()
+
+    assert result.outcome is Outcome.RELEASED
+    row = job_row(admin, schema, result.job.id)
+    assert (row["status"], row["cursor"], row["processed_count"], row["attempt_count"]) == ("pending", "150", 150, 0)
+    assert row["leased_by"] is None
+
+
+@pytest.mark.parametrize("interrupt", [KeyboardInterrupt, SystemExit])
+def test_an_interrupt_inside_a_handler_releases_the_job_and_propagates(setup, admin, schema, interrupt):
+    def handler(job):
+        if job.cursor == "50":
+            raise interrupt()
+        return Page("50", 50)
+
+    _, slot = setup(products(handler))
+    with pytest.raises(interrupt):
+        slot().run_one()
+    [row] = rows(admin, schema)
+    assert (row["status"], row["cursor"], row["leased_by"]) == ("pending", "50", None)
+
+
+def test_an_expired_lease_is_taken_over_from_the_cursor_and_the_old_worker_cannot_write(setup, admin, schema, clock):
+    takeover = {}
+    cursors = []
+
+    def handler(job):
+        cursors.append(job.cursor)
+        if job.cursor == "50" and not takeover:
+            # The first worker stalls here long enough for its lease to expire; another takes the job over.
+            takeover["stalled"] = True
+            clock.advance(timedelta(minutes=6))
+            takeover["result"] = second.run_one()
+        return paged(200, 50)(job)
+
+    _, slot = setup(products(handler))
+    first, second = slot(), slot()
+    stalled = first.run_one()
+
+    assert stalled.outcome is Outcome.LEASE_LOST
+    finished = takeover["result"]
+    assert finished.outcome is Outcome.COMPLETED
+    assert cursors == [None, "50", "50", "100", "150"]  # the new worker started at the saved cursor
+    assert finished.job.attempt_count == 2
+    row = job_row(admin, schema, finished.job.id)
+    assert (row["status"], row["processed_count"]) == ("completed", 200)
+
+
+def test_a_late_write_by_an_old_lease_is_refused(setup, admin, schema, clock):
+    _, slot = setup(products())
+    old = slot()
+    job = old.take()
+    clock.advance(timedelta(minutes=6))
+    new = slot().take()
+    assert new.id == job.id and new.leased_by != job.leased_by
+    for statement, params in [
+        ("save_page", dict(cursor="999", processed_count=999, lease=MINUTE)),
+        ("renew_lease", dict(lease=MINUTE)),
+        ("finish", dict(status="completed", processed_count=999, error=None, delay=timedelta(0))),
+        ("release", dict(processed_count=999)),
+    ]:
+        assert old.session.one(statement, id=job.id, worker=old.worker_id, now=clock.now, **params) is None
+    row = job_row(admin, schema, job.id)
+    assert (row["status"], row["leased_by"], row["cursor"], row["processed_count"]) == ("running", new.leased_by, None, 0)
+
+
+def test_a_take_whose_reply_was_lost_is_found_again_by_the_same_worker(setup, admin, schema):
+    _, slot = setup(products())
+    worker = slot()
+    job = worker.take()
+    again = worker.take()  # as if the first reply never arrived
+    assert (again.id, again.attempt_count, again.started_at) == (job.id, 1, job.started_at)
+
+
+def test_a_heartbeat_keeps_the_lease_while_a_slow_page_is_in_flight(schema, database_url, admin):
+    in_flight = threading.Event()
+
+    def slow_page(job):
+        in_flight.set()
+        time.sleep(1.2)
+        return Page(None, 1)
+
+    lane = declare(schema, products(slow_page), lease=timedelta(seconds=0.6))
+    database = lane.database(database_url)
+    Operations(lane, database).plan("shops")
+    worker, rival = WorkerSlot(lane, database, "shops"), WorkerSlot(lane, database, "shops")
+    outcome = {}
+    thread = threading.Thread(target=lambda: outcome.setdefault("result", worker.run_one()))
+    thread.start()
+    assert in_flight.wait(5)
+    seen = set()
+    deadline = time.monotonic() + 1.0
+    while time.monotonic() < deadline:
+        assert rival.take() is None  # the lease never lapses while the page is in flight
+        [row] = rows(admin, schema)
+        seen.add(row["heartbeat_at"])
+        time.sleep(0.05)
+    thread.join()
+    assert outcome["result"].outcome is Outcome.COMPLETED
+    assert len(seen) >= 3  # renewed several times during the one page
+    worker.close()
+    rival.close()
