@@ -1,0 +1,66 @@
+-- SyncLane jobs table: one row per sync job.
+--
+-- This file is the whole schema. SyncLane runs it at start-up when
+-- create_schema is on (the default); teams that manage their own migrations
+-- run it themselves, replacing the schema name "synclane" if they use another.
+-- Every statement is idempotent.
+
+CREATE SCHEMA IF NOT EXISTS "synclane";
+
+CREATE TABLE IF NOT EXISTS "synclane".jobs (
+    id               bigserial PRIMARY KEY,
+    queue            text        NOT NULL,
+    owner            text        NOT NULL,
+    lane             text        NOT NULL,
+    type             text        NOT NULL,
+    mode             text        NOT NULL CHECK (mode IN ('initial', 'recurring', 'manual')),
+    status           text        NOT NULL DEFAULT 'pending'
+                     CHECK (status IN ('pending', 'running', 'completed', 'failed', 'deferred', 'abandoned')),
+    priority         integer     NOT NULL DEFAULT 0,
+    window_start     timestamptz,
+    window_end       timestamptz,
+    dedup_key        text        NOT NULL,
+    cursor           text,
+    processed_count  bigint      NOT NULL DEFAULT 0 CHECK (processed_count >= 0),
+    attempt_count    integer     NOT NULL DEFAULT 0 CHECK (attempt_count >= 0),
+    error            text,
+    next_run_at      timestamptz NOT NULL DEFAULT now(),
+    leased_by        text,
+    lease_expires_at timestamptz,
+    created_at       timestamptz NOT NULL DEFAULT now(),
+    started_at       timestamptz,
+    heartbeat_at     timestamptz,
+    completed_at     timestamptz,
+    CHECK (window_start IS NULL OR window_end IS NULL OR window_start < window_end),
+    CHECK ((status = 'running') = (leased_by IS NOT NULL AND lease_expires_at IS NOT NULL))
+);
+
+-- Guarantee 1: planning is repeatable; concurrent planners create each job once.
+CREATE UNIQUE INDEX IF NOT EXISTS jobs_planned_once
+    ON "synclane".jobs (queue, owner, type, dedup_key);
+
+-- Guarantee 2: a lane runs one job at a time, across every process sharing the table.
+-- Also how running rows (and expired leases) are found without indexing lease_expires_at,
+-- which keeps cursor saves and heartbeats HOT updates.
+CREATE UNIQUE INDEX IF NOT EXISTS jobs_one_running_per_lane
+    ON "synclane".jobs (queue, lane) WHERE status = 'running';
+
+-- The take: the next waiting job in declared type order, newest window first.
+CREATE INDEX IF NOT EXISTS jobs_waiting_in_order
+    ON "synclane".jobs (queue, priority, window_end DESC NULLS LAST, id)
+    WHERE status IN ('pending', 'failed', 'deferred');
+
+-- Walking lanes that have waiting work, the head of one lane, and whether a
+-- deferred job's lane is otherwise idle.
+CREATE INDEX IF NOT EXISTS jobs_waiting_by_lane
+    ON "synclane".jobs (queue, lane, priority, window_end DESC NULLS LAST, id)
+    WHERE status IN ('pending', 'failed', 'deferred');
+
+-- Operations and sensors: an owner's jobs by status, and the initial-load progress.
+CREATE INDEX IF NOT EXISTS jobs_by_owner
+    ON "synclane".jobs (queue, owner, type, status);
+
+-- When the next waiting job becomes due: what an idle worker's trigger sleeps until.
+CREATE INDEX IF NOT EXISTS jobs_waiting_by_time
+    ON "synclane".jobs (queue, next_run_at)
+    WHERE status IN ('pending', 'failed', 'deferred');

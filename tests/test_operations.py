@@ -1,0 +1,158 @@
+"""Operations for application code: enqueue, requeue, cancel, list, progress."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from synclane_provider.core import DeclarationError, JobStatus, Operations, Page, UnknownQueueError, WorkerSlot
+from synclane_provider.core.errors import UnknownJobTypeError
+from synclane_provider.core.runner import Outcome
+from tests.helpers import declare, execute, failing, orders, owners, paged, products, rows
+
+UTC = timezone.utc
+
+
+@pytest.fixture
+def lane(schema):
+    return declare(schema, products(), orders(), owner_source=owners("acme", "globex"))
+
+
+@pytest.fixture
+def ops(lane, database_url):
+    with Operations(lane, lane.database(database_url)) as operations:
+        yield operations
+
+
+def test_enqueue_by_hand_is_deduplicated_by_window(ops, admin, schema, clock):
+    start, end = datetime(2026, 1, 1, tzinfo=UTC), datetime(2026, 1, 2, tzinfo=UTC)
+    job = ops.enqueue("shops", "acme", "orders", window_start=start, window_end=end, now=clock.now)
+    assert (job.mode.value, job.status, job.priority, job.lane) == ("manual", JobStatus.PENDING, 1, "acme")
+    assert job.dedup_key == "manual:2026-01-01T00:00:00Z/2026-01-02T00:00:00Z"
+    assert ops.enqueue("shops", "acme", "orders", window_start=start, window_end=end, now=clock.now) is None
+    assert len(rows(admin, schema)) == 1
+
+
+def test_enqueue_with_a_key_a_lane_and_a_start_time(ops, clock):
+    job = ops.enqueue("shops", "acme", "products", key="refresh-after-support-ticket", lane="acme-group",
+                      run_at=clock.now + timedelta(hours=1), now=clock.now)
+    assert (job.dedup_key, job.lane, job.next_run_at) == (
+        "manual:refresh-after-support-ticket", "acme-group", clock.now + timedelta(hours=1))
+
+
+@pytest.mark.parametrize(
+    ("arguments", "error", "message"),
+    [
+        ({"queue": "nope"}, UnknownQueueError, "unknown queue 'nope'"),
+        ({"type": "invoices"}, UnknownJobTypeError, "no job type 'invoices'"),
+        ({"owner": ""}, DeclarationError, "owner id must be a non-empty string"),
+        ({"window_start": datetime(2026, 1, 2, tzinfo=UTC), "window_end": datetime(2026, 1, 1, tzinfo=UTC)},
+         DeclarationError, "must be before window_end"),
+        ({"window_start": datetime(2026, 1, 2, tzinfo=UTC)}, DeclarationError, "give both window_start and window_end"),
+    ],
+)
+def test_enqueue_refuses_bad_input_by_name(ops, admin, schema, arguments, error, message):
+    call = {"queue": "shops", "owner": "acme", "type": "orders", **arguments}
+    with pytest.raises(error, match=message):
+        ops.enqueue(call.pop("queue"), call.pop("owner"), call.pop("type"), **call)
+    assert rows(admin, schema) == []
+
+
+def test_requeue_gives_stopped_jobs_fresh_attempts_from_their_cursors(lane, database_url, admin, schema, clock):
+    def broken_second_page(job):
+        if job.cursor is None:
+            return Page("50", 50)
+        raise RuntimeError("the shop returned a page that could not be read")
+
+    broken = declare(schema, products(broken_second_page), owner_source=owners("acme"), max_attempts=1)
+    database = broken.database(database_url)
+    ops = Operations(broken, database)
+    ops.plan("shops", now=clock.now)
+    worker = WorkerSlot(broken, database, "shops", clock=clock)
+    assert worker.run_one().outcome is Outcome.DEFERRED
+    clock.advance(timedelta(minutes=1))
+    assert worker.run_one().outcome is Outcome.ABANDONED
+
+    assert ops.requeue("shops", owner="acme", now=clock.now) == 1
+    [row] = rows(admin, schema)
+    assert (row["status"], row["attempt_count"], row["cursor"], row["processed_count"]) == ("pending", 0, "50", 50)
+
+    healed = declare(schema, products(paged(120, 50)), owner_source=owners("acme"))
+    result = WorkerSlot(healed, database, "shops", clock=clock).run_one()
+    assert (result.outcome, result.job.cursor) == (Outcome.COMPLETED, "100")
+    [row] = rows(admin, schema)
+    assert (row["status"], row["processed_count"], row["error"]) == ("completed", 120, None)
+
+
+def test_requeue_touches_only_stopped_jobs_of_the_named_owner(ops, admin, schema, clock):
+    ops.plan("shops", now=clock.now)
+    execute(admin, schema, "UPDATE {jobs} SET status = 'failed', attempt_count = 3 WHERE type = 'products'")
+    execute(admin, schema, "UPDATE {jobs} SET status = 'completed' WHERE type = 'orders' AND owner = 'acme'")
+    assert ops.requeue("shops", owner="globex", now=clock.now) == 1
+    statuses = {(r["owner"], r["type"], r["status"]) for r in rows(admin, schema)}
+    assert ("acme", "products", "failed") in statuses
+    assert ("globex", "products", "pending") in statuses
+    assert ("acme", "orders", "completed") in statuses
+
+
+def test_cancel_abandons_what_has_not_started_with_the_reason(ops, admin, schema, clock, lane, database_url):
+    ops.plan("shops", now=clock.now)
+    running = WorkerSlot(lane, lane.database(database_url), "shops", clock=clock).take()
+    assert running.owner == "acme"
+
+    cancelled = ops.cancel("shops", "acme", "account disconnected")
+
+    acme = rows(admin, schema, "owner = 'acme'")
+    assert cancelled == len(acme) - 1
+    assert {r["status"] for r in acme if r["id"] != running.id} == {"abandoned"}
+    assert {r["error"] for r in acme if r["id"] != running.id} == {"Cancelled: account disconnected"}
+    assert [r["status"] for r in acme if r["id"] == running.id] == ["running"]
+    assert {r["status"] for r in rows(admin, schema, "owner = 'globex'")} == {"pending"}
+
+
+def test_list_jobs_by_owner_status_and_type(ops, clock):
+    ops.plan("shops", now=clock.now)
+    assert len(ops.list_jobs("shops")) == 8
+    assert {j.owner for j in ops.list_jobs("shops", owner="globex")} == {"globex"}
+    assert [j.type for j in ops.list_jobs("shops", owner="acme", type="products")] == ["products"]
+    assert ops.list_jobs("shops", status="completed") == []
+    assert len(ops.list_jobs("shops", status=JobStatus.PENDING, limit=3)) == 3
+    with pytest.raises(ValueError, match="'done' is not a valid JobStatus"):
+        ops.list_jobs("shops", status="done")
+
+
+def test_progress_of_an_owners_first_load(ops, admin, schema, clock):
+    ops.plan("shops", now=clock.now)
+    assert not ops.progress("shops", "acme").complete
+    execute(admin, schema, "UPDATE {jobs} SET status = 'completed', processed_count = 40 "
+                           "WHERE owner = 'acme' AND mode = 'initial' AND type = 'orders' AND window_end = %s",
+            [datetime(2026, 11, 30, tzinfo=UTC)])
+    progress = ops.progress("shops", "acme")
+    assert (progress.total, progress.completed, progress.records, progress.complete) == (3, 1, 40, False)
+    orders_only = ops.progress("shops", "acme", type="orders")
+    assert (orders_only.total, orders_only.completed, round(orders_only.fraction, 2)) == (2, 1, 0.5)
+    execute(admin, schema, "UPDATE {jobs} SET status = 'completed' WHERE owner = 'acme' AND mode = 'initial'")
+    assert ops.progress("shops", "acme").complete
+    assert ops.progress("shops", "nobody").total == 0
+
+
+def test_activity_says_what_is_due_running_and_next(ops, admin, schema, clock):
+    assert ops.activity("shops", now=clock.now) == {"running": False, "due": False, "next_run_at": None, "now": clock.now}
+    ops.plan("shops", now=clock.now)
+    execute(admin, schema, "UPDATE {jobs} SET next_run_at = %s", [clock.now + timedelta(minutes=3)])
+    activity = ops.activity("shops", now=clock.now)
+    assert (activity["due"], activity["next_run_at"]) == (False, clock.now + timedelta(minutes=3))
+    assert ops.activity("shops", now=clock.now + timedelta(minutes=3))["due"] is True
+    assert ops.activity("shops", lane="initech", now=clock.now + timedelta(minutes=3))["due"] is False
+
+
+def test_errors_are_stored_bounded_and_safe(schema, database_url, admin, clock):
+    huge = "x" * 100_000
+    lane = declare(schema, products(failing(RuntimeError(huge + "\x00\udcff"))))
+    database = lane.database(database_url)
+    Operations(lane, database).plan("shops", now=clock.now)
+    WorkerSlot(lane, database, "shops", clock=clock).run_one()
+    [row] = rows(admin, schema)
+    assert row["status"] == "failed"
+    assert row["error"].startswith("RuntimeError: xxx") and len(row["error"]) == 2000

@@ -1,0 +1,74 @@
+"""The jobs table: created idempotently, in any schema name, and shipped as plain SQL."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from synclane_provider.core import Operations
+from synclane_provider.core.schema import create_schema, render_schema
+from tests.helpers import declare, products
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def indexes(admin, schema):
+    found = admin.execute("SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = %s", [schema]).fetchall()
+    return {row["indexname"]: row["indexdef"] for row in found}
+
+
+def test_the_two_guarantees_are_unique_indexes(admin, database_url, fresh_schema):
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        create_schema(conn, fresh_schema)
+    found = indexes(admin, fresh_schema)
+    assert "CREATE UNIQUE INDEX jobs_planned_once" in found["jobs_planned_once"]
+    assert found["jobs_planned_once"].endswith("(queue, owner, type, dedup_key)")
+    assert "CREATE UNIQUE INDEX jobs_one_running_per_lane" in found["jobs_one_running_per_lane"]
+    assert found["jobs_one_running_per_lane"].endswith("(queue, lane) WHERE (status = 'running'::text)")
+
+
+def test_creating_the_schema_is_idempotent_and_safe_to_race(admin, database_url, fresh_schema):
+    errors = []
+
+    def create():
+        try:
+            with psycopg.connect(database_url, autocommit=True) as conn:
+                create_schema(conn, fresh_schema)
+        except Exception as exc:  # noqa: BLE001 - collected and asserted below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=create) for _ in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert len(indexes(admin, fresh_schema)) == 7
+
+
+@pytest.mark.parametrize("name", ["Odd$Name", "synclane_Test_Mixed"])
+def test_any_identifier_works_as_schema_name(admin, database_url, name):
+    lane = declare(name, products())
+    try:
+        with Operations(lane, lane.database(database_url)) as ops:
+            ops.plan("shops")
+            assert len(ops.list_jobs("shops")) == 1
+    finally:
+        admin.execute(psycopg.sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(psycopg.sql.Identifier(name)))
+
+
+def test_a_table_created_by_hand_from_the_shipped_file_is_used_as_is(admin, database_url, fresh_schema):
+    admin.execute(render_schema(fresh_schema).encode())
+    lane = declare(fresh_schema, products())
+    database = lane.database(database_url)
+    database.create_schema = False
+    with Operations(lane, database) as ops:
+        ops.plan("shops")
+        assert len(ops.list_jobs("shops")) == 1
+
+
+def test_the_shipped_sql_file_is_current():
+    assert (ROOT / "docs" / "schema.sql").read_text() == render_schema("synclane")
