@@ -1,11 +1,12 @@
-"""Keeping a job's lease alive while a slow page is in flight."""
+"""Keeping the lease of a worker's current job alive while a slow page is in flight."""
 
 from __future__ import annotations
 
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import datetime, timedelta
 
 from synclane_provider.core.database import Session
@@ -15,62 +16,91 @@ log = logging.getLogger(__name__)
 
 
 class LeaseKeeper:
-    """Renews one job's lease in the background, a third of a lease after the last renewal.
+    """One background thread per worker slot that renews the lease of the job the slot is running.
 
-    The worker stops trusting its lease *before* the database does: if no
-    renewal has succeeded for 90 % of the lease (the database is away, or the
-    renewal found the job taken over), ``lost`` turns true and the worker
-    writes nothing more to the job. Every write is fenced in SQL as well; this
-    is the worker's own early warning.
+    It renews a third of a lease after the last renewal (each page save renews
+    too, so fast jobs never need it). The worker stops trusting its lease
+    *before* the database does: when no renewal has succeeded for 90 % of the
+    lease (the database is away) or a renewal found the job taken over,
+    ``lost`` turns true and the worker writes nothing more to the job. Every
+    write is fenced in SQL as well; this is the worker's own early warning.
     """
 
     def __init__(
         self,
         session: Session,
         *,
-        job_id: int,
         worker: str,
         lease: timedelta,
         clock: Callable[[], datetime | None],
     ) -> None:
         self._session = session
-        self._job_id = job_id
         self._worker = worker
         self._lease = lease
         self._clock = clock
         self._interval = max(lease.total_seconds() / 3, 0.05)
-        self._trusted_until = time.monotonic() + 0.9 * lease.total_seconds()
+        self._trust = 0.9 * lease.total_seconds()
+        self._lock = threading.Lock()
+        self._job_id: int | None = None
+        self._generation = 0
+        self._renewed_at = 0.0
         self._taken_over = False
-        self._done = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"synclane-lease-{job_id}", daemon=True)
+        self._closed = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @contextmanager
+    def watch(self, job_id: int) -> Iterator["LeaseKeeper"]:
+        """Keep ``job_id``'s lease alive for the duration of the block (the job was just leased)."""
+        with self._lock:
+            self._job_id = job_id
+            self._generation += 1
+            self._renewed_at = time.monotonic()
+            self._taken_over = False
+        self._start()
+        try:
+            yield self
+        finally:
+            with self._lock:
+                self._job_id = None
+                self._generation += 1
 
     @property
     def lost(self) -> bool:
-        return self._taken_over or time.monotonic() > self._trusted_until
+        return self._taken_over or time.monotonic() - self._renewed_at > self._trust
 
     def renewed(self) -> None:
         """Note a renewal made by the worker itself (every page save renews the lease)."""
-        self._trusted_until = time.monotonic() + 0.9 * self._lease.total_seconds()
+        self._renewed_at = time.monotonic()
+
+    def close(self) -> None:
+        self._closed.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def _start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name=f"synclane-lease-{self._worker}", daemon=True)
+            self._thread.start()
 
     def _run(self) -> None:
-        while not self._done.wait(self._interval):
-            try:
-                row = self._session.one(
-                    "renew_lease", id=self._job_id, worker=self._worker, lease=self._lease, now=self._clock()
-                )
-            except SyncLaneError as exc:
-                log.warning("could not renew the lease of job %s: %s", self._job_id, exc)
-                continue
+        while not self._closed.wait(self._interval):
+            with self._lock:
+                job_id, generation = self._job_id, self._generation
+                due = job_id is not None and time.monotonic() - self._renewed_at >= self._interval
+            if due:
+                self._renew(job_id, generation)
+
+    def _renew(self, job_id: int, generation: int) -> None:
+        try:
+            row = self._session.one("renew_lease", id=job_id, worker=self._worker, lease=self._lease, now=self._clock())
+        except SyncLaneError as exc:
+            log.warning("could not renew the lease of job %s: %s", job_id, exc)
+            return
+        with self._lock:
+            if generation != self._generation:
+                return  # the job finished while the renewal was in flight
             if row is None:
                 self._taken_over = True
-                log.warning("lease of job %s was taken over; this worker stops writing to it", self._job_id)
-                return
-            self.renewed()
-
-    def __enter__(self) -> "LeaseKeeper":
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._done.set()
-        self._thread.join()
+                log.warning("lease of job %s was taken over; this worker stops writing to it", job_id)
+            else:
+                self._renewed_at = time.monotonic()

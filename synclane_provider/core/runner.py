@@ -63,8 +63,10 @@ class JobRunner:
         worker: str,
         clock: Clock,
         stop: threading.Event,
+        lease: LeaseKeeper,
         log: logging.Logger | logging.LoggerAdapter | None = None,
     ) -> None:
+        self._lease = lease
         self._session = session
         self._queue = queue
         self._worker = worker
@@ -81,7 +83,7 @@ class JobRunner:
         start_count = job.processed_count
         current = job
         pages = 0
-        with LeaseKeeper(self._session, job_id=job.id, worker=self._worker, lease=self._queue.lease, clock=self._clock) as lease:
+        with self._lease.watch(job.id) as lease:
             while True:
                 if self._stop.is_set():
                     return self._release(current, pages, current.processed_count - start_count)

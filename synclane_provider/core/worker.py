@@ -22,6 +22,7 @@ import psycopg.errors
 
 from synclane_provider.core.database import Database, Session
 from synclane_provider.core.declarations import SyncLane
+from synclane_provider.core.lease import LeaseKeeper
 from synclane_provider.core.records import Job
 from synclane_provider.core.runner import Clock, JobRunner, Outcome, RunResult
 
@@ -99,8 +100,9 @@ class WorkerSlot:
         self.clock = clock
         self.stop = stop or threading.Event()
         self.session = Session(database, stop=self.stop, give_up_after=give_up_after)
+        self.lease = LeaseKeeper(self.session, worker=self.worker_id, lease=self.queue.lease, clock=clock)
         self.runner = JobRunner(
-            self.session, self.queue, worker=self.worker_id, clock=clock, stop=self.stop, log=logger or log
+            self.session, self.queue, worker=self.worker_id, clock=clock, stop=self.stop, lease=self.lease, log=logger or log
         )
         self.summary = Summary()
 
@@ -142,6 +144,7 @@ class WorkerSlot:
         return self.summary
 
     def close(self) -> None:
+        self.lease.close()
         self.session.close()
 
 
@@ -175,30 +178,25 @@ class WorkerPool:
         A slot that finds every due lane busy waits briefly and asks again, so
         all slots keep competing until the last job is done.
         """
+        return self._on_threads(lambda slot: self._work(slot, until_empty=True))
 
-        def until_empty(slot: WorkerSlot) -> None:
-            idle = IDLE_BACKOFF_START
-            while not self.stop.is_set():
-                if slot.run_one() is not None:
-                    idle = IDLE_BACKOFF_START
-                    continue
+    def run(self) -> Summary:
+        """Keep running jobs until :attr:`stop` is set (then running jobs are handed back with their cursors)."""
+        return self._on_threads(lambda slot: self._work(slot, until_empty=False))
+
+    def _work(self, slot: WorkerSlot, *, until_empty: bool) -> None:
+        """Run jobs; when none can be taken, wait with a backoff that doubles up to the poll interval."""
+        idle = IDLE_BACKOFF_START
+        while not self.stop.is_set():
+            if slot.run_one() is not None:
+                idle = IDLE_BACKOFF_START
+                continue
+            if until_empty:
                 activity = slot.session.one("queue_activity", queue=self.queue.name, lane=None, now=slot.clock())
                 if not (activity["running"] or activity["due"]):
                     return
-                self.stop.wait(idle)
-                idle = min(idle * 2, self.poll_interval.total_seconds())
-
-        return self._on_threads(until_empty)
-
-    def run(self) -> Summary:
-        """Keep draining, waiting a poll interval whenever nothing is due, until :meth:`stop` is set."""
-
-        def poll(slot: WorkerSlot) -> None:
-            while not self.stop.is_set():
-                if slot.run_one() is None:
-                    self.stop.wait(self.poll_interval.total_seconds())
-
-        return self._on_threads(poll)
+            self.stop.wait(idle)
+            idle = min(idle * 2, self.poll_interval.total_seconds())
 
     def _on_threads(self, work) -> Summary:
         errors: list[BaseException] = []
