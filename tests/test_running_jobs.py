@@ -317,3 +317,53 @@ def test_a_heartbeat_keeps_the_lease_while_a_slow_page_is_in_flight(schema, data
     assert len(seen) >= 3  # renewed several times during the one page
     worker.close()
     rival.close()
+
+
+def test_a_free_lane_is_found_when_the_head_of_the_queue_is_all_in_one_busy_lane(setup, admin, schema, clock):
+    ops, slot = setup(orders(horizon=timedelta(days=3650)), plan=False, owner_source=owners("acme", "globex"))
+    ops.plan("shops", owner="acme", now=clock.now)  # 123 acme jobs at the head of the queue
+    execute(admin, schema, "UPDATE {jobs} SET window_end = window_end + interval '100 years'")
+    ops.plan("shops", owner="globex", now=clock.now)
+    busy = slot().take()
+    assert busy.owner == "acme"
+    other = slot().take()
+    assert other is not None and other.owner == "globex"
+    assert slot().take() is None
+
+
+def test_a_deferred_job_in_an_otherwise_idle_lane_is_found_behind_a_busy_one(setup, admin, schema, clock):
+    ops, slot = setup(products(), plan=False, max_attempts=1)
+    for n in range(40):
+        ops.enqueue("shops", "acme", "products", key=f"acme-{n}")
+    ops.enqueue("shops", "globex", "products", key="stuck")
+    execute(admin, schema, "UPDATE {jobs} SET status = 'deferred', attempt_count = 1 WHERE owner = 'globex'")
+    assert slot().take().owner == "acme"
+    last = slot().take()
+    assert (last.owner, last.attempt_count) == ("globex", 2)
+
+
+def test_a_finishing_worker_takes_its_next_job_in_the_same_transaction(setup, admin, schema):
+    ops, slot = setup(products(), plan=False)
+    for key in ("first", "second"):
+        ops.enqueue("shops", "acme", "products", key=key)
+    worker, rival = slot(), slot()
+    assert worker.run_one().job.dedup_key == "manual:first"
+    # The lane was never free in between: the second job is already this worker's.
+    [second] = rows(admin, schema, "dedup_key = 'manual:second'")
+    assert (second["status"], second["leased_by"]) == ("running", worker.worker_id)
+    assert rival.take() is None
+    assert worker.run_one().job.dedup_key == "manual:second"
+
+
+def test_a_slot_that_stops_hands_back_the_job_it_took_for_later(setup, admin, schema):
+    ops, slot = setup(products(), plan=False)
+    for key in ("first", "second", "third"):
+        ops.enqueue("shops", "acme", "products", key=key)
+    worker = slot()
+    summary = worker.drain(max_jobs=1)
+    assert summary.outcomes["completed"] == 1
+    assert [r["status"] for r in rows(admin, schema)] == ["completed", "pending", "pending"]
+    worker.run_one()
+    worker.close()
+    assert [r["status"] for r in rows(admin, schema)] == ["completed", "completed", "pending"]
+    assert rows(admin, schema, "status = 'pending'")[0]["attempt_count"] == 0

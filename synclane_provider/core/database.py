@@ -105,22 +105,43 @@ class Session:
     def run(self, name: str, **params: Any) -> list[dict[str, Any]]:
         """Run the named statement and return its rows, reconnecting while the database is away."""
         query = statement(name, self.database.schema)
+
+        def work(conn: psycopg.Connection) -> list[dict[str, Any]]:
+            cur = conn.execute(query, params)
+            return cur.fetchall() if cur.description is not None else []
+
+        return self._with_connection(name, work)
+
+    def run_together(self, *calls: tuple[str, dict[str, Any]]) -> list[list[dict[str, Any]]]:
+        """Run several named statements in one transaction and one round trip (pipeline mode).
+
+        Either all take effect or none; an error in any rolls back all and is raised.
+        """
+        queries = [(statement(name, self.database.schema), params) for name, params in calls]
+
+        def work(conn: psycopg.Connection) -> list[list[dict[str, Any]]]:
+            with conn.pipeline(), conn.transaction():
+                cursors = [conn.execute(query, params) for query, params in queries]
+            return [cur.fetchall() if cur.description is not None else [] for cur in cursors]
+
+        return self._with_connection(" + ".join(name for name, _ in calls), work)
+
+    def _with_connection(self, label: str, work: Callable[[psycopg.Connection], Any]) -> Any:
+        """Do ``work`` on this session's connection; when the connection breaks, back off, reconnect, repeat."""
         deadline = time.monotonic() + self.give_up_after.total_seconds()
         delay = self.first_backoff
         while True:
             with self._lock:
                 try:
-                    conn = self._connection()
-                    cur = conn.execute(query, params)
-                    return cur.fetchall() if cur.description is not None else []
+                    return work(self._connection())
                 except CONNECTION_ERRORS as exc:
                     self._discard()
                     error = exc
             if time.monotonic() + delay > deadline:
                 raise DatabaseUnavailableError(
-                    f"database unreachable for {self.give_up_after} while running {name!r}: {error}"
+                    f"database unreachable for {self.give_up_after} while running {label}: {error}"
                 ) from error
-            log.warning("database connection lost during %s (%s); retrying in %.1fs", name, error, delay)
+            log.warning("database connection lost during %s (%s); retrying in %.1fs", label, error, delay)
             self._sleep(delay * random.uniform(0.5, 1.0))
             delay = min(delay * 2, self.max_backoff)
 

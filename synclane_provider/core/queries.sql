@@ -11,8 +11,28 @@
 -- has nothing running, in declared type order and newest window first. A deferred job only goes when its
 -- lane has nothing else due. Row locks are skipped, never waited on; two workers picking jobs of one lane at
 -- once are stopped by jobs_one_running_per_lane (the caller retries on that unique violation).
-WITH clock AS (
+--
+-- The due job is looked for in two ways that give the same answer. First among the first few due jobs in
+-- queue order: with many lanes one of them is almost always in a free lane. When none is (few lanes, all
+-- busy, or one lane holding the head of the queue), the lanes that have waiting jobs are walked one index
+-- probe each and the best head of a free lane is taken; scanning every due job instead would read the
+-- whole queue only to find nothing.
+WITH RECURSIVE clock AS (
     SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now
+),
+lanes AS (
+    (
+        SELECT j.lane FROM {schema}.jobs AS j
+        WHERE j.queue = %(queue)s AND j.status IN ('pending', 'failed', 'deferred')
+        ORDER BY j.lane LIMIT 1
+    )
+    UNION ALL
+    SELECT (
+        SELECT j.lane FROM {schema}.jobs AS j
+        WHERE j.queue = %(queue)s AND j.status IN ('pending', 'failed', 'deferred') AND j.lane > lanes.lane
+        ORDER BY j.lane LIMIT 1
+    )
+    FROM lanes WHERE lanes.lane IS NOT NULL
 ),
 candidate AS (
     SELECT id FROM (
@@ -28,9 +48,16 @@ candidate AS (
     UNION ALL
     SELECT id FROM (
         SELECT j.id
-        FROM {schema}.jobs AS j, clock
-        WHERE j.queue = %(queue)s
-          AND j.status IN ('pending', 'failed', 'deferred')
+        FROM (
+            SELECT first.id FROM {schema}.jobs AS first, clock
+            WHERE first.queue = %(queue)s
+              AND first.status IN ('pending', 'failed', 'deferred')
+              AND first.next_run_at <= clock.now
+            ORDER BY first.priority, first.window_end DESC NULLS LAST, first.id
+            LIMIT 32
+        ) AS first_due
+        JOIN {schema}.jobs AS j ON j.id = first_due.id, clock
+        WHERE j.status IN ('pending', 'failed', 'deferred')
           AND j.next_run_at <= clock.now
           AND NOT EXISTS (
               SELECT 1 FROM {schema}.jobs AS busy
@@ -44,7 +71,43 @@ candidate AS (
         ORDER BY j.priority, j.window_end DESC NULLS LAST, j.id
         LIMIT 1
         FOR UPDATE OF j SKIP LOCKED
-    ) AS due
+    ) AS among_first_due
+    UNION ALL
+    SELECT id FROM (
+        SELECT j.id
+        FROM lanes
+        CROSS JOIN LATERAL (
+            SELECT head.id FROM (
+                (
+                    SELECT w.id, w.priority, w.window_end FROM {schema}.jobs AS w, clock
+                    WHERE w.queue = %(queue)s AND w.lane = lanes.lane
+                      AND w.status IN ('pending', 'failed') AND w.next_run_at <= clock.now
+                    ORDER BY w.priority, w.window_end DESC NULLS LAST, w.id
+                    LIMIT 1
+                )
+                UNION ALL
+                (
+                    SELECT w.id, w.priority, w.window_end FROM {schema}.jobs AS w, clock
+                    WHERE w.queue = %(queue)s AND w.lane = lanes.lane
+                      AND w.status = 'deferred' AND w.next_run_at <= clock.now
+                    ORDER BY w.priority, w.window_end DESC NULLS LAST, w.id
+                    LIMIT 1
+                )
+                LIMIT 1
+            ) AS head
+        ) AS lane_head
+        JOIN {schema}.jobs AS j ON j.id = lane_head.id, clock
+        WHERE lanes.lane IS NOT NULL
+          AND NOT EXISTS (
+              SELECT 1 FROM {schema}.jobs AS busy
+              WHERE busy.queue = %(queue)s AND busy.lane = lanes.lane AND busy.status = 'running'
+          )
+          AND j.status IN ('pending', 'failed', 'deferred')
+          AND j.next_run_at <= clock.now
+        ORDER BY j.priority, j.window_end DESC NULLS LAST, j.id
+        LIMIT 1
+        FOR UPDATE OF j SKIP LOCKED
+    ) AS head_of_a_free_lane
     LIMIT 1
 )
 UPDATE {schema}.jobs AS j

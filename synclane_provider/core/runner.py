@@ -19,6 +19,8 @@ from synclane_provider.core.records import Job, Page
 from synclane_provider.core.states import JobStatus
 
 Clock = Callable[[], "datetime | None"]
+FinalWrite = Callable[[dict], "dict | None"]
+"""Writes how a job ended (the ``finish`` statement's parameters) and returns the row, or None if the lease was lost."""
 
 
 class Outcome(str, Enum):
@@ -64,9 +66,11 @@ class JobRunner:
         clock: Clock,
         stop: threading.Event,
         lease: LeaseKeeper,
+        final_write: FinalWrite | None = None,
         log: logging.Logger | logging.LoggerAdapter | None = None,
     ) -> None:
         self._lease = lease
+        self._final_write = final_write or (lambda params: session.one("finish", **params))
         self._session = session
         self._queue = queue
         self._worker = worker
@@ -138,15 +142,16 @@ class JobRunner:
         error: str | None = None,
         delay: timedelta = timedelta(0),
     ) -> RunResult:
-        row = self._session.one(
-            "finish",
-            id=job.id,
-            worker=self._worker,
-            status=status.value,
-            processed_count=processed,
-            error=error,
-            delay=delay,
-            now=self._clock(),
+        row = self._final_write(
+            dict(
+                id=job.id,
+                worker=self._worker,
+                status=status.value,
+                processed_count=processed,
+                error=error,
+                delay=delay,
+                now=self._clock(),
+            )
         )
         if row is None:
             return self._lost(job, pages, records)

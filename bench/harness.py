@@ -1,0 +1,226 @@
+"""What the benchmarks share: the database, a table filled with due jobs, and timed runs of the engine,
+of a minimal psycopg loop issuing the same statements (the baseline), and of procrastinate (the peer).
+
+Figures are only compared within one run on one server: the machine is shared and noisy, so a
+benchmark reports ratios measured side by side, never absolute targets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+
+import psycopg
+from psycopg import sql
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from synclane_provider.core import Job, Page, Queue, SnapshotType, SyncLane, WorkerPool  # noqa: E402
+from synclane_provider.core.queries import statement  # noqa: E402
+from synclane_provider.core.schema import create_schema  # noqa: E402
+from synclane_provider.core.worker import IDLE_BACKOFF_START, LANE_INDEX  # noqa: E402
+from tools.postgres import find_url  # noqa: E402
+
+QUEUE = "bench"
+POLL = timedelta(seconds=1)
+
+
+def database_url() -> str:
+    return find_url("SYNCLANE_BENCH_DATABASE_URL", ROOT / ".pgdata" / "bench")
+
+
+@dataclass(frozen=True)
+class Run:
+    """One timed run: jobs and pages done, takes that returned nothing or lost a lane race."""
+
+    jobs: int
+    pages: int
+    empty_takes: int
+    lane_races: int
+    seconds: float
+
+    @property
+    def jobs_per_s(self) -> float:
+        return self.jobs / self.seconds
+
+    @property
+    def pages_per_s(self) -> float:
+        return self.pages / self.seconds
+
+    @property
+    def wasted(self) -> int:
+        return self.empty_takes + self.lane_races
+
+    @property
+    def wasted_share(self) -> float:
+        takes = self.jobs + self.wasted
+        return self.wasted / takes if takes else 0.0
+
+
+def fresh_jobs_table(url: str, schema: str, *, jobs: int, lanes: int) -> None:
+    """A new schema holding ``jobs`` due jobs spread round-robin over ``lanes`` lanes, newest window first."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+        create_schema(conn, schema)
+        conn.execute(
+            sql.SQL(
+                "INSERT INTO {}.jobs (queue, owner, lane, type, mode, window_start, window_end, dedup_key, next_run_at) "
+                "SELECT %s, 'owner-' || (i %% %s), 'lane-' || (i %% %s), 'work', 'initial', "
+                "       timestamptz '2026-01-01' - i * interval '1 minute', "
+                "       timestamptz '2026-01-01' - (i - 1) * interval '1 minute', "
+                "       'initial:' || i, now() - interval '1 minute' "
+                "FROM generate_series(1, %s) AS i"
+            ).format(sql.Identifier(schema)),
+            [QUEUE, lanes, lanes, jobs],
+        )
+        conn.execute(sql.SQL("VACUUM ANALYZE {}.jobs").format(sql.Identifier(schema)))
+
+
+def drop_schema(url: str, schema: str) -> None:
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+
+
+def noop_handler(pages: int):
+    """A handler that stores nothing and finishes after ``pages`` pages."""
+
+    def handler(job: Job) -> Page:
+        done = int(job.cursor or 0) + 1
+        return Page(None if done >= pages else str(done), 1)
+
+    return handler
+
+
+def run_engine(url: str, schema: str, *, workers: int, pages: int, seconds: float) -> Run:
+    """The engine's own worker loop (a WorkerPool) for ``seconds``; then it stops gracefully."""
+    lane = SyncLane(
+        queues=[Queue(QUEUE, owners=lambda q: [], types=[SnapshotType("work", noop_handler(pages), every=timedelta(days=1))])],
+        schema=schema,
+        create_schema=False,
+    )
+    pool = WorkerPool(lane, lane.database(url), QUEUE, slots=workers, poll_interval=POLL)
+    timer = threading.Timer(seconds, pool.stop.set)
+    started = time.perf_counter()
+    timer.start()
+    summary = pool.run()
+    elapsed = time.perf_counter() - started
+    pool.close()
+    completed = summary.outcomes.get("completed", 0)
+    return Run(completed, summary.pages, summary.empty_takes, summary.lane_races, elapsed)
+
+
+def run_baseline(url: str, schema: str, *, workers: int, pages: int, seconds: float) -> Run:
+    """The same statements from a minimal psycopg loop per connection: the raw-SQL limit for this design."""
+    take, save, finish = (statement(name, schema) for name in ("take_next", "save_page", "finish"))
+    stop = threading.Event()
+    totals = {"jobs": 0, "pages": 0, "empty": 0, "races": 0}
+    lock = threading.Lock()
+
+    def loop(number: int) -> None:
+        worker = f"baseline-{number}"
+        jobs = done_pages = empty = races = 0
+        idle = IDLE_BACKOFF_START
+        with psycopg.connect(url, autocommit=True) as conn:
+            while not stop.is_set():
+                try:
+                    row = conn.execute(take, {"queue": QUEUE, "worker": worker, "lease": timedelta(minutes=5), "now": None}).fetchone()
+                except psycopg.errors.UniqueViolation as exc:
+                    if exc.diag.constraint_name != LANE_INDEX:
+                        raise
+                    races += 1
+                    continue
+                if row is None:
+                    empty += 1
+                    stop.wait(idle)
+                    idle = min(idle * 2, POLL.total_seconds())
+                    continue
+                idle = IDLE_BACKOFF_START
+                job_id = row[0]
+                for page in range(1, pages):
+                    conn.execute(save, {"id": job_id, "worker": worker, "cursor": str(page), "processed_count": page,
+                                        "lease": timedelta(minutes=5), "now": None})
+                conn.execute(finish, {"id": job_id, "worker": worker, "status": "completed", "processed_count": pages,
+                                      "error": None, "delay": timedelta(0), "now": None})
+                jobs += 1
+                done_pages += pages
+        with lock:
+            totals["jobs"] += jobs
+            totals["pages"] += done_pages
+            totals["empty"] += empty
+            totals["races"] += races
+
+    threads = [threading.Thread(target=loop, args=(i,)) for i in range(workers)]
+    started = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    stop.wait(seconds)
+    stop.set()
+    for thread in threads:
+        thread.join()
+    elapsed = time.perf_counter() - started
+    return Run(totals["jobs"], totals["pages"], totals["empty"], totals["races"], elapsed)
+
+
+def peer_available() -> bool:
+    try:
+        import procrastinate  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def run_procrastinate(url: str, *, jobs: int, lanes: int, workers: int, seconds: float) -> Run:
+    """procrastinate with each job's ``lock`` set to its lane, ``workers`` concurrent jobs, for ``seconds``."""
+    import procrastinate
+
+    database = "synclane_bench_procrastinate"
+    admin_url = url
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(database)))
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(database)))
+    peer_url = psycopg.conninfo.make_conninfo(url, dbname=database)
+    app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=peer_url,
+                                                                     max_size=workers + 4))
+
+    @app.task(name="noop")
+    async def noop() -> None:
+        return None
+
+    async def main() -> int:
+        async with app.open_async():
+            await app.schema_manager.apply_schema_async()
+            async with app.connector.pool.connection() as conn:
+                await conn.execute(
+                    "INSERT INTO procrastinate_jobs (queue_name, task_name, lock) "
+                    "SELECT 'default', 'noop', 'lane-' || (i %% %s) FROM generate_series(1, %s) AS i",
+                    [lanes, jobs],
+                )
+            worker = asyncio.create_task(app.run_worker_async(concurrency=workers, wait=True))
+            await asyncio.sleep(seconds)
+            worker.cancel()
+            try:
+                await worker
+            except asyncio.CancelledError:
+                pass
+            async with app.connector.pool.connection() as conn:
+                cur = await conn.execute("SELECT count(*) FROM procrastinate_jobs WHERE status = 'succeeded'")
+                (done,) = await cur.fetchone()
+            return done
+
+    started = time.perf_counter()
+    done = asyncio.run(main())
+    elapsed = time.perf_counter() - started
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(database)))
+    return Run(done, done, 0, 0, min(elapsed, seconds))
+
+
+def schema_name(label: str) -> str:
+    return f"synclane_bench_{label}_{os.getpid()}"
