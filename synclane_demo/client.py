@@ -1,0 +1,94 @@
+"""Our side's client for the shop API: one call per page, and the shop's answers turned into exceptions.
+
+The exceptions say what happened at the shop, not what SyncLane should do
+about it; :mod:`synclane_demo.handlers` makes that choice.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass
+from datetime import datetime
+
+
+class ShopError(Exception):
+    """The shop did not give us a page."""
+
+
+class ShopThrottled(ShopError):
+    """429: the shop asks us to slow down, for ``retry_after`` seconds when it says so."""
+
+    def __init__(self, message: str, retry_after: float | None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class ShopUnavailable(ShopError):
+    """5xx, a timeout or a refused connection: worth another try later."""
+
+
+class UnreadablePage(ShopError):
+    """The shop answered 200 with a body that is not the page it promised."""
+
+
+class AccountNotFound(ShopError):
+    """404 for the account: it is gone at the shop, and asking again will not bring it back."""
+
+
+@dataclass(frozen=True)
+class ShopPage:
+    items: list[dict]
+    next_cursor: str | None
+
+
+def _retry_after(value: str | None) -> float | None:
+    try:
+        return max(float(value), 0.0) if value is not None else None
+    except ValueError:
+        return None  # an HTTP date or garbage: let the queue's throttle delay decide
+
+
+class ShopClient:
+    """Pages through one shop's orders and products over HTTP."""
+
+    def __init__(self, base_url: str, *, timeout: float = 30.0) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.timeout = timeout
+
+    def orders(self, account: str, since: datetime, until: datetime, cursor: str | None) -> ShopPage:
+        query = {"since": since.isoformat(), "until": until.isoformat()}
+        return self._page(f"/accounts/{urllib.parse.quote(account)}/orders", query, cursor)
+
+    def products(self, account: str, cursor: str | None) -> ShopPage:
+        return self._page(f"/accounts/{urllib.parse.quote(account)}/products", {}, cursor)
+
+    def _page(self, path: str, query: dict[str, str], cursor: str | None) -> ShopPage:
+        if cursor is not None:
+            query = {**query, "cursor": cursor}
+        url = f"{self.base_url}{path}?{urllib.parse.urlencode(query)}"
+        try:
+            with urllib.request.urlopen(url, timeout=self.timeout) as response:
+                body = response.read()
+        except urllib.error.HTTPError as exc:
+            raise self._refusal(exc, path) from None
+        except (urllib.error.URLError, TimeoutError, ConnectionError) as exc:
+            raise ShopUnavailable(f"{path}: {getattr(exc, 'reason', exc)}") from exc
+        try:
+            data = json.loads(body)
+            return ShopPage(list(data["items"]), data["next_cursor"])
+        except (ValueError, KeyError, TypeError) as exc:
+            raise UnreadablePage(f"the shop returned a page that could not be read ({path}, cursor {cursor})") from exc
+
+    @staticmethod
+    def _refusal(exc: urllib.error.HTTPError, path: str) -> ShopError:
+        if exc.code == 429:
+            wait = _retry_after(exc.headers.get("Retry-After"))
+            return ShopThrottled(f"the shop asked us to slow down ({path}, Retry-After {wait})", wait)
+        if exc.code == 404 and "/accounts/" in path:
+            return AccountNotFound(f"the shop has no such account ({path})")
+        if exc.code >= 500:
+            return ShopUnavailable(f"the shop answered {exc.code} ({path})")
+        return ShopError(f"the shop answered {exc.code} ({path})")

@@ -1,0 +1,61 @@
+"""The two handlers, written the way we tell users to write theirs: one page in, one page stored, one Page out.
+
+A handler is given the job (owner, window, cursor), asks the shop for the
+page that starts at the cursor, stores it with an upsert (a page may run twice)
+and says where the next page starts. What the shop said goes back to SyncLane
+as one of three things:
+
+* 429 → :class:`JobThrottled` with the wait from ``Retry-After``: the job waits exactly that long.
+* an unknown account → :class:`JobAbandoned`: a retry cannot help, a person should look.
+* anything else (a 503, an unreadable page, a timeout) → the exception itself: an ordinary
+  failure, retried with backoff from the same cursor.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+from synclane_provider.core import Job, JobAbandoned, JobThrottled, Page
+
+from synclane_demo.client import AccountNotFound, ShopClient, ShopThrottled
+from synclane_demo.store import Store
+
+
+@contextmanager
+def shop_answers() -> Iterator[None]:
+    """Translate the shop's refusals that mean more than "failed" into SyncLane's two exceptions."""
+    try:
+        yield
+    except ShopThrottled as exc:
+        raise JobThrottled(str(exc), retry_after=exc.retry_after) from exc
+    except AccountNotFound as exc:
+        raise JobAbandoned(str(exc)) from exc
+
+
+class OrdersHandler:
+    """``orders``: one page of the orders placed in the job's window."""
+
+    def __init__(self, shop: Callable[[], ShopClient], store: Store) -> None:
+        self._shop = shop
+        self._store = store
+
+    def __call__(self, job: Job) -> Page:
+        with shop_answers():
+            page = self._shop().orders(job.owner, job.window_start, job.window_end, job.cursor)
+        self._store.upsert_orders(job.owner, page.items)
+        return Page(page.next_cursor, len(page.items))
+
+
+class ProductsHandler:
+    """``products``: one page of the account's whole catalogue (a snapshot, so no window)."""
+
+    def __init__(self, shop: Callable[[], ShopClient], store: Store) -> None:
+        self._shop = shop
+        self._store = store
+
+    def __call__(self, job: Job) -> Page:
+        with shop_answers():
+            page = self._shop().products(job.owner, job.cursor)
+        self._store.upsert_products(job.owner, page.items)
+        return Page(page.next_cursor, len(page.items))

@@ -1,0 +1,23 @@
+"""The owner source: who is connected is a row in ``demo.accounts``, so SQL connects and disconnects accounts.
+
+    UPDATE demo.accounts SET connected = false WHERE id = 'initech';   -- planned no more
+    INSERT INTO demo.accounts (id) VALUES ('hooli');                   -- planned on the next pass
+
+The planner asks once per pass; nothing is cached, so a change is seen within a minute.
+"""
+
+from __future__ import annotations
+
+from synclane_provider.core import Owner
+
+from synclane_demo.store import Store
+
+
+class ConnectedAccounts:
+    """Lists the connected accounts of the demo's ``accounts`` table as owners, with their lanes."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+
+    def __call__(self, queue: str) -> list[Owner]:
+        return [Owner(account, lane) for account, lane in self._store.connected_accounts()]

@@ -1,0 +1,80 @@
+"""The demo's settings, read from the environment so that one declaration serves the demo and the tests.
+
+The defaults are the demo as a user meets it (two years of history, delays of
+seconds so that retries are visible in a few minutes). The end-to-end test
+sets a compressed scale through the same variables: a shorter horizon, short
+delays and lease.
+
+    SYNCLANE_DEMO_DATABASE_URL   the demo's own tables (accounts, orders, products)
+    SYNCLANE_DEMO_SHOP_URL       the pretend shop                     (http://127.0.0.1:8081)
+    SYNCLANE_DEMO_SCHEMA         schema of SyncLane's jobs table      (synclane)
+    SYNCLANE_DEMO_DATA_SCHEMA    schema of the demo's tables          (demo)
+    SYNCLANE_DEMO_QUEUE          the queue's name                     (shops)
+    SYNCLANE_DEMO_HORIZON, _SLICE, _ORDERS_EVERY, _OVERLAP, _PRODUCTS_EVERY
+    SYNCLANE_DEMO_CONCURRENCY, _MAX_ATTEMPTS, _LEASE, _RETRY_DELAY, _RETRY_MAX_DELAY,
+    SYNCLANE_DEMO_THROTTLE_DELAY, _THROTTLE_MAX_DELAY, _POLL_INTERVAL, _SHOP_TIMEOUT
+
+Durations are written ``90s``, ``5m``, ``2h`` or ``730d`` (a bare number is seconds).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from datetime import timedelta
+
+PREFIX = "SYNCLANE_DEMO_"
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
+_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def duration(text: str) -> timedelta:
+    match = _DURATION.match(text)
+    if not match:
+        raise ValueError(f"not a duration: {text!r} (write e.g. 90s, 5m, 2h or 730d)")
+    return timedelta(seconds=float(match.group(1)) * _UNITS[match.group(2)])
+
+
+@dataclass(frozen=True)
+class DemoSettings:
+    database_url: str | None = None
+    shop_url: str = "http://127.0.0.1:8081"
+    schema: str = "synclane"
+    data_schema: str = "demo"
+    queue: str = "shops"
+    horizon: timedelta = timedelta(days=730)
+    slice: timedelta = timedelta(days=30)
+    orders_every: timedelta = timedelta(minutes=5)
+    overlap: timedelta = timedelta(minutes=1)
+    products_every: timedelta = timedelta(hours=1)
+    concurrency: int = 3
+    max_attempts: int = 5
+    lease: timedelta = timedelta(minutes=1)
+    retry_delay: timedelta = timedelta(seconds=10)
+    retry_max_delay: timedelta = timedelta(minutes=2)
+    throttle_delay: timedelta = timedelta(seconds=10)
+    throttle_max_delay: timedelta = timedelta(minutes=1)
+    poll_interval: timedelta = timedelta(seconds=5)
+    shop_timeout: timedelta = timedelta(seconds=30)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> "DemoSettings":
+        """Defaults, overridden by every ``SYNCLANE_DEMO_<FIELD>`` that is set; a bad value names its variable."""
+        environ = os.environ if environ is None else environ
+        values: dict[str, object] = {}
+        for field in fields(cls):
+            raw = environ.get(PREFIX + field.name.upper())
+            if raw is None or raw == "":
+                continue
+            try:
+                if field.type == "timedelta":
+                    values[field.name] = duration(raw)
+                elif field.type == "int":
+                    values[field.name] = int(raw)
+                else:
+                    values[field.name] = raw
+            except ValueError as exc:
+                raise ValueError(f"{PREFIX}{field.name.upper()}: {exc}") from None
+        return cls(**values)

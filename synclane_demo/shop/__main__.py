@@ -1,0 +1,82 @@
+"""Run the pretend shop: ``python -m synclane_demo.shop [--port 8081] [--latency 0.3] ...``.
+
+Every option can also come from the environment (``SHOP_PORT``, ``SHOP_LATENCY``,
+``SHOP_RATE_429``, ...), which is how the demo command and docker-compose set it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+
+from synclane_demo.shop.catalogue import Catalogue
+from synclane_demo.shop.faults import Faults
+from synclane_demo.shop.server import Shop, ShopServer
+
+
+def _env(name: str, default: str) -> str:
+    return os.environ.get(f"SHOP_{name.upper()}", default)
+
+
+def _optional_seconds(value: str) -> float | None:
+    return None if value.strip().lower() in ("", "never", "none") else float(value)
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m synclane_demo.shop", description=__doc__.splitlines()[0])
+    add = parser.add_argument
+    add("--host", default=_env("host", "127.0.0.1"))
+    add("--port", type=int, default=int(_env("port", "8081")))
+    add("--latency", type=float, default=float(_env("latency", "0.3")), help="seconds per data request")
+    add("--rate-429", type=float, default=float(_env("rate_429", "0.03")))
+    add("--rate-503", type=float, default=float(_env("rate_503", "0.03")))
+    add("--retry-after", type=int, default=int(_env("retry_after", "3")), help="seconds named by a 429")
+    add("--seed", type=int, default=int(_env("seed", "7")))
+    add("--broken-account", default=_env("broken_account", "globex"), help="empty: nothing is broken")
+    add("--broken-days-ago", type=int, default=int(_env("broken_days_ago", "45")))
+    add("--heal-after", type=_optional_seconds, default=_optional_seconds(_env("heal_after", "600")),
+        help="seconds until the broken page heals by itself; 'never' to heal only when told")
+    add("--history-days", type=int, default=int(_env("history_days", "730")))
+    add("--orders-per-day", default=_env("orders_per_day", "2-8"), help="LOW-HIGH orders per account and day")
+    return parser.parse_args(argv)
+
+
+def build(args: argparse.Namespace) -> ShopServer:
+    low, _, high = args.orders_per_day.partition("-")
+    catalogue = Catalogue(history_days=args.history_days, orders_per_day=(int(low), int(high or low)))
+    faults = Faults(
+        latency=args.latency,
+        rate_429=args.rate_429,
+        rate_503=args.rate_503,
+        retry_after=args.retry_after,
+        seed=args.seed,
+        broken_account=args.broken_account or None,
+        broken_days_ago=args.broken_days_ago,
+        heal_after=args.heal_after,
+    )
+    return ShopServer((args.host, args.port), Shop(catalogue, faults))
+
+
+def main(argv: list[str] | None = None) -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s shop %(levelname)s %(message)s")
+    server = build(parse(argv))
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    faults = server.shop.faults
+    logging.info(
+        "shop listening on %s (latency %.2fs, 429 %.0f%%, 503 %.0f%%; %s's orders page 2 around %s broken, heals %s)",
+        server.url, faults.latency, faults.rate_429 * 100, faults.rate_503 * 100, faults.broken_account,
+        faults.broken_at.date(), f"after {faults.heal_after:.0f}s" if faults.heal_after is not None else "when told",
+    )
+    try:
+        server.serve_forever()
+    except (KeyboardInterrupt, SystemExit):
+        pass
+    finally:
+        server.server_close()
+
+
+if __name__ == "__main__":
+    main()

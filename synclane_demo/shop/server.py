@@ -1,0 +1,235 @@
+"""The shop's HTTP API, on the standard library's threading HTTP server.
+
+    GET  /health
+    GET  /accounts
+    GET  /accounts/{account}/orders?since=ISO&until=ISO[&cursor=N]   orders placed in [since, until), 50 a page
+    GET  /accounts/{account}/products[?cursor=N]                     the catalogue, 50 a page
+    GET  /control/status                                             fault settings, whether healed
+    GET  /control/requests[?after=SEQ]                               what was asked and answered
+    POST /control/heal                                               the broken page works from now on
+    POST /control/break                                              it is broken again (no automatic heal)
+    POST /control/settings  {"latency": .., "rate_429": .., "rate_503": ..}
+
+A page is ``{"items": [...], "next_cursor": "50" | null}``; the cursor is an
+offset. The request log is what lets a test prove that a retried job asked
+for the page where it had stopped, not for the first page again.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import threading
+import time
+from collections import deque
+from datetime import datetime, timezone
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlsplit
+
+from synclane_demo.shop.catalogue import ACCOUNTS, Catalogue, page
+from synclane_demo.shop.faults import UNREADABLE, Fault, Faults
+
+log = logging.getLogger(__name__)
+
+REQUEST_LOG_SIZE = 100_000
+
+
+class BadRequest(Exception):
+    """The request cannot be answered as asked (400)."""
+
+
+class Shop:
+    """The shop's state, shared by every request thread: its data, its faults and its request log."""
+
+    def __init__(self, catalogue: Catalogue | None = None, faults: Faults | None = None) -> None:
+        self.catalogue = catalogue or Catalogue()
+        self.faults = faults or Faults()
+        self.requests: deque[dict] = deque(maxlen=REQUEST_LOG_SIZE)
+        self._sequence = 0
+        self._lock = threading.Lock()
+
+    def record(self, entry: dict) -> None:
+        with self._lock:
+            self._sequence += 1
+            self.requests.append({"seq": self._sequence, **entry})
+
+    def requests_after(self, seq: int) -> list[dict]:
+        with self._lock:
+            return [entry for entry in self.requests if entry["seq"] > seq]
+
+
+def _instant(query: dict, name: str) -> datetime:
+    values = query.get(name)
+    if not values:
+        raise BadRequest(f"{name} is required")
+    try:
+        value = datetime.fromisoformat(values[0])
+    except ValueError:
+        raise BadRequest(f"{name} must be an ISO 8601 instant, got {values[0]!r}") from None
+    if value.tzinfo is None:
+        raise BadRequest(f"{name} must carry a time zone, got {values[0]!r}")
+    return value.astimezone(timezone.utc)
+
+
+def _cursor(query: dict) -> int:
+    raw = (query.get("cursor") or ["0"])[0] or "0"
+    if not raw.isdigit():
+        raise BadRequest(f"cursor must be a non-negative integer, got {raw!r}")
+    return int(raw)
+
+
+def _encode(value: object) -> object:
+    return value.isoformat() if isinstance(value, datetime) else value
+
+
+class ShopRequestHandler(BaseHTTPRequestHandler):
+    server: "ShopServer"
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - the base class's name
+        log.debug("%s " + format, self.address_string(), *args)
+
+    # -- plumbing ----------------------------------------------------------
+
+    def _send(self, status: int, body: bytes, headers: dict[str, str] | None = None) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _json(self, status: int, value: object, headers: dict[str, str] | None = None) -> None:
+        self._send(status, json.dumps(value, default=_encode).encode(), headers)
+
+    def _body(self) -> dict:
+        length = int(self.headers.get("Content-Length") or 0)
+        if not length:
+            return {}
+        try:
+            value = json.loads(self.rfile.read(length))
+        except ValueError:
+            raise BadRequest("the body must be JSON") from None
+        if not isinstance(value, dict):
+            raise BadRequest("the body must be a JSON object")
+        return value
+
+    def _route(self, method: str) -> None:
+        url = urlsplit(self.path)
+        parts = [p for p in url.path.split("/") if p]
+        query = parse_qs(url.query)
+        try:
+            if method == "GET" and parts == ["health"]:
+                return self._json(200, {"ok": True})
+            if method == "GET" and parts == ["accounts"]:
+                return self._json(200, {"items": [vars(a) for a in ACCOUNTS.values()]})
+            if method == "GET" and len(parts) == 3 and parts[0] == "accounts" and parts[2] in ("orders", "products"):
+                return self._data(parts[1], parts[2], query)
+            if parts[:1] == ["control"]:
+                return self._control(method, parts[1:], query)
+            self._json(404, {"error": f"no such endpoint: {method} {url.path}"})
+        except BadRequest as exc:
+            self._json(400, {"error": str(exc)})
+
+    def do_GET(self) -> None:  # noqa: N802 - the base class's name
+        self._route("GET")
+
+    def do_POST(self) -> None:  # noqa: N802 - the base class's name
+        self._route("POST")
+
+    # -- the API -----------------------------------------------------------
+
+    def _data(self, account: str, resource: str, query: dict) -> None:
+        shop = self.server.shop
+        entry: dict = {"at": datetime.now(timezone.utc).isoformat(), "account": account, "resource": resource}
+        cursor = _cursor(query)
+        entry["cursor"] = cursor
+        if resource == "orders":
+            since, until = _instant(query, "since"), _instant(query, "until")
+            entry.update(since=since.isoformat(), until=until.isoformat())
+        time.sleep(shop.faults.latency)
+        if account not in ACCOUNTS:
+            shop.record({**entry, "status": 404})
+            return self._json(404, {"error": f"no account {account!r}"})
+        fault: Fault | None = shop.faults.draw()
+        if fault is None and resource == "orders" and shop.faults.breaks(account, since, until, cursor):
+            fault = UNREADABLE
+        if fault is UNREADABLE:
+            shop.record({**entry, "status": 200, "fault": "unreadable"})
+            return self._send(200, b'{"items": [{"id": "' + account.encode() + b'-')
+        if fault is not None:
+            shop.record({**entry, "status": fault.status, "fault": str(fault.status)})
+            headers = {"Retry-After": str(fault.retry_after)} if fault.retry_after is not None else None
+            message = "slow down" if fault.status == 429 else "the shop is busy, try again later"
+            return self._json(fault.status, {"error": message}, headers)
+        if resource == "orders":
+            items = shop.catalogue.orders(account, since, until, datetime.now(timezone.utc))
+        else:
+            items = shop.catalogue.products(account)
+        chunk, next_cursor = page(items, cursor)
+        shop.record({**entry, "status": 200, "count": len(chunk), "next_cursor": next_cursor})
+        self._json(200, {"items": chunk, "next_cursor": next_cursor})
+
+    def _control(self, method: str, parts: list[str], query: dict) -> None:
+        faults = self.server.shop.faults
+        if method == "GET" and parts == ["status"]:
+            return self._json(200, faults.status())
+        if method == "GET" and parts == ["requests"]:
+            after = int((query.get("after") or ["0"])[0])
+            return self._json(200, {"items": self.server.shop.requests_after(after)})
+        if method == "POST" and parts == ["heal"]:
+            faults.heal()
+            log.info("the broken page is healed")
+            return self._json(200, faults.status())
+        if method == "POST" and parts == ["break"]:
+            faults.break_again()
+            return self._json(200, faults.status())
+        if method == "POST" and parts == ["settings"]:
+            body = self._body()
+            unknown = set(body) - {"latency", "rate_429", "rate_503", "retry_after"}
+            if unknown:
+                raise BadRequest(f"unknown settings: {sorted(unknown)}")
+            for name, value in body.items():
+                if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
+                    raise BadRequest(f"{name} must be a non-negative number, got {value!r}")
+                setattr(faults, name, value)
+            return self._json(200, faults.status())
+        self._json(404, {"error": f"no such control: {method} /control/{'/'.join(parts)}"})
+
+
+class ShopServer(ThreadingHTTPServer):
+    """The HTTP server with its :class:`Shop`; ``start()`` serves on a thread (tests), ``serve_forever()`` in front."""
+
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, address: tuple[str, int], shop: Shop) -> None:
+        super().__init__(address, ShopRequestHandler)
+        self.shop = shop
+        self._thread: threading.Thread | None = None
+
+    def handle_error(self, request, client_address) -> None:
+        """A client that gave up waiting (its timeout) is routine for a slow shop, not a crash to print."""
+        if isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError)):
+            log.debug("client %s went away before its answer", client_address)
+            return
+        super().handle_error(request, client_address)
+
+    @property
+    def url(self) -> str:
+        host, port = self.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def start(self) -> "ShopServer":
+        self._thread = threading.Thread(target=self.serve_forever, args=(0.05,), name="shop", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.shutdown()
+        self.server_close()
+        if self._thread is not None:
+            self._thread.join()

@@ -1,0 +1,57 @@
+"""The demo's SyncLane declaration: one queue, ``shops``, with ``products`` and ``orders`` for every connected account.
+
+Airflow's operators load it by import path, ``synclane_demo.sync:synclane``.
+Importing it opens no connection (DAG files are parsed often); settings come
+from the environment (see :mod:`synclane_demo.settings`), so the end-to-end
+test runs the same declaration at a compressed scale.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from synclane_provider.core import Queue, SnapshotType, SyncLane, WindowedType
+
+from synclane_demo.client import ShopClient
+from synclane_demo.handlers import OrdersHandler, ProductsHandler
+from synclane_demo.owners import ConnectedAccounts
+from synclane_demo.settings import DemoSettings
+from synclane_demo.store import Store
+
+
+def build(settings: DemoSettings) -> SyncLane:
+    """The declaration for ``settings``: products first (small, and what a user sees first), then orders."""
+    store = Store(settings.database_url, settings.data_schema)
+    shop = functools.partial(ShopClient, settings.shop_url, timeout=settings.shop_timeout.total_seconds())
+    return SyncLane(
+        queues=[
+            Queue(
+                settings.queue,
+                owners=ConnectedAccounts(store),
+                types=[
+                    SnapshotType("products", ProductsHandler(shop, store), every=settings.products_every),
+                    WindowedType(
+                        "orders",
+                        OrdersHandler(shop, store),
+                        horizon=settings.horizon,
+                        slice=settings.slice,
+                        every=settings.orders_every,
+                        overlap=settings.overlap,
+                    ),
+                ],
+                concurrency=settings.concurrency,
+                max_attempts=settings.max_attempts,
+                lease=settings.lease,
+                retry_delay=settings.retry_delay,
+                retry_max_delay=settings.retry_max_delay,
+                throttle_delay=settings.throttle_delay,
+                throttle_max_delay=settings.throttle_max_delay,
+            )
+        ],
+        schema=settings.schema,
+        poll_interval=settings.poll_interval,
+    )
+
+
+settings = DemoSettings.from_env()
+synclane = build(settings)

@@ -1,0 +1,221 @@
+"""The demo's handlers and owner source against the real engine, the real shop and real PostgreSQL.
+
+Worker slots on threads (the engine's WorkerPool) stand in for Airflow's
+mapped tasks here; the end-to-end test runs the same declaration in Airflow.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from datetime import datetime, timezone
+
+import psycopg
+import pytest
+from psycopg import sql
+from psycopg.rows import dict_row
+
+from synclane_provider.core import Operations, WorkerPool, WorkerSlot
+from synclane_demo.store import Store
+from synclane_demo.sync import build
+
+
+def settle(synclane, database, queue="shops", timeout=60.0) -> None:
+    """Drain the queue, waiting out retry delays, until no job will run again without help."""
+    ops = Operations(synclane, database)
+    pool = WorkerPool(synclane, database, queue, slots=3)
+    deadline = time.monotonic() + timeout
+    try:
+        while True:
+            pool.drain()
+            activity = ops.activity(queue)
+            if not activity["running"] and activity["next_run_at"] is None:
+                return
+            assert time.monotonic() < deadline, f"queue {queue} did not settle in {timeout}s: {activity}"
+            wait = (activity["next_run_at"] - activity["now"]).total_seconds() if activity["next_run_at"] else 0.05
+            time.sleep(min(max(wait, 0.01), 0.5))
+    finally:
+        pool.close()
+        ops.close()
+
+
+@pytest.fixture
+def demo(start_shop, demo_settings):
+    """Start a shop, declare the demo against it, create the demo's tables and plan once."""
+
+    def make(shop_faults=None, **settings):
+        shop = start_shop(**(shop_faults or {}))
+        config = demo_settings(shop, **settings)
+        synclane = build(config)
+        Store(config.database_url, config.data_schema).prepare()
+        database = synclane.database(config.database_url)
+        with Operations(synclane, database) as ops:
+            ops.plan("shops")
+        return shop, config, synclane, database
+
+    return make
+
+
+def jobs(database_url, schema, where="true", params=()) -> list[dict]:
+    with psycopg.connect(database_url, row_factory=dict_row) as conn:
+        query = sql.SQL("SELECT * FROM {}.jobs WHERE " + where + " ORDER BY id").format(sql.Identifier(schema))
+        return conn.execute(query, list(params)).fetchall()
+
+
+def stored(database_url, schema, table, account, since=None, until=None) -> int:
+    with psycopg.connect(database_url) as conn:
+        query = sql.SQL(
+            "SELECT count(*) FROM {}.{} WHERE account = %s"
+            + (" AND placed_at >= %s AND placed_at < %s" if since is not None else "")
+        ).format(sql.Identifier(schema), sql.Identifier(table))
+        return conn.execute(query, [account] + ([since, until] if since is not None else [])).fetchone()[0]
+
+
+def shop_orders(shop, job) -> int:
+    return len(shop.shop.catalogue.orders(job["owner"], job["window_start"], job["window_end"], datetime.now(timezone.utc)))
+
+
+def is_broken_slice(shop, job) -> bool:
+    broken_at = shop.shop.faults.broken_at
+    return job["owner"] == "globex" and job["mode"] == "initial" and job["type"] == "orders" and (
+        job["window_start"] <= broken_at < job["window_end"]
+    )
+
+
+def test_every_account_syncs_and_the_broken_slice_ends_abandoned_at_cursor_50(demo):
+    shop, config, synclane, database = demo()
+    settle(synclane, database)
+    rows = jobs(config.database_url, config.schema)
+
+    assert {(r["owner"], r["lane"]) for r in rows} == {
+        ("acme-us", "acme"), ("acme-eu", "acme"), ("globex", "globex"), ("initech", "initech")
+    }
+    assert len([r for r in rows if r["type"] == "orders" and r["mode"] == "initial"]) == 4 * 3  # 90 days, 30-day slices
+    [broken] = [r for r in rows if r["status"] != "completed"]
+    assert is_broken_slice(shop, broken)
+    assert (broken["status"], broken["cursor"], broken["processed_count"]) == ("abandoned", "50", 50)
+    assert broken["attempt_count"] == config.max_attempts + 1  # five regular attempts, then the deferred one
+    assert broken["error"].startswith("UnreadablePage: the shop returned a page that could not be read")
+
+    for row in rows:
+        if row is broken:
+            continue
+        if row["type"] == "orders":
+            assert row["processed_count"] == shop_orders(shop, row) > 0
+            assert stored(config.database_url, config.data_schema, "orders", row["owner"], row["window_start"], row["window_end"]) == row["processed_count"]
+        else:
+            assert row["processed_count"] == len(shop.shop.catalogue.products(row["owner"]))
+            assert stored(config.database_url, config.data_schema, "products", row["owner"]) == row["processed_count"]
+
+
+def test_lanes_take_turns_and_each_account_loads_its_newest_month_first(demo):
+    shop, config, synclane, database = demo(shop_faults={"latency": 0.01, "broken_account": None})
+    settle(synclane, database)
+    rows = jobs(config.database_url, config.schema)
+    assert {r["status"] for r in rows} == {"completed"}
+
+    by_lane = defaultdict(list)
+    for row in rows:
+        by_lane[row["lane"]].append((row["started_at"], row["completed_at"], row["owner"]))
+    assert {owner for *_, owner in by_lane["acme"]} == {"acme-us", "acme-eu"}
+    for lane, spans in by_lane.items():
+        spans.sort()
+        for (_, end, _), (start, _, _) in zip(spans, spans[1:]):
+            assert end <= start, f"two jobs of lane {lane} ran at once"
+    started = {(r["owner"], r["started_at"]) for r in rows}
+    assert len({owner for owner, _ in started}) == 4
+
+    first_asked: dict[tuple, int] = {}
+    for entry in shop.shop.requests_after(0):
+        if entry["resource"] == "orders" and entry["cursor"] == 0:
+            first_asked.setdefault((entry["account"], entry["since"]), entry["seq"])
+    for owner in ("acme-us", "acme-eu", "globex", "initech"):
+        slices = [r for r in rows if r["owner"] == owner and r["type"] == "orders" and r["mode"] == "initial"]
+        order = sorted(slices, key=lambda r: first_asked[(owner, r["window_start"].isoformat())])
+        assert [r["window_start"] for r in order] == sorted((r["window_start"] for r in slices), reverse=True)
+
+
+def test_after_the_shop_heals_a_requeue_completes_the_slice_from_cursor_50(demo):
+    shop, config, synclane, database = demo()
+    settle(synclane, database)
+    [broken] = jobs(config.database_url, config.schema, "status = 'abandoned'")
+    shop.shop.faults.heal()
+    seen = shop.shop.requests_after(0)[-1]["seq"]
+
+    with Operations(synclane, database) as ops:
+        assert ops.requeue("shops", owner="globex") == 1
+    settle(synclane, database)
+
+    [done] = jobs(config.database_url, config.schema, "id = %s", [broken["id"]])
+    assert done["status"] == "completed" and done["processed_count"] == shop_orders(shop, done)
+    asked = [e["cursor"] for e in shop.shop.requests_after(seen) if e["account"] == "globex" and e["resource"] == "orders"]
+    assert asked[0] == 50 and 0 not in asked  # it continued where it stopped, never from the first page
+    assert stored(config.database_url, config.data_schema, "orders", "globex", done["window_start"], done["window_end"]) == done["processed_count"]
+
+
+def test_failures_and_throttles_continue_from_the_cursor_without_counting_twice(demo):
+    shop, config, synclane, database = demo(
+        shop_faults={"rate_429": 0.15, "rate_503": 0.15, "retry_after": 0, "seed": 11, "broken_account": None},
+        max_attempts=50,
+    )
+    settle(synclane, database)
+    rows = jobs(config.database_url, config.schema)
+    assert {r["status"] for r in rows} == {"completed"}
+    assert any(r["attempt_count"] > 1 for r in rows)
+    for row in rows:
+        if row["type"] == "orders":
+            assert row["processed_count"] == shop_orders(shop, row)  # a restart from 0 would count pages twice
+
+    log = shop.shop.requests_after(0)
+    resumed = 0
+    for failed in (e for e in log if e["status"] != 200 and e["cursor"] > 0):
+        same = [e for e in log if e["seq"] > failed["seq"] and (e["account"], e["resource"], e.get("since")) == (
+            failed["account"], failed["resource"], failed.get("since"))]
+        assert same[0]["cursor"] == failed["cursor"]  # the next try asked for the page that had failed
+        resumed += 1
+    assert resumed > 0
+
+
+def test_a_429_makes_the_job_wait_exactly_the_named_time(demo, database_url):
+    shop, config, synclane, database = demo(shop_faults={"rate_429": 1.0, "retry_after": 30})
+    slot = WorkerSlot(synclane, database, "shops")
+    try:
+        result = slot.run_one()
+    finally:
+        slot.close()
+    [row] = jobs(config.database_url, config.schema, "id = %s", [result.job.id])
+    assert row["status"] == "failed" and row["error"].startswith("JobThrottled: the shop asked us to slow down")
+    with psycopg.connect(database_url) as conn:
+        waits = conn.execute("SELECT extract(epoch FROM %s - now())", [row["next_run_at"]]).fetchone()[0]
+    assert 25 < waits <= 30
+
+
+def test_accounts_connect_and_disconnect_with_sql(demo):
+    shop, config, synclane, database = demo(shop_faults={"broken_account": None})
+    with psycopg.connect(config.database_url, autocommit=True) as conn:
+        accounts = sql.SQL("{}.accounts").format(sql.Identifier(config.data_schema))
+        conn.execute(sql.SQL("UPDATE {} SET connected = false WHERE id = 'initech'").format(accounts))
+        conn.execute(sql.SQL("INSERT INTO {} (id) VALUES ('hooli')").format(accounts))
+    owners = synclane.queue("shops").owners("shops")
+    assert [(o.id, o.lane_or_id) for o in owners] == [
+        ("acme-eu", "acme"), ("acme-us", "acme"), ("globex", "globex"), ("hooli", "hooli")
+    ]
+    Store(config.database_url, config.data_schema).prepare()  # preparing again reconnects nobody
+    assert "initech" not in [o.id for o in synclane.queue("shops").owners("shops")]
+
+    with Operations(synclane, database) as ops:
+        summary = ops.plan("shops")
+    assert summary.owners == 4 and summary.total == 5  # only hooli was new: products, three slices, one recurring
+    settle(synclane, database)
+    hooli = jobs(config.database_url, config.schema, "owner = 'hooli'")
+    assert {r["status"] for r in hooli} == {"abandoned"}  # the shop has no such account: a retry cannot help
+    assert all(r["attempt_count"] == 1 and r["error"].startswith("JobAbandoned: the shop has no such account") for r in hooli)
+
+
+def test_a_page_stored_twice_changes_nothing(demo):
+    shop, config, synclane, database = demo(shop_faults={"broken_account": None})
+    [job] = Operations(synclane, database).list_jobs("shops", owner="initech", type="products")
+    handler = synclane.queue("shops").job_type("products").handler
+    first, again = handler(job), handler(job)
+    assert first == again and first.count == 50
+    assert stored(config.database_url, config.data_schema, "products", "initech") == 50
