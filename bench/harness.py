@@ -125,31 +125,52 @@ def run_baseline(url: str, schema: str, *, workers: int, pages: int, seconds: fl
 
     def loop(number: int) -> None:
         worker = f"baseline-{number}"
+        take_params = {"queue": QUEUE, "worker": worker, "lease": timedelta(minutes=5), "now": None}
         jobs = done_pages = empty = races = 0
         idle = IDLE_BACKOFF_START
         with psycopg.connect(url, autocommit=True) as conn:
+            row = None
             while not stop.is_set():
-                try:
-                    row = conn.execute(take, {"queue": QUEUE, "worker": worker, "lease": timedelta(minutes=5), "now": None}).fetchone()
-                except psycopg.errors.UniqueViolation as exc:
-                    if exc.diag.constraint_name != LANE_INDEX:
-                        raise
-                    races += 1
-                    continue
                 if row is None:
-                    empty += 1
-                    stop.wait(idle)
-                    idle = min(idle * 2, POLL.total_seconds())
-                    continue
+                    try:
+                        row = conn.execute(take, take_params).fetchone()
+                    except psycopg.errors.UniqueViolation as exc:
+                        if exc.diag.constraint_name != LANE_INDEX:
+                            raise
+                        races += 1
+                        continue
+                    if row is None:
+                        empty += 1
+                        stop.wait(idle)
+                        idle = min(idle * 2, POLL.total_seconds())
+                        continue
                 idle = IDLE_BACKOFF_START
                 job_id = row[0]
                 for page in range(1, pages):
                     conn.execute(save, {"id": job_id, "worker": worker, "cursor": str(page), "processed_count": page,
                                         "lease": timedelta(minutes=5), "now": None})
-                conn.execute(finish, {"id": job_id, "worker": worker, "status": "completed", "processed_count": pages,
-                                      "error": None, "delay": timedelta(0), "now": None})
+                finish_params = {"id": job_id, "worker": worker, "status": "completed", "processed_count": pages,
+                                 "error": None, "delay": timedelta(0), "now": None}
+                if stop.is_set():
+                    conn.execute(finish, finish_params)
+                    row = None
+                else:
+                    try:  # as the engine does: finish and take the next job in one transaction, one round trip
+                        with conn.pipeline(), conn.transaction():
+                            conn.execute(finish, finish_params)
+                            taken = conn.execute(take, take_params)
+                        row = taken.fetchone()
+                    except psycopg.errors.UniqueViolation:
+                        races += 1
+                        conn.execute(finish, finish_params)
+                        row = None
+                    else:
+                        if row is None:
+                            empty += 1
                 jobs += 1
                 done_pages += pages
+            if row is not None:
+                conn.execute(statement("release", schema), {"id": row[0], "worker": worker, "processed_count": 0, "now": None})
         with lock:
             totals["jobs"] += jobs
             totals["pages"] += done_pages

@@ -56,9 +56,11 @@ CREATE INDEX IF NOT EXISTS jobs_waiting_by_lane
     ON "synclane".jobs (queue, lane, priority, window_end DESC NULLS LAST, id)
     WHERE status IN ('pending', 'failed', 'deferred');
 
--- Operations and sensors: an owner's jobs by status, and the initial-load progress.
+-- An owner's jobs: operations and sensors (by status, initial-load progress), and the planner's read of
+-- what exists, answered from the index alone. Only columns that never change after insert are included,
+-- so cursor saves and heartbeats stay HOT updates.
 CREATE INDEX IF NOT EXISTS jobs_by_owner
-    ON "synclane".jobs (queue, owner, type, status);
+    ON "synclane".jobs (queue, owner, type, status) INCLUDE (mode, window_start, window_end, created_at);
 
 -- When the next waiting job becomes due: what an idle worker's trigger sleeps until.
 CREATE INDEX IF NOT EXISTS jobs_waiting_by_time

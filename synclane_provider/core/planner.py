@@ -11,7 +11,7 @@ from datetime import datetime, timezone
 from synclane_provider.core.database import Session
 from synclane_provider.core.declarations import Owner, Queue
 from synclane_provider.core.errors import OwnerSourceError, UnknownOwnerError
-from synclane_provider.core.planning import NOTHING_YET, Coverage, PlannedJob, plan_type, utc
+from synclane_provider.core.planning import Coverage, PlannedJob, coverage_wanted, plan_type, utc
 from synclane_provider.core.wakeups import notify
 
 log = logging.getLogger(__name__)
@@ -78,21 +78,30 @@ def _select(queue: Queue, owner: str | Owner | None) -> list[Owner]:
 
 
 def _plan_batch(session: Session, queue: Queue, owners: Sequence[Owner], now: datetime) -> Counter:
-    rows = session.run("read_coverage", queue=queue.name, owners=[o.id for o in owners])
-    coverage = {
-        (row["owner"], row["type"]): Coverage(
-            has_initial=row["has_initial"],
-            initial_start=row["initial_start"],
-            covered_until=row["covered_until"],
-            first_created_at=row["first_created_at"],
-        )
-        for row in rows
-    }
+    reach = [coverage_wanted(job_type, now) for job_type in queue.types]
+    rows = session.run(
+        "read_coverage",
+        queue=queue.name,
+        owners=[o.id for o in owners],
+        types=[t.name for t in queue.types],
+        horizon_starts=[horizon_start for horizon_start, _ in reach],
+        period_starts=[period for _, period in reach],
+    )
+    by_id = {owner.id: owner for owner in owners}
+    priority = {job_type.name: position for position, job_type in enumerate(queue.types)}
     wanted = [
-        (owner, priority, job)
-        for owner in owners
-        for priority, job_type in enumerate(queue.types)
-        for job in plan_type(job_type, coverage.get((owner.id, job_type.name), NOTHING_YET), now)
+        (by_id[row["owner"]], priority[row["type"]], job)
+        for row in rows
+        for job in plan_type(
+            queue.job_type(row["type"]),
+            Coverage(
+                has_initial=bool(row["has_initial"]),
+                initial_start=row["initial_start"],
+                covered_until=row["covered_until"],
+                first_created_at=row["first_created_at"],
+            ),
+            now,
+        )
     ]
     if not wanted:
         return Counter()

@@ -19,6 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
+import functools
+
 import pendulum
 
 from synclane_provider.core.declarations import JobType, SnapshotType, WindowedType
@@ -40,7 +42,6 @@ class Coverage:
     """When the owner's first job of this type was created."""
 
 
-NOTHING_YET = Coverage()
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,7 @@ def utc(now: datetime) -> datetime:
     return now.astimezone(timezone.utc)
 
 
+@functools.lru_cache(maxsize=256)
 def midnight(now: datetime) -> datetime:
     """The start of ``now``'s day in UTC: where history slices are anchored."""
     day = pendulum.instance(utc(now)).in_timezone("UTC").start_of("day")
@@ -86,6 +88,16 @@ def slices_back(newest_end: datetime, oldest_start: datetime, length: timedelta)
         windows.append((start, end))
         end = start
     return windows
+
+
+def coverage_wanted(job_type: JobType, now: datetime) -> tuple[datetime | None, datetime]:
+    """How far back (horizon start; None for a snapshot) and up to when (current period) a type should be covered.
+
+    The planner's read skips owner-types that already reach both, so that a
+    repeated plan costs almost nothing; :func:`plan_type` decides the rest.
+    """
+    horizon_start = midnight(now) - job_type.horizon if isinstance(job_type, WindowedType) else None
+    return horizon_start, period_start(now, job_type.every)
 
 
 def plan_type(job_type: JobType, coverage: Coverage, now: datetime) -> list[PlannedJob]:

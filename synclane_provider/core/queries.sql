@@ -169,16 +169,35 @@ WHERE id = %(id)s AND leased_by = %(worker)s AND status = 'running'
 RETURNING id;
 
 -- name: read_coverage
--- What exists per owner and type for a batch of owners: the planner's single read per batch.
-SELECT owner,
-       type,
-       bool_or(mode = 'initial') AS has_initial,
-       min(window_start) FILTER (WHERE mode = 'initial') AS initial_start,
-       max(window_end) FILTER (WHERE mode IN ('initial', 'recurring')) AS covered_until,
-       min(created_at) AS first_created_at
-FROM {schema}.jobs
-WHERE queue = %(queue)s AND owner = ANY(%(owners)s::text[]) AND mode <> 'manual'
-GROUP BY owner, type;
+-- What exists per owner and type for a batch of owners: the planner's one read per batch. Owner-types
+-- already covered from the horizon start up to the current period are left out, so a repeated plan reads
+-- next to nothing; the planning rule itself (planning.py) decides what is missing for the rest.
+WITH wanted AS (
+    SELECT o.owner, t.type, t.horizon_start, t.period_start
+    FROM unnest(%(owners)s::text[]) AS o(owner)
+    CROSS JOIN unnest(%(types)s::text[], %(horizon_starts)s::timestamptz[], %(period_starts)s::timestamptz[])
+         AS t(type, horizon_start, period_start)
+),
+existing AS (
+    SELECT owner,
+           type,
+           bool_or(mode = 'initial') AS has_initial,
+           min(window_start) FILTER (WHERE mode = 'initial') AS initial_start,
+           max(window_end) AS covered_until,
+           min(created_at) AS first_created_at,
+           max(created_at) AS last_created_at
+    FROM {schema}.jobs
+    WHERE queue = %(queue)s AND owner = ANY(%(owners)s::text[]) AND mode <> 'manual'
+    GROUP BY owner, type
+)
+SELECT w.owner, w.type, e.has_initial, e.initial_start, e.covered_until, e.first_created_at
+FROM wanted AS w
+LEFT JOIN existing AS e ON e.owner = w.owner AND e.type = w.type
+WHERE e.owner IS NULL
+   OR NOT e.has_initial
+   OR e.initial_start > w.horizon_start
+   OR e.covered_until < w.period_start
+   OR (e.covered_until IS NULL AND e.last_created_at < w.period_start);
 
 -- name: insert_planned
 -- Insert planned jobs, skipping any whose key exists: concurrent planners create each job once.

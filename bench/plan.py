@@ -1,0 +1,130 @@
+"""Planner scale: 10,000 owners, a windowed type (730-day horizon, 30-day slices, every 15 minutes) and a
+snapshot type. Measures the first plan, a repeated plan that inserts nothing, and raising the horizon
+from 60 to 730 days, each beside a hand-written single INSERT ... SELECT ... ON CONFLICT DO NOTHING of
+the same rows (the baseline) on the same server in the same run.
+
+    .venv/bin/python bench/plan.py            # 10,000 owners
+    .venv/bin/python bench/plan.py --quick    # 2,000 owners
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from datetime import datetime, timedelta, timezone
+
+import psycopg
+from psycopg import sql
+
+from harness import database_url, drop_schema, schema_name
+from synclane_provider.core import Operations, Owner, Page, Queue, SnapshotType, SyncLane, WindowedType
+from synclane_provider.core.schema import create_schema
+
+NOW = datetime(2026, 11, 30, 10, 20, tzinfo=timezone.utc)
+DAY = timedelta(days=1)
+
+
+def declaration(schema: str, owners: list[Owner], horizon_days: int) -> SyncLane:
+    def noop(job) -> Page:
+        return Page(None, 0)
+
+    return SyncLane(
+        queues=[
+            Queue(
+                "shops",
+                owners=lambda queue: owners,
+                types=[
+                    WindowedType("orders", noop, horizon=horizon_days * DAY, slice=30 * DAY,
+                                 every=timedelta(minutes=15), overlap=timedelta(minutes=5)),
+                    SnapshotType("products", noop, every=DAY),
+                ],
+            )
+        ],
+        schema=schema,
+    )
+
+
+BASELINE = """
+INSERT INTO {jobs} (queue, owner, lane, type, mode, priority, window_start, window_end, dedup_key, next_run_at, created_at)
+SELECT 'shops', o.owner, o.owner, 'orders', 'initial', 0,
+       greatest(%(anchor)s - (s + 1) * interval '30 days', %(anchor)s - %(horizon)s * interval '1 day'),
+       %(anchor)s - s * interval '30 days',
+       'initial:' || to_char(greatest(%(anchor)s - (s + 1) * interval '30 days', %(anchor)s - %(horizon)s * interval '1 day')
+                             AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'),
+       %(now)s, %(now)s
+FROM (SELECT 'owner-' || i AS owner FROM generate_series(1, %(owners)s) AS i) AS o
+CROSS JOIN generate_series(0, ceil(%(horizon)s / 30.0)::int - 1) AS s
+UNION ALL
+SELECT 'shops', 'owner-' || i, 'owner-' || i, 'orders', 'recurring', 0, %(anchor)s - interval '5 minutes',
+       %(period)s, 'recurring:' || to_char(%(period)s AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'), %(now)s, %(now)s
+FROM generate_series(1, %(owners)s) AS i
+UNION ALL
+SELECT 'shops', 'owner-' || i, 'owner-' || i, 'products', 'initial', 1, NULL, NULL, 'initial', %(now)s, %(now)s
+FROM generate_series(1, %(owners)s) AS i
+ON CONFLICT (queue, owner, type, dedup_key) DO NOTHING
+"""
+
+
+def timed(action) -> tuple[float, object]:
+    started = time.perf_counter()
+    result = action()
+    return time.perf_counter() - started, result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--owners", type=int, default=10_000)
+    parser.add_argument("--quick", action="store_true", help="2,000 owners")
+    args = parser.parse_args()
+    count = 2_000 if args.quick else args.owners
+    owners = [Owner(f"owner-{i}") for i in range(1, count + 1)]
+    url = database_url()
+    schema, baseline_schema = schema_name("plan"), schema_name("plan_baseline")
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        for name in (schema, baseline_schema):
+            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
+            create_schema(conn, name)
+
+    def baseline(horizon: int) -> float:
+        params = {"anchor": datetime(2026, 11, 30, tzinfo=timezone.utc), "horizon": horizon, "now": NOW,
+                  "period": datetime(2026, 11, 30, 10, 15, tzinfo=timezone.utc), "owners": count}
+        with psycopg.connect(url, autocommit=True) as conn:
+            statement = sql.SQL(BASELINE).format(jobs=sql.SQL("{}.jobs").format(sql.Identifier(baseline_schema)))
+            seconds, _ = timed(lambda: conn.execute(statement, params))
+        return seconds
+
+    def plan(horizon: int):
+        lane = declaration(schema, owners, horizon)
+        with Operations(lane, lane.database(url)) as ops:
+            ops.activity("shops")  # connect (and create the schema) outside the timing
+            return timed(lambda: ops.plan("shops", now=NOW))
+
+    rows = []
+    first_s, first = plan(730)
+    baseline_s = baseline(730)
+    rows.append(("first plan, 730 days", first_s, first.total, baseline_s))
+    replan_s, replan = plan(730)
+    baseline_replan_s = baseline(730)
+    rows.append(("repeated plan", replan_s, replan.total, baseline_replan_s))
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        for name in (schema, baseline_schema):
+            conn.execute(sql.SQL("TRUNCATE {}.jobs").format(sql.Identifier(name)))
+    plan(60)
+    baseline(60)
+    raise_s, raised = plan(730)
+    baseline_raise_s = baseline(730)
+    rows.append(("horizon 60 -> 730 days", raise_s, raised.total, baseline_raise_s))
+
+    print(f"{'step':<24} {'owners':>7} {'inserted':>9} {'engine s':>9} {'baseline s':>11} {'ratio':>6}")
+    for label, seconds, inserted, base in rows:
+        print(f"{label:<24} {count:>7} {inserted:>9} {seconds:9.3f} {base:11.3f} {seconds / base:6.2f}")
+    drop_schema(url, schema)
+    drop_schema(url, baseline_schema)
+    print(f"first_plan_s={first_s:.3f} baseline_s={baseline_s:.3f} replan_s={replan_s:.3f} raise_horizon_s={raise_s:.3f} "
+          f"first_plan_ratio={first_s / baseline_s:.2f} owners={count}")
+
+
+if __name__ == "__main__":
+    main()
