@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -109,17 +110,27 @@ def _plan_batch(session: Session, queue: Queue, owners: Sequence[Owner], now: da
 
 
 def _insert(session: Session, queue: Queue, wanted: Iterable[tuple[Owner, int, PlannedJob]], now: datetime) -> Counter:
-    columns: dict[str, list] = {
-        name: [] for name in ("owners", "lanes", "types", "modes", "priorities", "window_starts", "window_ends", "dedup_keys")
-    }
-    for owner, priority, job in wanted:
-        columns["owners"].append(owner.id)
-        columns["lanes"].append(owner.lane_or_id)
-        columns["types"].append(job.type)
-        columns["modes"].append(job.mode.value)
-        columns["priorities"].append(priority)
-        columns["window_starts"].append(job.window_start)
-        columns["window_ends"].append(job.window_end)
-        columns["dedup_keys"].append(job.dedup_key)
-    rows = session.run("insert_planned", queue=queue.name, now=now, **columns)
-    return Counter({row["type"]: row["inserted"] for row in rows})
+    iso: dict[datetime | None, str | None] = {None: None}  # every owner shares the same few windows
+
+    def text(instant: datetime | None) -> str | None:
+        if instant not in iso:
+            iso[instant] = instant.isoformat()
+        return iso[instant]
+
+    rows = json.dumps(
+        [
+            {
+                "owner": owner.id,
+                "lane": owner.lane_or_id,
+                "type": job.type,
+                "mode": job.mode.value,
+                "priority": priority,
+                "window_start": text(job.window_start),
+                "window_end": text(job.window_end),
+                "dedup_key": job.dedup_key,
+            }
+            for owner, priority, job in wanted
+        ]
+    )
+    inserted = session.run("insert_planned", queue=queue.name, now=now, rows=rows)
+    return Counter({row["type"]: row["inserted"] for row in inserted})

@@ -75,11 +75,14 @@ def period_start(now: datetime, every: timedelta) -> datetime:
     return EPOCH + (elapsed // every) * every
 
 
+@functools.lru_cache(maxsize=4096)
 def instant_key(mode: JobMode, instant: datetime) -> str:
+    """``initial:2026-08-08T00:00:00Z``; cached, as every owner of a plan shares the same slice starts."""
     return f"{mode.value}:{utc(instant):%Y-%m-%dT%H:%M:%SZ}"
 
 
-def slices_back(newest_end: datetime, oldest_start: datetime, length: timedelta) -> list[tuple[datetime, datetime]]:
+@functools.lru_cache(maxsize=256)
+def slices_back(newest_end: datetime, oldest_start: datetime, length: timedelta) -> tuple[tuple[datetime, datetime], ...]:
     """Windows of ``length`` from ``newest_end`` back to ``oldest_start``, newest first; the oldest one is clipped."""
     windows = []
     end = newest_end
@@ -87,7 +90,7 @@ def slices_back(newest_end: datetime, oldest_start: datetime, length: timedelta)
         start = max(end - length, oldest_start)
         windows.append((start, end))
         end = start
-    return windows
+    return tuple(windows)
 
 
 def coverage_wanted(job_type: JobType, now: datetime) -> tuple[datetime | None, datetime]:

@@ -174,7 +174,7 @@ RETURNING id;
 -- next to nothing; the planning rule itself (planning.py) decides what is missing for the rest.
 WITH wanted AS (
     SELECT o.owner, t.type, t.horizon_start, t.period_start
-    FROM unnest(%(owners)s::text[]) AS o(owner)
+    FROM unnest(%(owners)b::text[]) AS o(owner)
     CROSS JOIN unnest(%(types)s::text[], %(horizon_starts)s::timestamptz[], %(period_starts)s::timestamptz[])
          AS t(type, horizon_start, period_start)
 ),
@@ -187,7 +187,7 @@ existing AS (
            min(created_at) AS first_created_at,
            max(created_at) AS last_created_at
     FROM {schema}.jobs
-    WHERE queue = %(queue)s AND owner = ANY(%(owners)s::text[]) AND mode <> 'manual'
+    WHERE queue = %(queue)s AND owner = ANY(%(owners)b::text[]) AND mode <> 'manual'
     GROUP BY owner, type
 )
 SELECT w.owner, w.type, e.has_initial, e.initial_start, e.covered_until, e.first_created_at
@@ -201,6 +201,7 @@ WHERE e.owner IS NULL
 
 -- name: insert_planned
 -- Insert planned jobs, skipping any whose key exists: concurrent planners create each job once.
+-- The rows come as one JSON array (tens of thousands of rows parse faster there than as bound arrays).
 -- Returns how many rows each type gained.
 WITH inserted AS (
     INSERT INTO {schema}.jobs
@@ -208,10 +209,9 @@ WITH inserted AS (
     SELECT %(queue)s, p.owner, p.lane, p.type, p.mode, p.priority, p.window_start, p.window_end, p.dedup_key,
            coalesce(%(now)s::timestamptz, statement_timestamp()),
            coalesce(%(now)s::timestamptz, statement_timestamp())
-    FROM unnest(%(owners)s::text[], %(lanes)s::text[], %(types)s::text[], %(modes)s::text[],
-                %(priorities)s::int[], %(window_starts)s::timestamptz[], %(window_ends)s::timestamptz[],
-                %(dedup_keys)s::text[])
-         AS p(owner, lane, type, mode, priority, window_start, window_end, dedup_key)
+    FROM json_to_recordset(%(rows)s::json)
+         AS p(owner text, lane text, type text, mode text, priority int,
+              window_start timestamptz, window_end timestamptz, dedup_key text)
     ON CONFLICT (queue, owner, type, dedup_key) DO NOTHING
     RETURNING type
 )

@@ -148,9 +148,7 @@ class WorkerSlot:
         """Lease the next job this slot should run, or None when nothing is due in a free lane."""
         for _ in range(MAX_LANE_RACES):
             try:
-                row = self.session.one(
-                    "take_next", queue=self.queue.name, worker=self.worker_id, lease=self.queue.lease, now=self.clock()
-                )
+                row = self.session.one("take_next", **self._take_params())
             except psycopg.errors.UniqueViolation as exc:
                 if exc.diag.constraint_name != LANE_INDEX:
                     raise

@@ -1,0 +1,45 @@
+"""The lane race: 24 workers, 3 lanes, 600 short jobs, with the lane index and with it dropped.
+
+Every job's run interval is recorded by its handler and overlapping intervals in one lane are counted.
+With the index there must be none; without it the same race overlaps, which shows what the index buys.
+
+    .venv/bin/python bench/lanes.py            # 24 workers, 3 lanes, 600 jobs
+    .venv/bin/python bench/lanes.py --quick    # 12 workers, 3 lanes, 200 jobs
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from harness import database_url, drop_schema, schema_name
+from tests.lane_race import lane_race
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--workers", type=int, default=24)
+    parser.add_argument("--lanes", type=int, default=3)
+    parser.add_argument("--jobs", type=int, default=600)
+    parser.add_argument("--page-seconds", type=float, default=0.002, help="how long each job's one page takes")
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    if args.quick:
+        args.workers, args.jobs = 12, 200
+    url = database_url()
+    results = {}
+    print(f"{'lane index':<11} {'workers':>7} {'lanes':>5} {'jobs':>5} {'overlaps':>8} {'lane races':>10} {'seconds':>7}")
+    for keep in (True, False):
+        schema = schema_name("lanes_with" if keep else "lanes_without")
+        try:
+            result = lane_race(url, schema, workers=args.workers, lanes=args.lanes, jobs=args.jobs,
+                               page_seconds=args.page_seconds, keep_lane_index=keep)
+        finally:
+            drop_schema(url, schema)
+        results[keep] = result
+        print(f"{'kept' if keep else 'dropped':<11} {args.workers:>7} {args.lanes:>5} {result.jobs:>5} "
+              f"{result.overlaps:>8} {result.lane_races:>10} {result.seconds:7.2f}")
+    print(f"overlaps_with_index={results[True].overlaps} overlaps_without_index={results[False].overlaps}")
+
+
+if __name__ == "__main__":
+    main()
