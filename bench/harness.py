@@ -118,59 +118,48 @@ def run_engine(url: str, schema: str, *, workers: int, pages: int, seconds: floa
 
 def run_baseline(url: str, schema: str, *, workers: int, pages: int, seconds: float) -> Run:
     """The same statements from a minimal psycopg loop per connection: the raw-SQL limit for this design."""
-    take, save, finish = (statement(name, schema) for name in ("take_next", "save_page", "finish"))
+    advance, save = statement("finish_and_take", schema), statement("save_page", schema)
     stop = threading.Event()
     totals = {"jobs": 0, "pages": 0, "empty": 0, "races": 0}
     lock = threading.Lock()
+    lease = timedelta(minutes=5)
+    nothing = {"finished": None, "status": None, "processed_count": None, "error": None, "delay": None}
 
     def loop(number: int) -> None:
         worker = f"baseline-{number}"
-        take_params = {"queue": QUEUE, "worker": worker, "lease": timedelta(minutes=5), "now": None}
+        base = {"queue": QUEUE, "worker": worker, "lease": lease, "now": None}
         jobs = done_pages = empty = races = 0
         idle = IDLE_BACKOFF_START
+        job_id = None
         with psycopg.connect(url, autocommit=True) as conn:
-            row = None
-            while not stop.is_set():
-                if row is None:
-                    try:
-                        row = conn.execute(take, take_params).fetchone()
-                    except psycopg.errors.UniqueViolation as exc:
-                        if exc.diag.constraint_name != LANE_INDEX:
-                            raise
-                        races += 1
-                        continue
-                    if row is None:
-                        empty += 1
-                        stop.wait(idle)
-                        idle = min(idle * 2, POLL.total_seconds())
-                        continue
-                idle = IDLE_BACKOFF_START
-                job_id = row[0]
-                for page in range(1, pages):
-                    conn.execute(save, {"id": job_id, "worker": worker, "cursor": str(page), "processed_count": page,
-                                        "lease": timedelta(minutes=5), "now": None})
-                finish_params = {"id": job_id, "worker": worker, "status": "completed", "processed_count": pages,
-                                 "error": None, "delay": timedelta(0), "now": None}
-                if stop.is_set():
-                    conn.execute(finish, finish_params)
-                    row = None
-                else:
-                    try:  # as the engine does: finish and take the next job in one transaction, one round trip
-                        with conn.pipeline(), conn.transaction():
-                            conn.execute(finish, finish_params)
-                            taken = conn.execute(take, take_params)
-                        row = taken.fetchone()
-                    except psycopg.errors.UniqueViolation:
-                        races += 1
-                        conn.execute(finish, finish_params)
-                        row = None
-                    else:
-                        if row is None:
-                            empty += 1
-                jobs += 1
-                done_pages += pages
-            if row is not None:
-                conn.execute(statement("release", schema), {"id": row[0], "worker": worker, "processed_count": 0, "now": None})
+            while True:
+                if job_id is None and stop.is_set():
+                    break
+                if job_id is None:
+                    params = {**base, **nothing, "take": True}
+                else:  # as the engine does: finish this job and take the next in one statement
+                    for page in range(1, pages):
+                        conn.execute(save, {"id": job_id, "worker": worker, "cursor": str(page),
+                                            "processed_count": page, "lease": lease, "now": None})
+                    params = {**base, "finished": job_id, "status": "completed", "processed_count": pages,
+                              "error": None, "delay": timedelta(0), "take": not stop.is_set()}
+                try:
+                    row = conn.execute(advance, params).fetchone()
+                except psycopg.errors.UniqueViolation:
+                    races += 1
+                    if job_id is not None:
+                        conn.execute(advance, {**params, "take": False})
+                        jobs, done_pages, job_id = jobs + 1, done_pages + pages, None
+                    continue
+                if job_id is not None:
+                    jobs, done_pages = jobs + 1, done_pages + pages
+                job_id = row[1]  # column 0 is "finished", column 1 the taken job's id
+                if job_id is None and params["take"]:
+                    empty += 1
+                    stop.wait(idle)
+                    idle = min(idle * 2, POLL.total_seconds())
+                elif job_id is not None:
+                    idle = IDLE_BACKOFF_START
         with lock:
             totals["jobs"] += jobs
             totals["pages"] += done_pages

@@ -273,10 +273,11 @@ def test_a_late_write_by_an_old_lease_is_refused(setup, admin, schema, clock):
     for statement, params in [
         ("save_page", dict(cursor="999", processed_count=999, lease=MINUTE)),
         ("renew_lease", dict(lease=MINUTE)),
-        ("finish", dict(status="completed", processed_count=999, error=None, delay=timedelta(0))),
         ("release", dict(processed_count=999)),
     ]:
         assert old.session.one(statement, id=job.id, worker=old.worker_id, now=clock.now, **params) is None
+    finish = dict(finished=job.id, status="completed", processed_count=999, error=None, delay=timedelta(0), now=clock.now)
+    assert old._finish_and_take(finish, take=False)["finished"] is False
     row = job_row(admin, schema, job.id)
     assert (row["status"], row["leased_by"], row["cursor"], row["processed_count"]) == ("running", new.leased_by, None, 0)
 

@@ -107,24 +107,9 @@ class Session:
         query = statement(name, self.database.schema)
 
         def work(conn: psycopg.Connection) -> list[dict[str, Any]]:
-            cur = conn.execute(query, params)
-            return cur.fetchall() if cur.description is not None else []
+            return conn.execute(query, params).fetchall()
 
         return self._with_connection(name, work)
-
-    def run_together(self, *calls: tuple[str, dict[str, Any]]) -> list[list[dict[str, Any]]]:
-        """Run several named statements in one transaction and one round trip (pipeline mode).
-
-        Either all take effect or none; an error in any rolls back all and is raised.
-        """
-        queries = [(statement(name, self.database.schema), params) for name, params in calls]
-
-        def work(conn: psycopg.Connection) -> list[list[dict[str, Any]]]:
-            with conn.pipeline(), conn.transaction():
-                cursors = [conn.execute(query, params) for query, params in queries]
-            return [cur.fetchall() if cur.description is not None else [] for cur in cursors]
-
-        return self._with_connection(" + ".join(name for name, _ in calls), work)
 
     def _with_connection(self, label: str, work: Callable[[psycopg.Connection], Any]) -> Any:
         """Do ``work`` on this session's connection; when the connection breaks, back off, reconnect, repeat."""

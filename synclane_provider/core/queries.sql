@@ -1,24 +1,50 @@
--- Every statement the engine runs, one per name.
+-- Every statement the engine runs, one per name. Each returns rows (RETURNING or SELECT).
 --
 -- {schema} is replaced by the quoted schema name (psycopg.sql.Identifier);
 -- values are always parameters. %(now)s is the caller's clock: NULL means the
 -- database's own time, a value pins it (tests do this). Statements that must
 -- be atomic are one statement.
 
--- name: take_next
--- Lease the job a worker should run next: one it already holds (a take whose reply was lost), else an
--- expired lease (a dead worker's job, continued from its cursor), else the first due waiting job whose lane
--- has nothing running, in declared type order and newest window first. A deferred job only goes when its
--- lane has nothing else due. Row locks are skipped, never waited on; two workers picking jobs of one lane at
--- once are stopped by jobs_one_running_per_lane (the caller retries on that unique violation).
+-- name: finish_and_take
+-- How a worker moves on, in one statement: write how its last job ended (when %(finished)s names one),
+-- then lease its next job (when %(take)s). Done together, other workers never see the lane free in
+-- between, so a lane whose next job is this worker's best choice passes straight to it instead of being
+-- raced for by every idle worker.
+--
+-- Finishing leaves running for completed, failed, deferred or abandoned, with the final count, the error
+-- (if any) and the delay before the next attempt; it is fenced on the lease, and frees the lane.
+--
+-- The next job is one the worker already holds (a take whose reply was lost), else an expired lease (a
+-- dead worker's job, continued from its cursor), else the first due waiting job whose lane has nothing
+-- running, in declared type order and newest window first. A deferred job only goes when its lane has
+-- nothing else due. Row locks are skipped, never waited on; two workers picking jobs of one lane at once
+-- are stopped by jobs_one_running_per_lane (the caller retries on that unique violation, which also undoes
+-- the finish).
 --
 -- The due job is looked for in two ways that give the same answer. First among the first few due jobs in
 -- queue order: with many lanes one of them is almost always in a free lane. When none is (few lanes, all
 -- busy, or one lane holding the head of the queue), the lanes that have waiting jobs are walked one index
 -- probe each and the best head of a free lane is taken; scanning every due job instead would read the
 -- whole queue only to find nothing.
+--
+-- Returns one row: finished (whether the named job was written; false means its lease was lost) and the
+-- leased job's columns (all NULL when nothing was taken).
 WITH RECURSIVE clock AS (
     SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now
+),
+finished AS (
+    UPDATE {schema}.jobs AS done
+    SET status = %(status)s,
+        processed_count = %(processed_count)s,
+        error = %(error)s,
+        next_run_at = clock.now + %(delay)s::interval,
+        completed_at = CASE WHEN %(status)s = 'completed'
+                            THEN coalesce(%(now)s::timestamptz, clock_timestamp()) END,
+        leased_by = NULL,
+        lease_expires_at = NULL
+    FROM clock
+    WHERE done.id = %(finished)s AND done.leased_by = %(worker)s AND done.status = 'running'
+    RETURNING done.id
 ),
 lanes AS (
     (
@@ -38,8 +64,10 @@ candidate AS (
     SELECT id FROM (
         SELECT j.id
         FROM {schema}.jobs AS j, clock
-        WHERE j.queue = %(queue)s
+        WHERE %(take)s
+          AND j.queue = %(queue)s
           AND j.status = 'running'
+          AND j.id IS DISTINCT FROM %(finished)s
           AND (j.leased_by = %(worker)s OR j.lease_expires_at < clock.now)
         ORDER BY j.leased_by = %(worker)s DESC, j.lease_expires_at
         LIMIT 1
@@ -50,7 +78,8 @@ candidate AS (
         SELECT j.id
         FROM (
             SELECT first.id FROM {schema}.jobs AS first, clock
-            WHERE first.queue = %(queue)s
+            WHERE %(take)s
+              AND first.queue = %(queue)s
               AND first.status IN ('pending', 'failed', 'deferred')
               AND first.next_run_at <= clock.now
             ORDER BY first.priority, first.window_end DESC NULLS LAST, first.id
@@ -62,6 +91,7 @@ candidate AS (
           AND NOT EXISTS (
               SELECT 1 FROM {schema}.jobs AS busy
               WHERE busy.queue = j.queue AND busy.lane = j.lane AND busy.status = 'running'
+                AND busy.id NOT IN (SELECT id FROM finished)
           )
           AND (j.status <> 'deferred' OR NOT EXISTS (
               SELECT 1 FROM {schema}.jobs AS other
@@ -97,10 +127,12 @@ candidate AS (
             ) AS head
         ) AS lane_head
         JOIN {schema}.jobs AS j ON j.id = lane_head.id, clock
-        WHERE lanes.lane IS NOT NULL
+        WHERE %(take)s
+          AND lanes.lane IS NOT NULL
           AND NOT EXISTS (
               SELECT 1 FROM {schema}.jobs AS busy
               WHERE busy.queue = %(queue)s AND busy.lane = lanes.lane AND busy.status = 'running'
+                AND busy.id NOT IN (SELECT id FROM finished)
           )
           AND j.status IN ('pending', 'failed', 'deferred')
           AND j.next_run_at <= clock.now
@@ -109,18 +141,23 @@ candidate AS (
         FOR UPDATE OF j SKIP LOCKED
     ) AS head_of_a_free_lane
     LIMIT 1
+),
+taken AS (
+    UPDATE {schema}.jobs AS j
+    SET status = 'running',
+        leased_by = %(worker)s,
+        lease_expires_at = clock.now + %(lease)s::interval,
+        attempt_count = CASE WHEN j.leased_by = %(worker)s THEN j.attempt_count ELSE j.attempt_count + 1 END,
+        started_at = CASE WHEN j.leased_by = %(worker)s THEN j.started_at
+                          ELSE coalesce(%(now)s::timestamptz, clock_timestamp()) END,
+        heartbeat_at = clock.now
+    FROM candidate, clock
+    WHERE j.id = candidate.id
+    RETURNING j.*
 )
-UPDATE {schema}.jobs AS j
-SET status = 'running',
-    leased_by = %(worker)s,
-    lease_expires_at = clock.now + %(lease)s::interval,
-    attempt_count = CASE WHEN j.leased_by = %(worker)s THEN j.attempt_count ELSE j.attempt_count + 1 END,
-    started_at = CASE WHEN j.leased_by = %(worker)s THEN j.started_at
-                      ELSE coalesce(%(now)s::timestamptz, clock_timestamp()) END,
-    heartbeat_at = clock.now
-FROM candidate, clock
-WHERE j.id = candidate.id
-RETURNING j.*;
+SELECT EXISTS (SELECT 1 FROM finished) AS finished, taken.*
+FROM (SELECT) AS one
+LEFT JOIN taken ON true;
 
 -- name: save_page
 -- After a page: store the cursor and the absolute record count, and renew the lease. Fenced on the lease:
@@ -140,21 +177,6 @@ SET heartbeat_at = coalesce(%(now)s::timestamptz, statement_timestamp()),
     lease_expires_at = coalesce(%(now)s::timestamptz, statement_timestamp()) + %(lease)s::interval
 WHERE id = %(id)s AND leased_by = %(worker)s AND status = 'running'
 RETURNING lease_expires_at;
-
--- name: finish
--- Leave running: completed, failed, deferred or abandoned, with the final count and the error (if any).
--- Fenced on the lease. Frees the lane.
-UPDATE {schema}.jobs
-SET status = %(status)s,
-    processed_count = %(processed_count)s,
-    error = %(error)s,
-    next_run_at = coalesce(%(now)s::timestamptz, statement_timestamp()) + %(delay)s::interval,
-    completed_at = CASE WHEN %(status)s = 'completed'
-                        THEN coalesce(%(now)s::timestamptz, clock_timestamp()) END,
-    leased_by = NULL,
-    lease_expires_at = NULL
-WHERE id = %(id)s AND leased_by = %(worker)s AND status = 'running'
-RETURNING id;
 
 -- name: release
 -- Graceful stop: hand the job back as pending with its cursor; the interrupted attempt does not count.

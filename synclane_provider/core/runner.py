@@ -19,8 +19,8 @@ from synclane_provider.core.records import Job, Page
 from synclane_provider.core.states import JobStatus
 
 Clock = Callable[[], "datetime | None"]
-FinalWrite = Callable[[dict], "dict | None"]
-"""Writes how a job ended (the ``finish`` statement's parameters) and returns the row, or None if the lease was lost."""
+FinalWrite = Callable[[dict], bool]
+"""Writes how a job ended (id, status, processed_count, error, delay, now); False if the lease was lost."""
 
 
 class Outcome(str, Enum):
@@ -49,6 +49,8 @@ class RunResult:
         text = f"{self.job.describe()}: {self.outcome} after {self.pages} page(s), {self.records} record(s)"
         return f"{text}; {self.error}" if self.error else text
 
+    __str__ = describe  # so that loggers format it only when the line is written
+
 
 class JobRunner:
     """Runs jobs of one queue for one worker: handler page by page, cursor saved after each page.
@@ -66,11 +68,11 @@ class JobRunner:
         clock: Clock,
         stop: threading.Event,
         lease: LeaseKeeper,
-        final_write: FinalWrite | None = None,
+        final_write: FinalWrite,
         log: logging.Logger | logging.LoggerAdapter | None = None,
     ) -> None:
         self._lease = lease
-        self._final_write = final_write or (lambda params: session.one("finish", **params))
+        self._final_write = final_write
         self._session = session
         self._queue = queue
         self._worker = worker
@@ -142,21 +144,13 @@ class JobRunner:
         error: str | None = None,
         delay: timedelta = timedelta(0),
     ) -> RunResult:
-        row = self._final_write(
-            dict(
-                id=job.id,
-                worker=self._worker,
-                status=status.value,
-                processed_count=processed,
-                error=error,
-                delay=delay,
-                now=self._clock(),
-            )
+        written = self._final_write(
+            dict(finished=job.id, status=status.value, processed_count=processed, error=error, delay=delay, now=self._clock())
         )
-        if row is None:
+        if not written:
             return self._lost(job, pages, records)
         result = RunResult(job, Outcome(status.value), pages, records, error)
-        self._log.info("%s", result.describe())
+        self._log.info("%s", result)
         return result
 
     def _release(self, job: Job, pages: int, records: int) -> RunResult:
@@ -166,10 +160,10 @@ class JobRunner:
         if row is None:
             return self._lost(job, pages, records)
         result = RunResult(job, Outcome.RELEASED, pages, records)
-        self._log.info("%s (handed back at cursor %s)", result.describe(), job.cursor)
+        self._log.info("%s (handed back at cursor %s)", result, job.cursor)
         return result
 
     def _lost(self, job: Job, pages: int, records: int) -> RunResult:
         result = RunResult(job, Outcome.LEASE_LOST, pages, records)
-        self._log.warning("%s: the lease was taken over; stopped without writing", result.describe())
+        self._log.warning("%s: the lease was taken over; stopped without writing", result)
         return result

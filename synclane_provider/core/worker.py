@@ -117,11 +117,19 @@ class WorkerSlot:
         self._next: Job | None = None
         self._hand_over = True
 
-    def _take_params(self) -> dict:
-        return {"queue": self.queue.name, "worker": self.worker_id, "lease": self.queue.lease, "now": self.clock()}
+    def _finish_and_take(self, finish: dict | None, *, take: bool) -> dict:
+        """Run the ``finish_and_take`` statement: finish the last job (if any), lease the next (if ``take``)."""
+        nothing = {"finished": None, "status": None, "processed_count": None, "error": None, "delay": None}
+        params = {**nothing, **(finish or {}), "queue": self.queue.name, "worker": self.worker_id,
+                  "lease": self.queue.lease, "take": take}
+        params["now"] = params.get("now") or self.clock()
+        row = self.session.one("finish_and_take", **params)
+        if take and row["id"] is None:
+            self.summary.empty_takes += 1
+        return row
 
-    def _finish_and_take_next(self, finish: dict) -> dict | None:
-        """Write how a job ended and take the next job in the same transaction.
+    def _finish_and_take_next(self, finish: dict) -> bool:
+        """Write how a job ended and, unless the slot is stopping, take its next job in the same statement.
 
         Other workers never see the lane free between the two, so a lane whose
         next job is this worker's best choice passes straight to it instead of
@@ -129,35 +137,29 @@ class WorkerSlot:
         order: when a job in another free lane comes first, that one is taken
         and this lane is free for others.)
         """
-        if not self._hand_over or self.stop.is_set():
-            return self.session.one("finish", **finish)
+        take = self._hand_over and not self.stop.is_set()
         try:
-            finished, taken = self.session.run_together(("finish", finish), ("take_next", self._take_params()))
+            row = self._finish_and_take(finish, take=take)
         except psycopg.errors.UniqueViolation as exc:
             if exc.diag.constraint_name != LANE_INDEX:
                 raise
-            self.summary.lane_races += 1  # both rolled back; finish alone, take again later
-            return self.session.one("finish", **finish)
-        if taken:
-            self._next = Job.from_row(taken[0])
-        else:
-            self.summary.empty_takes += 1
-        return finished[0] if finished else None
+            self.summary.lane_races += 1  # the finish was undone too: finish alone, take again later
+            row = self._finish_and_take(finish, take=False)
+        if take and row["id"] is not None:
+            self._next = Job.from_row(row)
+        return row["finished"]
 
     def take(self) -> Job | None:
         """Lease the next job this slot should run, or None when nothing is due in a free lane."""
         for _ in range(MAX_LANE_RACES):
             try:
-                row = self.session.one("take_next", **self._take_params())
+                row = self._finish_and_take(None, take=True)
             except psycopg.errors.UniqueViolation as exc:
                 if exc.diag.constraint_name != LANE_INDEX:
                     raise
                 self.summary.lane_races += 1  # another worker took this lane first; ask again
                 continue
-            if row is None:
-                self.summary.empty_takes += 1
-                return None
-            return Job.from_row(row)
+            return Job.from_row(row) if row["id"] is not None else None
         return None
 
     def run_one(self, *, then_continue: bool = True) -> RunResult | None:
