@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT))
 from synclane_provider.core import Job, Page, Queue, SnapshotType, SyncLane, WorkerPool  # noqa: E402
 from synclane_provider.core.queries import statement  # noqa: E402
 from synclane_provider.core.schema import create_schema  # noqa: E402
-from synclane_provider.core.worker import IDLE_BACKOFF_START, LANE_INDEX  # noqa: E402
+
 from tools.postgres import find_url  # noqa: E402
 
 QUEUE = "bench"
@@ -106,7 +106,7 @@ def run_engine(url: str, schema: str, *, workers: int, pages: int, seconds: floa
         create_schema=False,
     )
     pool = WorkerPool(lane, lane.database(url), QUEUE, slots=workers, poll_interval=POLL)
-    timer = threading.Timer(seconds, pool.stop.set)
+    timer = threading.Timer(seconds, pool.shutdown)
     started = time.perf_counter()
     timer.start()
     summary = pool.run()
@@ -120,6 +120,7 @@ def run_baseline(url: str, schema: str, *, workers: int, pages: int, seconds: fl
     """The same statements from a minimal psycopg loop per connection: the raw-SQL limit for this design."""
     advance, save = statement("finish_and_take", schema), statement("save_page", schema)
     stop = threading.Event()
+    idle = threading.Condition()  # idle loops sleep here, as the engine's slots do, until a lane is left
     totals = {"jobs": 0, "pages": 0, "empty": 0, "races": 0}
     lock = threading.Lock()
     lease = timedelta(minutes=5)
@@ -129,8 +130,7 @@ def run_baseline(url: str, schema: str, *, workers: int, pages: int, seconds: fl
         worker = f"baseline-{number}"
         base = {"queue": QUEUE, "worker": worker, "lease": lease, "now": None}
         jobs = done_pages = empty = races = 0
-        idle = IDLE_BACKOFF_START
-        job_id = None
+        job_id = lane = None
         with psycopg.connect(url, autocommit=True) as conn:
             while True:
                 if job_id is None and stop.is_set():
@@ -153,13 +153,16 @@ def run_baseline(url: str, schema: str, *, workers: int, pages: int, seconds: fl
                     continue
                 if job_id is not None:
                     jobs, done_pages = jobs + 1, done_pages + pages
-                job_id = row[1]  # column 0 is "finished", column 1 the taken job's id
+                left = lane
+                job_id, lane = row[1], row[4]  # after "finished": the taken job's id, queue, owner, lane
+                if lane != left and left is not None:
+                    with idle:
+                        idle.notify()
                 if job_id is None and params["take"]:
                     empty += 1
-                    stop.wait(idle)
-                    idle = min(idle * 2, POLL.total_seconds())
-                elif job_id is not None:
-                    idle = IDLE_BACKOFF_START
+                    with idle:
+                        if not stop.is_set():
+                            idle.wait(POLL.total_seconds())
         with lock:
             totals["jobs"] += jobs
             totals["pages"] += done_pages
@@ -170,8 +173,10 @@ def run_baseline(url: str, schema: str, *, workers: int, pages: int, seconds: fl
     started = time.perf_counter()
     for thread in threads:
         thread.start()
-    stop.wait(seconds)
+    time.sleep(seconds)
     stop.set()
+    with idle:
+        idle.notify_all()
     for thread in threads:
         thread.join()
     elapsed = time.perf_counter() - started

@@ -29,8 +29,6 @@ from synclane_provider.core.runner import Clock, JobRunner, Outcome, RunResult
 log = logging.getLogger(__name__)
 
 LANE_INDEX = "jobs_one_running_per_lane"
-IDLE_BACKOFF_START = 0.005
-"""Seconds a draining slot first waits when every lane with due work is busy; doubles up to the poll interval."""
 MAX_LANE_RACES = 50
 """Lane races lost in a row before a take gives up and reports nothing to do (the lanes are contended)."""
 
@@ -116,6 +114,8 @@ class WorkerSlot:
         self.summary = Summary()
         self._next: Job | None = None
         self._hand_over = True
+        self.found_nothing = False
+        """Whether the take that came with the last finish found nothing to do."""
 
     def _finish_and_take(self, finish: dict | None, *, take: bool) -> dict:
         """Run the ``finish_and_take`` statement: finish the last job (if any), lease the next (if ``take``)."""
@@ -147,6 +147,7 @@ class WorkerSlot:
             row = self._finish_and_take(finish, take=False)
         if take and row["id"] is not None:
             self._next = Job.from_row(row)
+        self.found_nothing = take and row["id"] is None
         return row["finished"]
 
     def take(self) -> Job | None:
@@ -170,6 +171,7 @@ class WorkerSlot:
         call :meth:`hand_back`.
         """
         job, self._next = self._next, None
+        self.found_nothing = False
         if job is None:
             job = self.take()
         if job is None:
@@ -178,6 +180,11 @@ class WorkerSlot:
         result = self.runner.run(job)
         self.summary.add(result)
         return result
+
+    @property
+    def next_job(self) -> Job | None:
+        """The job taken as the last one finished, to run next (None if none was taken)."""
+        return self._next
 
     def hand_back(self) -> None:
         """Return a job taken for later, unstarted, as pending (its attempt does not count)."""
@@ -211,7 +218,13 @@ class WorkerSlot:
 
 
 class WorkerPool:
-    """Several worker slots of one queue on threads: drain once, or keep polling until stopped."""
+    """Several worker slots of one queue on threads: drain once, or keep running until shut down.
+
+    Idle slots sleep until another slot leaves a lane that may still have work
+    (it moved to a better job elsewhere, or stopped), until the queue looks
+    empty to a draining slot, or at most one poll interval. They do not poll
+    in a tight loop: with more slots than lanes, most slots have nothing to do.
+    """
 
     def __init__(
         self,
@@ -229,39 +242,54 @@ class WorkerPool:
             raise ValueError(f"slots must be at least 1, got {self.slots}")
         self.poll_interval = poll_interval or synclane.poll_interval
         self.stop = threading.Event()
+        self._idle = threading.Condition()
         self._slots = [
             WorkerSlot(synclane, database, queue, worker_id=new_worker_id(f"{queue}-{i}"), clock=clock, stop=self.stop)
             for i in range(self.slots)
         ]
 
     def drain(self) -> Summary:
-        """Run until the queue has nothing running and nothing due; returns the combined summary.
-
-        A slot that finds every due lane busy waits briefly and asks again, so
-        all slots keep competing until the last job is done.
-        """
+        """Run until the queue has nothing running and nothing due; returns the combined summary."""
         return self._on_threads(lambda slot: self._work(slot, until_empty=True))
 
     def run(self) -> Summary:
-        """Keep running jobs until :attr:`stop` is set (then running jobs are handed back with their cursors)."""
+        """Keep running jobs until :meth:`shutdown` (running jobs are then handed back with their cursors)."""
         return self._on_threads(lambda slot: self._work(slot, until_empty=False))
 
+    def shutdown(self) -> None:
+        """Ask every slot to stop after its current page; safe to call from any thread."""
+        self.stop.set()
+        self._wake(everyone=True)
+
     def _work(self, slot: WorkerSlot, *, until_empty: bool) -> None:
-        """Run jobs; when none can be taken, wait with a backoff that doubles up to the poll interval."""
-        idle = IDLE_BACKOFF_START
         try:
             while not self.stop.is_set():
-                if slot.run_one() is not None:
-                    idle = IDLE_BACKOFF_START
-                    continue
-                if until_empty:
-                    activity = slot.session.one("queue_activity", queue=self.queue.name, lane=None, now=slot.clock())
-                    if not (activity["running"] or activity["due"]):
-                        return
-                self.stop.wait(idle)
-                idle = min(idle * 2, self.poll_interval.total_seconds())
+                result = slot.run_one()
+                if result is not None:
+                    following = slot.next_job
+                    if following is None or following.lane != result.job.lane:
+                        self._wake()  # this slot left a lane that may still have work
+                    if following is not None or not slot.found_nothing:
+                        continue
+                if until_empty and not self._busy(slot):
+                    self._wake(everyone=True)
+                    return
+                with self._idle:
+                    if not self.stop.is_set():
+                        self._idle.wait(self.poll_interval.total_seconds())
         finally:
             slot.hand_back()
+
+    def _busy(self, slot: WorkerSlot) -> bool:
+        activity = slot.session.one("queue_activity", queue=self.queue.name, lane=None, now=slot.clock())
+        return activity["running"] or activity["due"]
+
+    def _wake(self, *, everyone: bool = False) -> None:
+        with self._idle:
+            if everyone:
+                self._idle.notify_all()
+            else:
+                self._idle.notify()
 
     def _on_threads(self, work) -> Summary:
         errors: list[BaseException] = []
@@ -271,7 +299,7 @@ class WorkerPool:
                 work(slot)
             except BaseException as exc:  # noqa: BLE001 - reported to the caller below
                 errors.append(exc)
-                self.stop.set()
+                self.shutdown()
 
         threads = [threading.Thread(target=guarded, args=(slot,), name=slot.worker_id) for slot in self._slots]
         for thread in threads:
