@@ -3,16 +3,12 @@
 from __future__ import annotations
 
 import threading
-from pathlib import Path
-
 import psycopg
 import pytest
 
 from synclane_provider.core import Operations
 from synclane_provider.core.schema import create_schema, render_schema
 from tests.helpers import declare, products
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def indexes(admin, schema):
@@ -68,7 +64,3 @@ def test_a_table_created_by_hand_from_the_shipped_file_is_used_as_is(admin, data
     with Operations(lane, database) as ops:
         ops.plan("shops")
         assert len(ops.list_jobs("shops")) == 1
-
-
-def test_the_shipped_sql_file_is_current():
-    assert (ROOT / "docs" / "schema.sql").read_text() == render_schema("synclane")
