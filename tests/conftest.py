@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import tests.airflow_env  # noqa: F401 - Airflow's environment, before anything imports airflow
+
 import os
 import uuid
 from collections.abc import Iterator

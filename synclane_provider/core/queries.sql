@@ -323,6 +323,64 @@ SELECT EXISTS (
        clock.now AS now
 FROM clock;
 
+-- name: worker_wakeup
+-- What an idle worker (or its trigger) waits for: whether a take would find a job now (a due job in a lane
+-- with nothing running, or a running job whose lease expired), else the next instant that could change that
+-- (a waiting job becoming due, a lease running out). A due job in a busy lane does not count: the lane's
+-- worker goes on draining when its job ends, and waking for it would only make an idle worker resume and
+-- defer again without running anything.
+WITH clock AS (
+    SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now
+)
+SELECT (
+           EXISTS (
+               SELECT 1 FROM {schema}.jobs AS j, clock
+               WHERE j.queue = %(queue)s AND j.status IN ('pending', 'failed', 'deferred')
+                 AND j.next_run_at <= clock.now
+                 AND NOT EXISTS (
+                     SELECT 1 FROM {schema}.jobs AS busy
+                     WHERE busy.queue = j.queue AND busy.lane = j.lane AND busy.status = 'running'
+                 )
+           )
+           OR EXISTS (
+               SELECT 1 FROM {schema}.jobs AS j, clock
+               WHERE j.queue = %(queue)s AND j.status = 'running' AND j.lease_expires_at < clock.now
+           )
+       ) AS takeable,
+       least(
+           (
+               SELECT min(j.next_run_at) FROM {schema}.jobs AS j, clock
+               WHERE j.queue = %(queue)s AND j.status IN ('pending', 'failed', 'deferred')
+                 AND j.next_run_at > clock.now
+           ),
+           (
+               SELECT min(j.lease_expires_at) FROM {schema}.jobs AS j
+               WHERE j.queue = %(queue)s AND j.status = 'running'
+           )
+       ) AS wake_at,
+       clock.now AS now
+FROM clock;
+
+-- name: initial_load_waiting
+-- Of the given owners, those whose initial load (of one type, or of every type) is not complete: nothing
+-- initial planned yet, or an initial job not completed. With %(settled)s an abandoned job counts as done
+-- (it will not run again without a person). What the initial-load sensor and its trigger wait on.
+SELECT o.owner
+FROM unnest(%(owners)s::text[]) AS o(owner)
+WHERE NOT EXISTS (
+          SELECT 1 FROM {schema}.jobs AS j
+          WHERE j.queue = %(queue)s AND j.owner = o.owner AND j.mode = 'initial'
+            AND (%(type)s::text IS NULL OR j.type = %(type)s)
+      )
+   OR EXISTS (
+          SELECT 1 FROM {schema}.jobs AS j
+          WHERE j.queue = %(queue)s AND j.owner = o.owner AND j.mode = 'initial'
+            AND (%(type)s::text IS NULL OR j.type = %(type)s)
+            AND j.status <> 'completed'
+            AND NOT (%(settled)s AND j.status = 'abandoned')
+      )
+ORDER BY o.owner;
+
 -- name: notify
 -- Wake idle workers of a queue (their triggers LISTEN on the channel): jobs were inserted, requeued or released.
 SELECT pg_notify(%(channel)s, %(payload)s);

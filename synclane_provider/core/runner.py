@@ -17,6 +17,7 @@ from synclane_provider.core.lease import LeaseKeeper
 from synclane_provider.core.outcomes import decide_failure, describe_error
 from synclane_provider.core.records import Job, Page
 from synclane_provider.core.states import JobStatus
+from synclane_provider.core.wakeups import notify
 
 Clock = Callable[[], "datetime | None"]
 FinalWrite = Callable[[dict], bool]
@@ -159,6 +160,7 @@ class JobRunner:
         )
         if row is None:
             return self._lost(job, pages, records)
+        notify(self._session, self._queue.name)  # the job is due again: wake an idle worker to take it over
         result = RunResult(job, Outcome.RELEASED, pages, records)
         self._log.info("%s (handed back at cursor %s)", result, job.cursor)
         return result

@@ -1,0 +1,39 @@
+"""SyncLane planning: inserts the jobs every owner of the queue should have, at the declaration's plan interval.
+
+Planning is repeatable (a retried or doubled run inserts nothing more), so the
+DAG needs no catchup and one active run at a time. Set SYNCLANE_DECLARATION
+("package.module:attribute") and SYNCLANE_QUEUE to plan your own queue.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import datetime, timedelta, timezone
+
+from airflow.sdk import DAG
+
+from synclane_provider.locate import locate_queue
+from synclane_provider.operators.plan import SyncLanePlanOperator
+
+SYNCLANE = os.environ.get("SYNCLANE_DECLARATION", "synclane_provider.example:synclane")
+QUEUE = os.environ.get("SYNCLANE_QUEUE", "example")
+
+declaration, queue = locate_queue(SYNCLANE, QUEUE)  # imports the declaration only: no connection
+
+with DAG(
+    dag_id="synclane_plan",
+    description=f"Plan SyncLane queue {queue.name} every {declaration.plan_interval}",
+    schedule=declaration.plan_interval,
+    start_date=datetime(2026, 1, 1, tzinfo=timezone.utc),
+    catchup=False,
+    max_active_runs=1,
+    tags=["synclane"],
+    doc_md=__doc__,
+):
+    SyncLanePlanOperator(
+        task_id="plan",
+        synclane=SYNCLANE,
+        synclane_queue=queue.name,
+        retries=2,
+        retry_delay=timedelta(seconds=15),
+    )

@@ -1,0 +1,48 @@
+"""SyncLane workers: one mapped task per concurrency slot of the queue, each draining lanes from the shared table.
+
+Each task takes and runs jobs until nothing is due, then defers to the
+triggerer (holding no worker slot) until a job is inserted, requeued, handed
+back or becomes due. A task ends after ``idle_timeout`` seconds with nothing
+to do or ``max_run_time`` seconds in all (DAG params, so a manual run can
+change them); the DAG runs continuously, so the next run takes over at once.
+Set SYNCLANE_DECLARATION and SYNCLANE_QUEUE to work your own queue.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import datetime, timezone
+
+from airflow.sdk import DAG, Param
+
+from synclane_provider.locate import locate_queue
+from synclane_provider.operators.work import SyncLaneWorkOperator
+
+SYNCLANE = os.environ.get("SYNCLANE_DECLARATION", "synclane_provider.example:synclane")
+QUEUE = os.environ.get("SYNCLANE_QUEUE", "example")
+
+declaration, queue = locate_queue(SYNCLANE, QUEUE)  # imports the declaration only: no connection
+
+with DAG(
+    dag_id="synclane_work",
+    description=f"Work SyncLane queue {queue.name} with {queue.concurrency} slot(s)",
+    schedule="@continuous",
+    start_date=datetime(2026, 1, 1, tzinfo=timezone.utc),
+    catchup=False,
+    max_active_runs=1,
+    params={
+        "idle_timeout": Param(600, type="number", minimum=1, description="seconds with nothing to do before a slot ends"),
+        "max_run_time": Param(3600, type="number", minimum=1, description="seconds a slot runs at most"),
+    },
+    tags=["synclane"],
+    doc_md=__doc__,
+):
+    SyncLaneWorkOperator.partial(
+        task_id="work",
+        synclane=SYNCLANE,
+        synclane_queue=queue.name,
+        idle_timeout="{{ params.idle_timeout }}",
+        max_run_time="{{ params.max_run_time }}",
+        deferrable=True,
+        map_index_template="{{ task.synclane_queue }} slot {{ task.slot }}",
+    ).expand(slot=list(range(queue.concurrency)))

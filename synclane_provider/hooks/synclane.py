@@ -1,0 +1,67 @@
+"""The hook: turns an Airflow connection into the engine's database, sync for workers and async for triggers.
+
+It is the PostgreSQL provider's hook with its own connection id and type, so
+a connection of type ``synclane`` or a plain ``postgres`` one both work, and
+everything the PostgreSQL hook understands in a connection (extras such as
+``sslmode``, IAM tokens) applies. Nothing is opened until a task runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import psycopg
+from airflow.providers.postgres.hooks.postgres import PostgresHook
+
+from synclane_provider.core import Database, SyncLane
+
+
+class SyncLaneHook(PostgresHook):
+    """Gives the engine its connection to the jobs table from an Airflow connection.
+
+    :param synclane_conn_id: the Airflow connection to the database holding the
+        jobs table (type ``synclane`` or ``postgres``).
+    """
+
+    conn_name_attr = "synclane_conn_id"
+    default_conn_name = "synclane_default"
+    conn_type = "synclane"
+    hook_name = "SyncLane"
+
+    def get_database(self, synclane: SyncLane) -> Database:
+        """The engine's view of the table: a new psycopg connection per session, made by the PostgreSQL hook.
+
+        The connection details are read when the first session connects, not
+        here, so calling this at DAG parse time would still open nothing.
+        """
+        return synclane.database(connect=self.get_conn)
+
+    async def connect_async(self) -> psycopg.AsyncConnection:
+        """An autocommit async connection (for triggers), built from the same connection fields as ``get_conn``.
+
+        The Airflow connection is read with ``aget_connection`` so the
+        triggerer's event loop is never blocked on a secrets backend.
+        """
+        conn = await self.aget_connection(self.get_conn_id())
+        return await psycopg.AsyncConnection.connect(**await self._connect_kwargs(conn), autocommit=True)
+
+    async def _connect_kwargs(self, conn: Any) -> dict[str, Any]:
+        login, password, port = conn.login, conn.password, conn.port
+        if conn.extra_dejson.get("iam", False):
+            login, password, port = await asyncio.to_thread(self.get_iam_token, conn)
+        kwargs: dict[str, Any] = {
+            "host": conn.host,
+            "user": login,
+            "password": password,
+            "dbname": self.database or conn.schema,  # PostgresHook keeps its database argument here
+            "port": port,
+        }
+        if self.options:
+            kwargs["options"] = self.options
+        for name, value in conn.extra_dejson.items():
+            if name not in self.ignored_extra_options:
+                kwargs[name] = value
+        kwargs.setdefault("connect_timeout", 10)  # an unreachable host fails in seconds, then the caller backs off
+        kwargs.setdefault("application_name", "synclane-trigger")
+        return {name: value for name, value in kwargs.items() if value is not None}

@@ -1,0 +1,59 @@
+"""The planner operator: inserts the jobs a queue's owners should have, once, however often it runs."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk import BaseOperator
+
+from synclane_provider.core import Operations
+from synclane_provider.hooks.synclane import SyncLaneHook
+from synclane_provider.locate import locate_queue
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+
+class SyncLanePlanOperator(BaseOperator):
+    """Plans one queue: every owner its owner source lists, or only ``owner``.
+
+    Planning compares what should exist with what exists and inserts the
+    difference with ``ON CONFLICT DO NOTHING``, so a retried, doubled or late
+    run inserts nothing more. Returns ``{"queue", "owners", "inserted": {type:
+    count}, "total"}`` (pushed to XCom) and logs one line per job type.
+
+    :param synclane: import path of the declaration, ``"package.module:attribute"``.
+    :param synclane_queue: name of the queue to plan (``queue`` is the executor's queue in Airflow).
+    :param owner: plan only this owner (it must be listed by the owner source).
+    :param synclane_conn_id: Airflow connection to the database of the jobs table.
+    """
+
+    template_fields: Sequence[str] = ("synclane", "synclane_queue", "owner", "synclane_conn_id")
+    ui_color = "#e8f4d9"
+
+    def __init__(
+        self,
+        *,
+        synclane: str,
+        synclane_queue: str,
+        owner: str | None = None,
+        synclane_conn_id: str = SyncLaneHook.default_conn_name,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.synclane = synclane
+        self.synclane_queue = synclane_queue
+        self.owner = owner
+        self.synclane_conn_id = synclane_conn_id
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        declaration, queue = locate_queue(self.synclane, self.synclane_queue)
+        database = SyncLaneHook(synclane_conn_id=self.synclane_conn_id).get_database(declaration)
+        with Operations(declaration, database) as operations:
+            summary = operations.plan(queue.name, owner=self.owner or None)
+        for job_type, inserted in summary.inserted.items():
+            self.log.info(
+                "queue %s, type %s: %s job(s) inserted for %s owner(s)", queue.name, job_type, inserted, summary.owners
+            )
+        return {"queue": queue.name, "owners": summary.owners, "inserted": summary.inserted, "total": summary.total}

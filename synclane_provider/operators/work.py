@@ -1,0 +1,257 @@
+"""The worker operator: runs a queue's jobs one at a time, and waits for more on a trigger instead of a worker slot."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk import BaseOperator, conf
+from airflow.sdk.exceptions import AirflowException
+
+from synclane_provider.core import DeclarationError, Summary, WorkerSlot
+from synclane_provider.core.worker import new_worker_id
+from synclane_provider.hooks.synclane import SyncLaneHook
+from synclane_provider.locate import locate_queue
+from synclane_provider.triggers.due import JobDueTrigger
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+DEFER_GRACE = timedelta(minutes=1)
+"""How much longer than the trigger's own deadline the deferral may last before Airflow calls it a timeout."""
+
+
+def as_duration(name: str, value: object) -> timedelta:
+    """A positive duration from a timedelta or a number of seconds (a rendered template gives a string)."""
+    if isinstance(value, timedelta):
+        duration = value
+    elif isinstance(value, (int, float, str)) and not isinstance(value, bool):
+        try:
+            duration = timedelta(seconds=float(value))
+        except ValueError:
+            raise DeclarationError(f"{name} must be a timedelta or a number of seconds, got {value!r}") from None
+    else:
+        raise DeclarationError(f"{name} must be a timedelta or a number of seconds, got {value!r}")
+    if duration <= timedelta(0):
+        raise DeclarationError(f"{name} must be positive, got {value!r}")
+    return duration
+
+
+def _templated(value: object) -> bool:
+    return isinstance(value, str) and "{{" in value
+
+
+def _utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+@dataclass
+class WorkState:
+    """What a worker task carries across deferrals: when it started, when it last ran a job, and its totals.
+
+    It travels inside the trigger's event (not the task's resume kwargs), so it
+    survives every way Airflow resumes a task.
+    """
+
+    started_at: datetime
+    idle_since: datetime
+    summary: Summary = field(default_factory=Summary)
+    deferrals: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "started_at": self.started_at.isoformat(),
+            "idle_since": self.idle_since.isoformat(),
+            "summary": self.summary.as_dict(),
+            "deferrals": self.deferrals,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "WorkState":
+        return cls(
+            started_at=datetime.fromisoformat(data["started_at"]),
+            idle_since=datetime.fromisoformat(data["idle_since"]),
+            summary=Summary.from_dict(data["summary"]),
+            deferrals=int(data["deferrals"]),
+        )
+
+
+class SyncLaneWorkOperator(BaseOperator):
+    """One worker slot of a queue: takes and runs jobs until nothing is due, then waits for more.
+
+    Each job is logged on one line (owner, type, window, pages, records,
+    outcome). A job that fails, is throttled or abandoned is recorded on its
+    row and never fails the task; a lost database connection is retried with
+    backoff, and the task fails only when the database stays unreachable for
+    ``give_up_after``.
+
+    When nothing is due in a free lane the task defers (``deferrable=True``)
+    to a :class:`~synclane_provider.triggers.due.JobDueTrigger` and frees its
+    worker slot until a job is inserted, requeued, handed back or becomes due;
+    without deferral it polls every ``poll_interval`` of the declaration. The
+    task ends successfully once it has had nothing to do for ``idle_timeout``,
+    or after ``max_run_time`` (a job still running then is handed back as
+    pending with its cursor after its current page, for the next run). It
+    returns its totals (jobs by outcome, pages, records, deferrals), pushed to
+    XCom.
+
+    When Airflow stops the task (``on_kill``: SIGTERM, a cleared or
+    marked-failed task) the running job is handed back as pending with its
+    cursor after the current page, and the task fails. Prefer ``max_run_time``
+    to ``execution_timeout``: the latter interrupts a page in flight.
+
+    :param synclane: import path of the declaration, ``"package.module:attribute"``.
+    :param synclane_queue: name of the queue to work (``queue`` is the executor's queue in Airflow).
+    :param slot: which concurrency slot this task is (names the worker in ``leased_by`` and the UI);
+        map over ``range(queue.concurrency)`` to run every slot.
+    :param synclane_conn_id: Airflow connection to the database of the jobs table.
+    :param idle_timeout: end after this long with nothing to do (timedelta or seconds).
+    :param max_run_time: end after this long in all (timedelta or seconds).
+    :param give_up_after: how long the database may stay unreachable before the task fails.
+    :param deferrable: wait for work on the triggerer instead of a worker slot; defaults to
+        ``[operators] default_deferrable``.
+    """
+
+    template_fields: Sequence[str] = ("synclane", "synclane_queue", "synclane_conn_id", "idle_timeout", "max_run_time")
+    ui_color = "#d9ecf7"
+
+    def __init__(
+        self,
+        *,
+        synclane: str,
+        synclane_queue: str,
+        slot: int = 0,
+        synclane_conn_id: str = SyncLaneHook.default_conn_name,
+        idle_timeout: timedelta | float | str = timedelta(minutes=10),
+        max_run_time: timedelta | float | str = timedelta(hours=1),
+        give_up_after: timedelta = timedelta(minutes=5),
+        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
+        **kwargs: Any,
+    ) -> None:
+        kwargs.setdefault("map_index_template", "{{ task.synclane_queue }} slot {{ task.slot }}")
+        super().__init__(**kwargs)
+        for name, value in (("idle_timeout", idle_timeout), ("max_run_time", max_run_time)):
+            if not _templated(value):
+                as_duration(name, value)  # a bad value fails when the DAG is parsed, not hours later
+        self.synclane = synclane
+        self.synclane_queue = synclane_queue
+        self.slot = slot
+        self.synclane_conn_id = synclane_conn_id
+        self.idle_timeout = idle_timeout
+        self.max_run_time = max_run_time
+        self.give_up_after = as_duration("give_up_after", give_up_after)
+        self.deferrable = deferrable
+        self._worker: WorkerSlot | None = None
+        self._stop_requested = False
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        now = _utcnow()
+        return self._work(WorkState(started_at=now, idle_since=now))
+
+    def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
+        """Resume after the trigger fired: drain again, or end on the trigger's timeout."""
+        state = WorkState.from_dict(event["carry"])
+        status = event.get("status")
+        if status == "error":
+            raise AirflowException(f"waiting for jobs of queue {self.synclane_queue!r} failed: {event.get('message')}")
+        if status == "timeout":
+            return self._finish(state)
+        self.log.info("woken: a job of queue %s can be taken", self.synclane_queue)
+        return self._work(state)
+
+    def on_kill(self) -> None:
+        """Hand the running job back (pending, with its cursor) after its current page. Never blocks."""
+        self._stop_requested = True
+        worker = self._worker
+        if worker is not None:
+            worker.stop.set()
+        self.log.warning("stop requested: the running job, if any, is handed back after its current page")
+
+    def _work(self, state: WorkState) -> dict[str, Any]:
+        declaration, queue = locate_queue(self.synclane, self.synclane_queue)
+        idle_timeout = as_duration("idle_timeout", self.idle_timeout)
+        run_until = state.started_at + as_duration("max_run_time", self.max_run_time)
+        worker = WorkerSlot(
+            declaration,
+            SyncLaneHook(synclane_conn_id=self.synclane_conn_id).get_database(declaration),
+            queue.name,
+            worker_id=new_worker_id(f"{queue.name}-{self.slot}"),
+            logger=self.log,
+            give_up_after=self.give_up_after,
+        )
+        self._worker = worker
+        if self._stop_requested:
+            worker.stop.set()
+        # At the end of the run time a job in flight is handed back after its current page.
+        timer = threading.Timer(max((run_until - _utcnow()).total_seconds(), 0), worker.stop.set)
+        timer.daemon = True
+        timer.start()
+        try:
+            while True:
+                ran = worker.drain().jobs
+                state.summary.merge(worker.summary)
+                worker.summary = Summary()
+                now = _utcnow()
+                if ran:
+                    state.idle_since = now
+                if self._stop_requested:
+                    raise AirflowException(
+                        f"worker {worker.worker_id} stopped by Airflow; its running job (if any) was handed back "
+                        "as pending with its cursor"
+                    )
+                idle_until = state.idle_since + idle_timeout
+                if worker.stop.is_set() or now >= run_until or now >= idle_until:
+                    return self._finish(state)
+                until = min(run_until, idle_until)
+                if self.deferrable:
+                    state.deferrals += 1
+                    self.log.info(
+                        "nothing to take in queue %s: deferring until a job is due, at the latest %s",
+                        queue.name,
+                        until.isoformat(timespec="seconds"),
+                    )
+                    self.defer(
+                        trigger=JobDueTrigger(
+                            synclane_conn_id=self.synclane_conn_id,
+                            schema=declaration.schema,
+                            queue=queue.name,
+                            until=until,
+                            poll_interval=declaration.poll_interval.total_seconds(),
+                            give_up_after=self.give_up_after.total_seconds(),
+                            carry=state.as_dict(),
+                        ),
+                        method_name="execute_complete",
+                        timeout=until - now + DEFER_GRACE,
+                    )
+                worker.stop.wait(min(declaration.poll_interval, until - now).total_seconds())
+        finally:
+            timer.cancel()
+            worker.close()
+            self._worker = None
+
+    def _finish(self, state: WorkState) -> dict[str, Any]:
+        now = _utcnow()
+        run_until = state.started_at + as_duration("max_run_time", self.max_run_time)
+        reason = "max_run_time" if now >= run_until else "idle_timeout"
+        totals = state.summary.as_dict()
+        self.log.info(
+            "queue %s slot %s done (%s) after %.0fs: %s job(s) (%s completed, %s failed, %s deferred, %s abandoned, "
+            "%s handed back), %s page(s), %s record(s), waited on the triggerer %s time(s)",
+            self.synclane_queue,
+            self.slot,
+            reason,
+            (now - state.started_at).total_seconds(),
+            totals["jobs"],
+            totals["completed"],
+            totals["failed"],
+            totals["deferred"],
+            totals["abandoned"],
+            totals["released"],
+            totals["pages"],
+            totals["records"],
+            state.deferrals,
+        )
+        return {"queue": self.synclane_queue, "slot": self.slot, **totals, "deferrals": state.deferrals, "ended": reason}

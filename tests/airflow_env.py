@@ -1,0 +1,42 @@
+"""Airflow's environment for the test session, set before anything imports ``airflow``.
+
+Airflow reads its configuration once, at import, so this module is imported
+first thing by ``conftest.py``: a throwaway ``AIRFLOW_HOME`` with an SQLite
+metadata database, our ``dags/`` folder, no example DAGs, and the
+``synclane_default`` connection pointing at the test PostgreSQL (given as a
+URL, so it is a plain ``postgres`` connection). The provider tests work in a
+schema of their own, named here so that their declaration can read it.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import tempfile
+import uuid
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+LOCAL_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
+DATABASE_URL = os.environ.get("SYNCLANE_TEST_DATABASE_URL", LOCAL_URL)
+
+HOME = Path(tempfile.mkdtemp(prefix="synclane-airflow-home-"))
+atexit.register(shutil.rmtree, HOME, ignore_errors=True)
+METADATA_DB = HOME / "airflow.db"
+PROVIDER_SCHEMA = f"synclane_af_{uuid.uuid4().hex[:10]}"
+
+os.environ.update(
+    {
+        "AIRFLOW_HOME": str(HOME),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{METADATA_DB}",
+        "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
+        "AIRFLOW_CONN_SYNCLANE_DEFAULT": DATABASE_URL,
+        # The example DAGs work the test declaration (tests/provider/declaration.py) in the test schema.
+        "SYNCLANE_DECLARATION": "tests.provider.declaration:synclane",
+        "SYNCLANE_QUEUE": "shops",
+        "SYNCLANE_TEST_SCHEMA": PROVIDER_SCHEMA,
+    }
+)

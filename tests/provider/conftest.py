@@ -1,0 +1,81 @@
+"""Fixtures for the Airflow provider tests: a migrated metadata database, the provider's schema, Airflow connections."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import uuid
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict
+
+from synclane_provider.core.schema import create_schema
+from tests.airflow_env import METADATA_DB, PROVIDER_SCHEMA
+
+DECLARATION = "tests.provider.declaration:synclane"
+
+
+@pytest.fixture(scope="session")
+def airflow_db(request: pytest.FixtureRequest) -> None:
+    """Airflow's metadata database, migrated once per Airflow version and copied from pytest's cache after that.
+
+    Migrating takes from a few seconds to half a minute on a busy machine; a
+    copy of the migrated SQLite file takes none.
+    """
+    import airflow
+
+    cached = request.config.cache.mkdir("airflow-metadata") / f"airflow-{airflow.__version__}.db"
+    if cached.exists():
+        shutil.copyfile(cached, METADATA_DB)
+        return
+    from airflow.utils.db import initdb
+
+    initdb()
+    shutil.copyfile(METADATA_DB, cached)
+
+
+@pytest.fixture(scope="session")
+def provider_schema_cleanup(database_url: str) -> Iterator[str]:
+    yield PROVIDER_SCHEMA
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(PROVIDER_SCHEMA)))
+
+
+@pytest.fixture
+def provider_schema(provider_schema_cleanup: str, admin: psycopg.Connection) -> str:
+    """The provider tests' schema with an empty jobs table (the declaration in declaration.py uses it)."""
+    from tests.provider import declaration
+
+    create_schema(admin, PROVIDER_SCHEMA)
+    admin.execute(sql.SQL("TRUNCATE {}.jobs RESTART IDENTITY").format(sql.Identifier(PROVIDER_SCHEMA)))
+    declaration.reset()
+    return PROVIDER_SCHEMA
+
+
+@pytest.fixture
+def connection(monkeypatch: pytest.MonkeyPatch, database_url: str):
+    """Define an Airflow connection for this test (as AIRFLOW_CONN_<ID>), returning its id.
+
+    ``connection(port=1)`` points at a port nothing listens on; extra keyword
+    arguments become the connection's extras (e.g. ``application_name``).
+    """
+    parts = conninfo_to_dict(database_url)
+
+    def define(*, conn_type: str = "synclane", port: int | None = None, password: str | None = None, **extra) -> str:
+        conn_id = f"synclane_test_{uuid.uuid4().hex[:8]}"
+        fields = {
+            "conn_type": conn_type,
+            "host": parts.get("host"),
+            "port": port if port is not None else int(parts.get("port") or 5432),
+            "login": parts.get("user"),
+            "password": password if password is not None else parts.get("password"),
+            "schema": parts.get("dbname"),
+            "extra": extra,
+        }
+        monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps(fields))
+        return conn_id
+
+    return define

@@ -1,0 +1,126 @@
+"""The declaration the provider tests (and the example DAGs, under test) work, imported by path like users' own.
+
+Queue ``shops``: four shops over three lanes (``acme-us`` and ``acme-eu``
+share ``acme``), orders in 30-day slices and a product snapshot, pages with a
+short latency; ``globex`` products are throttled on their first attempt, so a
+worker has to wait for a job that becomes due a moment later. Every page
+records when it ran in which lane, so tests can check that lanes never ran
+two jobs at once.
+
+Queue ``slow``: one owner whose pages the tests can hold in flight (``GATE``)
+or slow down, to stop a worker in the middle of a job.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+
+from synclane_provider.core import Job, JobThrottled, Owner, Page, Queue, SnapshotType, SyncLane, WindowedType
+
+PAGE_SIZE = 50
+RECORDS = 100
+LATENCY = 0.02
+THROTTLED_OWNER = "globex"
+THROTTLE_SECONDS = 2.0
+
+
+@dataclass(frozen=True)
+class PageRun:
+    lane: str
+    job_id: int
+    started: float
+    ended: float
+
+
+PAGES: list[PageRun] = []
+_pages_lock = threading.Lock()
+
+IN_FLIGHT = threading.Event()
+"""Set by the ``slow`` queue's handler when its second page starts."""
+GATE = threading.Event()
+"""The ``slow`` queue's second page waits for this (at most 30 s)."""
+ON_SECOND_PAGE: list[Callable[[], None]] = []
+"""Called by the ``slow`` queue's handler at the start of its second page (e.g. to send SIGTERM)."""
+SLOW_PAGE_SECONDS = 0.0
+"""Extra time each ``slow`` page takes."""
+
+
+def reset() -> None:
+    global SLOW_PAGE_SECONDS
+    with _pages_lock:
+        PAGES.clear()
+    IN_FLIGHT.clear()
+    GATE.set()
+    ON_SECOND_PAGE.clear()
+    SLOW_PAGE_SECONDS = 0.0
+
+
+def overlapping_lane_pages() -> list[tuple[PageRun, PageRun]]:
+    """Pairs of pages of different jobs of one lane whose run times overlap (the lane invariant says: none)."""
+    with _pages_lock:
+        runs = sorted(PAGES, key=lambda run: (run.lane, run.started))
+    return [
+        (a, b)
+        for i, a in enumerate(runs)
+        for b in runs[i + 1 :]
+        if a.lane == b.lane and a.job_id != b.job_id and b.started < a.ended
+    ]
+
+
+def _page(job: Job, total: int = RECORDS) -> Page:
+    started = time.monotonic()
+    time.sleep(LATENCY)
+    offset = int(job.cursor or 0)
+    following = offset + PAGE_SIZE
+    with _pages_lock:
+        PAGES.append(PageRun(job.lane, job.id, started, time.monotonic()))
+    return Page(str(following) if following < total else None, PAGE_SIZE)
+
+
+def orders(job: Job) -> Page:
+    return _page(job)
+
+
+def products(job: Job) -> Page:
+    """Throttled on the first attempt for one owner: the job becomes due again THROTTLE_SECONDS later."""
+    if job.owner == THROTTLED_OWNER and job.attempt_count == 1:
+        raise JobThrottled("429 Too Many Requests", retry_after=THROTTLE_SECONDS)
+    return _page(job)
+
+
+def shops(queue: str) -> list[Owner]:
+    return [Owner("acme-us", lane="acme"), Owner("acme-eu", lane="acme"), Owner("globex"), Owner("initech")]
+
+
+def slow_export(job: Job) -> Page:
+    """500 records, 50 a page; the second page can be held in flight by the test."""
+    if job.cursor == "50":
+        IN_FLIGHT.set()
+        for call in ON_SECOND_PAGE:
+            call()
+        GATE.wait(30)
+    time.sleep(SLOW_PAGE_SECONDS)
+    return _page(job, total=500)
+
+
+synclane = SyncLane(
+    queues=[
+        Queue(
+            "shops",
+            owners=shops,
+            types=[
+                WindowedType("orders", orders, horizon=timedelta(days=60), slice=timedelta(days=30), every=timedelta(minutes=15)),
+                SnapshotType("products", products, every=timedelta(days=1)),
+            ],
+            concurrency=2,
+        ),
+        Queue("slow", owners=lambda queue: ["hooli"], types=[SnapshotType("export", slow_export, every=timedelta(days=1))]),
+    ],
+    schema=os.environ["SYNCLANE_TEST_SCHEMA"],
+    poll_interval=timedelta(seconds=1),
+)

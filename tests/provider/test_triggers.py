@@ -1,0 +1,146 @@
+"""Triggers against real PostgreSQL: what wakes the idle worker's trigger, what does not, and their serialization."""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from airflow.sdk.serde import deserialize, serialize
+
+from synclane_provider.core import WorkerSlot
+from synclane_provider.triggers.drained import DrainedTrigger
+from synclane_provider.triggers.due import JobDueTrigger
+from synclane_provider.triggers.initial_load import InitialLoadTrigger
+from tests.helpers import execute
+from tests.provider import declaration as decl
+from tests.provider.helpers import first_event, in_background, operations, unique_name, wait_until_waiting
+
+pytestmark = pytest.mark.airflow
+
+
+def due_trigger(conn_id="synclane_default", *, seconds=30.0, poll_interval=60.0, **overrides) -> JobDueTrigger:
+    kwargs = dict(
+        synclane_conn_id=conn_id,
+        schema=decl.synclane.schema,
+        queue="shops",
+        until=datetime.now(timezone.utc) + timedelta(seconds=seconds),
+        poll_interval=poll_interval,
+        carry={"deferrals": 1},
+    )
+    kwargs.update(overrides)
+    return JobDueTrigger(**kwargs)
+
+
+TRIGGERS = [
+    (
+        JobDueTrigger,
+        dict(
+            synclane_conn_id="c",
+            schema="s",
+            queue="q",
+            until=datetime(2026, 11, 30, 10, 0, tzinfo=timezone.utc),
+            poll_interval=5.0,
+            give_up_after=60.0,
+            carry={"summary": {"jobs": 3}, "deferrals": 2},
+        ),
+    ),
+    (
+        InitialLoadTrigger,
+        dict(
+            synclane_conn_id="c",
+            schema="s",
+            queue="q",
+            owners=["a", "b"],
+            job_type="orders",
+            settled=True,
+            poll_interval=7.0,
+            give_up_after=60.0,
+        ),
+    ),
+    (DrainedTrigger, dict(synclane_conn_id="c", schema="s", queue="q", lane="acme", poll_interval=3.0, give_up_after=60.0)),
+]
+
+
+@pytest.mark.parametrize(("cls", "kwargs"), TRIGGERS, ids=lambda v: getattr(v, "__name__", ""))
+def test_a_trigger_serializes_exactly_its_constructor_arguments(cls, kwargs):
+    classpath, serialized = cls(**kwargs).serialize()
+    assert classpath == f"{cls.__module__}.{cls.__qualname__}"
+    assert serialized == kwargs
+    # The way the task runner hands them to the triggerer (and dag.test() back to the class).
+    rebuilt = cls(**deserialize(serialize(serialized)))
+    assert rebuilt.serialize() == (classpath, kwargs)
+
+
+def test_the_due_trigger_fires_at_once_when_a_job_can_be_taken(provider_schema):
+    with operations(decl.synclane) as ops:
+        ops.plan("shops")
+    event = first_event(due_trigger())
+    assert event == {"status": "due", "queue": "shops", "carry": {"deferrals": 1}}
+
+
+def test_the_due_trigger_wakes_on_notify_when_a_job_is_enqueued(provider_schema, admin, connection):
+    name = unique_name("due-notify")
+    trigger = due_trigger(connection(application_name=name))  # polls only every 60 s: only NOTIFY can wake it
+    waiting = in_background(trigger)
+    wait_until_waiting(admin, name, "What an idle worker", waiting)
+    started = time.monotonic()
+    with operations(decl.synclane) as ops:
+        ops.enqueue("shops", "initech", "products", key="by-hand")
+    assert waiting.result(timeout=30)["status"] == "due"
+    assert time.monotonic() - started < 20
+
+
+def test_the_due_trigger_wakes_when_a_stopping_worker_hands_its_job_back(provider_schema, admin, connection):
+    decl.GATE.clear()
+    with operations(decl.synclane) as ops:
+        ops.plan("slow")
+    slot = WorkerSlot(decl.synclane, operations(decl.synclane).session.database, "slow")
+    running = threading.Thread(target=slot.run_one)
+    running.start()
+    try:
+        assert decl.IN_FLIGHT.wait(20)
+        name = unique_name("due-release")
+        waiting = in_background(due_trigger(connection(application_name=name), queue="slow"))
+        wait_until_waiting(admin, name, "What an idle worker", waiting)  # the only job is running: nothing to take
+        slot.stop.set()
+        decl.GATE.set()
+        assert waiting.result(timeout=30)["status"] == "due"
+    finally:
+        decl.GATE.set()
+        running.join(30)
+        slot.close()
+    [row] = admin.execute(f'SELECT status, cursor FROM "{provider_schema}".jobs').fetchall()
+    assert (row["status"], row["cursor"]) == ("pending", "100")
+
+
+def test_the_due_trigger_fires_when_a_waiting_job_becomes_due(provider_schema, admin):
+    db_now = admin.execute("SELECT now() AS now").fetchone()["now"]
+    with operations(decl.synclane) as ops:
+        ops.enqueue("shops", "initech", "products", key="soon", run_at=db_now + timedelta(seconds=1.5))
+    started = time.monotonic()
+    event = first_event(due_trigger(poll_interval=60.0))
+    assert event["status"] == "due"
+    assert time.monotonic() - started >= 1.0  # not before the job was due
+
+
+def test_a_due_job_in_a_busy_lane_does_not_wake_the_trigger_but_an_expired_lease_does(provider_schema, admin):
+    with operations(decl.synclane) as ops:
+        ops.enqueue("shops", "acme-us", "products", lane="acme", key="first")
+        ops.enqueue("shops", "acme-eu", "products", lane="acme", key="second")
+    holder = WorkerSlot(decl.synclane, operations(decl.synclane).session.database, "shops")
+    try:
+        assert holder.take() is not None  # lane acme is busy; its other job is due but cannot run
+        assert first_event(due_trigger(seconds=1.5, poll_interval=0.2))["status"] == "timeout"
+        execute(admin, provider_schema, "UPDATE {jobs} SET lease_expires_at = now() - interval '1 second' WHERE status = 'running'")
+        assert first_event(due_trigger(seconds=10))["status"] == "due"
+    finally:
+        holder.close()
+
+
+def test_the_due_trigger_reports_an_error_when_the_database_stays_unreachable(provider_schema, connection):
+    event = first_event(due_trigger(connection(port=1), give_up_after=0.5))
+    assert event["status"] == "error"
+    assert "unreachable" in event["message"]
+    assert event["carry"] == {"deferrals": 1}

@@ -1,0 +1,102 @@
+"""What idle workers and sensors wait on: the wake-up statement, the initial-load statement, and release notifications."""
+
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+
+import psycopg
+from psycopg import sql
+
+from synclane_provider.core import Operations, Owner, WorkerSlot
+from synclane_provider.core.wakeups import channel
+from tests.helpers import declare, execute, orders, owners, paged, products
+
+MINUTE = timedelta(minutes=1)
+
+
+def wakeup(ops: Operations, clock) -> dict:
+    return ops.session.one("worker_wakeup", queue="shops", now=clock.now)
+
+
+def test_a_due_job_in_a_free_lane_can_be_taken_but_not_in_a_busy_lane(schema, database_url, clock):
+    lane = declare(schema, products(), owner_source=owners(Owner("acme-us", "acme"), Owner("acme-eu", "acme")))
+    database = lane.database(database_url)
+    with Operations(lane, database) as ops:
+        ops.plan("shops", now=clock.now)
+        assert wakeup(ops, clock)["takeable"] is True
+        holder = WorkerSlot(lane, database, "shops", clock=clock)
+        try:
+            assert holder.take() is not None
+            state = wakeup(ops, clock)
+            # The other job of lane acme is due, but its lane is busy: an idle worker could not take it.
+            assert state["takeable"] is False
+            # It wakes again when the holder's lease would run out (the holder may have died).
+            assert state["wake_at"] == clock.now + timedelta(minutes=5)
+            clock.advance(timedelta(minutes=6))
+            assert wakeup(ops, clock)["takeable"] is True  # an expired lease is taken over
+        finally:
+            holder.close()
+
+
+def test_the_wakeup_names_the_earliest_waiting_job(schema, database_url, clock):
+    lane = declare(schema, products())
+    with Operations(lane, lane.database(database_url)) as ops:
+        assert wakeup(ops, clock) == {"takeable": False, "wake_at": None, "now": clock.now}
+        ops.enqueue("shops", "acme", "products", key="later", run_at=clock.now + 3 * MINUTE, now=clock.now)
+        ops.enqueue("shops", "acme", "products", key="sooner", run_at=clock.now + MINUTE, now=clock.now)
+        state = wakeup(ops, clock)
+        assert (state["takeable"], state["wake_at"]) == (False, clock.now + MINUTE)
+        clock.advance(MINUTE)
+        assert wakeup(ops, clock)["takeable"] is True
+
+
+def test_initial_load_waiting_lists_owners_not_complete(schema, database_url, admin, clock):
+    lane = declare(schema, orders(), products(), owner_source=owners("acme", "globex"))
+    with Operations(lane, lane.database(database_url)) as ops:
+        ops.plan("shops", now=clock.now, owner="acme")
+
+        def waiting(type=None, settled=False):
+            rows = ops.session.run(
+                "initial_load_waiting", queue="shops", owners=["acme", "globex"], type=type, settled=settled
+            )
+            return [row["owner"] for row in rows]
+
+        assert waiting() == ["acme", "globex"]  # globex has nothing planned yet
+        execute(admin, schema, "UPDATE {jobs} SET status = 'completed' WHERE owner = 'acme' AND type = 'products'")
+        assert waiting(type="products") == ["globex"]
+        assert waiting() == ["acme", "globex"]  # acme's orders history is not loaded yet
+        execute(admin, schema, "UPDATE {jobs} SET status = 'completed' WHERE owner = 'acme' AND mode = 'initial'")
+        execute(admin, schema, "UPDATE {jobs} SET status = 'pending' WHERE owner = 'acme' AND mode = 'recurring'")
+        assert waiting() == ["globex"]  # recurring jobs are not part of the first load
+        execute(
+            admin,
+            schema,
+            "UPDATE {jobs} SET status = 'abandoned' WHERE id = (SELECT min(id) FROM {jobs} WHERE owner = 'acme' AND type = 'orders' AND mode = 'initial')",
+        )
+        assert waiting() == ["acme", "globex"]
+        assert waiting(settled=True) == ["globex"]
+
+
+def test_a_job_handed_back_on_a_graceful_stop_notifies_idle_workers(schema, database_url):
+    stop = threading.Event()
+    inner = paged(500, 50)
+
+    def handler(job):
+        if job.cursor == "100":
+            stop.set()
+        return inner(job)
+
+    lane = declare(schema, products(handler))
+    database = lane.database(database_url)
+    with Operations(lane, database) as ops:
+        ops.plan("shops")
+    with psycopg.connect(database_url, autocommit=True) as listener:
+        listener.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel(schema))))
+        worker = WorkerSlot(lane, database, "shops", stop=stop)
+        try:
+            assert worker.run_one().outcome.value == "released"
+        finally:
+            worker.close()
+        received = [note.payload for note in listener.notifies(timeout=10, stop_after=1)]
+    assert received == ["shops"]
