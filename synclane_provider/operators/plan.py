@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
 
 class SyncLanePlanOperator(BaseOperator):
-    """Plans one queue: every owner its owner source lists, or only ``owner``.
+    """Plans one queue: every owner its owner source lists, or only ``owner_id``.
 
     Planning compares what should exist with what exists and inserts the
     difference with ``ON CONFLICT DO NOTHING``, so a retried, doubled or late
@@ -25,11 +25,12 @@ class SyncLanePlanOperator(BaseOperator):
 
     :param synclane: import path of the declaration, ``"package.module:attribute"``.
     :param synclane_queue: name of the queue to plan (``queue`` is the executor's queue in Airflow).
-    :param owner: plan only this owner (it must be listed by the owner source).
+    :param owner_id: plan only this owner (it must be listed by the owner source); ``owner`` is the task's
+        owner in Airflow.
     :param synclane_conn_id: Airflow connection to the database of the jobs table.
     """
 
-    template_fields: Sequence[str] = ("synclane", "synclane_queue", "owner", "synclane_conn_id")
+    template_fields: Sequence[str] = ("synclane", "synclane_queue", "owner_id", "synclane_conn_id")
     ui_color = "#e8f4d9"
 
     def __init__(
@@ -37,21 +38,21 @@ class SyncLanePlanOperator(BaseOperator):
         *,
         synclane: str,
         synclane_queue: str,
-        owner: str | None = None,
+        owner_id: str | None = None,
         synclane_conn_id: str = SyncLaneHook.default_conn_name,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.synclane = synclane
         self.synclane_queue = synclane_queue
-        self.owner = owner
+        self.owner_id = owner_id
         self.synclane_conn_id = synclane_conn_id
 
     def execute(self, context: Context) -> dict[str, Any]:
         declaration, queue = locate_queue(self.synclane, self.synclane_queue)
         database = SyncLaneHook(synclane_conn_id=self.synclane_conn_id).get_database(declaration)
         with Operations(declaration, database) as operations:
-            summary = operations.plan(queue.name, owner=self.owner or None)
+            summary = operations.plan(queue.name, owner=self.owner_id or None)
         for job_type, inserted in summary.inserted.items():
             self.log.info(
                 "queue %s, type %s: %s job(s) inserted for %s owner(s)", queue.name, job_type, inserted, summary.owners

@@ -20,9 +20,9 @@ if TYPE_CHECKING:
 
 
 class SyncLaneInitialLoadSensor(BaseSensorOperator):
-    """Succeeds when the initial jobs (history slices, first snapshots) of ``owner`` are all completed.
+    """Succeeds when the initial jobs (history slices, first snapshots) of ``owner_id`` are all completed.
 
-    Without ``owner``, every owner that the queue's owner source lists must be
+    Without ``owner_id``, every owner that the queue's owner source lists must be
     complete; an owner with nothing planned yet is not. Returns at once when
     that already holds; otherwise defers to an
     :class:`~synclane_provider.triggers.initial_load.InitialLoadTrigger`
@@ -30,14 +30,14 @@ class SyncLaneInitialLoadSensor(BaseSensorOperator):
 
     :param synclane: import path of the declaration, ``"package.module:attribute"``.
     :param synclane_queue: the queue (``queue`` is the executor's queue in Airflow).
-    :param owner: one owner id, or None for every owner.
+    :param owner_id: one owner, or None for every owner (``owner`` is the task's owner in Airflow).
     :param job_type: only this job type's initial jobs, or None for every type.
     :param allow_abandoned: count abandoned initial jobs as done (the load is settled, not complete).
     :param synclane_conn_id: Airflow connection to the database of the jobs table.
     :param deferrable: wait on the triggerer; defaults to ``[operators] default_deferrable``.
     """
 
-    template_fields: Sequence[str] = ("synclane", "synclane_queue", "owner", "job_type", "synclane_conn_id")
+    template_fields: Sequence[str] = ("synclane", "synclane_queue", "owner_id", "job_type", "synclane_conn_id")
     ui_color = "#f2e6d9"
 
     def __init__(
@@ -45,7 +45,7 @@ class SyncLaneInitialLoadSensor(BaseSensorOperator):
         *,
         synclane: str,
         synclane_queue: str,
-        owner: str | None = None,
+        owner_id: str | None = None,
         job_type: str | None = None,
         allow_abandoned: bool = False,
         synclane_conn_id: str = SyncLaneHook.default_conn_name,
@@ -55,7 +55,7 @@ class SyncLaneInitialLoadSensor(BaseSensorOperator):
         super().__init__(**kwargs)
         self.synclane = synclane
         self.synclane_queue = synclane_queue
-        self.owner = owner
+        self.owner_id = owner_id
         self.job_type = job_type
         self.allow_abandoned = allow_abandoned
         self.synclane_conn_id = synclane_conn_id
@@ -64,7 +64,7 @@ class SyncLaneInitialLoadSensor(BaseSensorOperator):
     def _owners(self, queue: Queue) -> list[str]:
         if self.job_type:
             queue.job_type(self.job_type)  # an unknown type fails clearly instead of waiting forever
-        return [self.owner] if self.owner else [owner.id for owner in owners_of(queue)]
+        return [self.owner_id] if self.owner_id else [owner.id for owner in owners_of(queue)]
 
     def poke(self, context: Context) -> bool:
         declaration, queue = locate_queue(self.synclane, self.synclane_queue)

@@ -1,0 +1,134 @@
+"""The example DAGs: they parse without touching any database, and run for real with dag.test() against PostgreSQL."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.airflow_env import REPO
+from tests.helpers import rows
+from tests.provider import declaration as decl
+from tests.provider.helpers import operations
+
+pytestmark = pytest.mark.airflow
+
+SHOP_JOBS = 16
+
+
+@pytest.mark.parametrize(
+    "declaration",
+    [None, "tests.provider.declaration:synclane"],
+    ids=["example declaration", "test declaration"],
+)
+def test_the_dag_files_parse_without_touching_any_database_or_connection(declaration):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SYNCLANE_DECLARATION") and k != "SYNCLANE_QUEUE"}
+    if declaration:
+        env.update(SYNCLANE_DECLARATION=declaration, SYNCLANE_QUEUE="shops")
+    # Were anything to use the connection at parse time, it would find nothing listening.
+    env["AIRFLOW_CONN_SYNCLANE_DEFAULT"] = "postgresql://postgres@127.0.0.1:1/postgres"
+    result = subprocess.run(
+        [sys.executable, "-m", "tests.provider.parse_probe", str(REPO / "dags")],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=env,
+        timeout=240,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert report["import_errors"] == {}
+    assert report["dags"] == ["synclane_plan", "synclane_work"]
+    assert report["tasks"] == {"synclane_plan": ["plan"], "synclane_work": ["work"]}
+    assert report["attempts"] == []
+    assert report["seconds"] < 60
+
+
+@pytest.fixture(scope="module")
+def dags(airflow_db):
+    from airflow.dag_processing.dagbag import DagBag
+
+    bag = DagBag(dag_folder=str(REPO / "dags"))
+    assert bag.import_errors == {}
+    return bag.dags
+
+
+def xcoms(run, task_id: str) -> dict[int, dict]:
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        found = session.scalars(XComModel.get_many(run_id=run.run_id, dag_ids=run.dag_id, task_ids=task_id, key="return_value")).all()
+        return {x.map_index: XComModel.deserialize_value(x) for x in found}
+
+
+def task_instances(run) -> list:
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        return sorted(run.get_task_instances(session=session), key=lambda ti: ti.map_index)
+
+
+def test_the_planning_dag_inserts_the_planned_rows_once(dags, provider_schema, admin):
+    first = dags["synclane_plan"].test()
+    assert first.state == "success"
+    assert xcoms(first, "plan") == {-1: {"queue": "shops", "owners": 4, "inserted": {"orders": 12, "products": 4}, "total": 16}}
+    assert len(rows(admin, provider_schema)) == SHOP_JOBS
+
+    again = dags["synclane_plan"].test()
+    assert again.state == "success"
+    assert xcoms(again, "plan")[-1]["total"] == 0
+    assert len(rows(admin, provider_schema)) == SHOP_JOBS
+
+
+def test_the_worker_dag_drains_the_lanes_with_mapped_slots_deferring_until_a_job_is_due(dags, provider_schema, admin, capsys):
+    with operations(decl.synclane) as ops:
+        ops.plan("shops")
+
+    run = dags["synclane_work"].test(run_conf={"idle_timeout": decl.THROTTLE_SECONDS, "max_run_time": 120})
+
+    assert run.state == "success"
+    instances = task_instances(run)
+    assert [(ti.map_index, ti.state) for ti in instances] == [(0, "success"), (1, "success")]
+    assert [ti.rendered_map_index for ti in instances] == ["shops slot 0", "shops slot 1"]
+    summaries = xcoms(run, "work")
+    assert sorted(summaries) == [0, 1]
+    total = {key: sum(s[key] for s in summaries.values()) for key in ("jobs", "completed", "failed", "released", "lease_lost")}
+    assert total == {"jobs": SHOP_JOBS + 1, "completed": SHOP_JOBS, "failed": 1, "released": 0, "lease_lost": 0}
+    # The slot that met the throttled job deferred, was woken when the job became due, ran it, and deferred again.
+    assert max(s["deferrals"] for s in summaries.values()) >= 2
+    assert all(s["ended"] == "idle_timeout" for s in summaries.values())
+    assert "woken: a job of queue shops can be taken" in capsys.readouterr().out
+
+    table = rows(admin, provider_schema)
+    assert {row["status"] for row in table} == {"completed"}
+    [throttled] = [row for row in table if row["owner"] == decl.THROTTLED_OWNER and row["type"] == "products"]
+    assert throttled["attempt_count"] == 2 and throttled["processed_count"] == 100
+    # The lane invariant: no two jobs of one lane ever had pages in flight at once.
+    assert decl.PAGES and decl.overlapping_lane_pages() == []
+
+
+def test_every_operator_and_sensor_serializes_into_a_dag():
+    from datetime import datetime, timezone
+
+    from airflow.sdk import DAG
+    from airflow.serialization.serialized_objects import DagSerialization
+
+    from synclane_provider.operators.plan import SyncLanePlanOperator
+    from synclane_provider.operators.work import SyncLaneWorkOperator
+    from synclane_provider.sensors.drained import SyncLaneDrainedSensor
+    from synclane_provider.sensors.initial_load import SyncLaneInitialLoadSensor
+
+    common = dict(synclane="tests.provider.declaration:synclane", synclane_queue="shops")
+    with DAG("synclane_everything", schedule=None, start_date=datetime(2026, 1, 1, tzinfo=timezone.utc)) as dag:
+        plan = SyncLanePlanOperator(task_id="plan", owner_id="globex", **common)
+        work = SyncLaneWorkOperator(task_id="work", slot=1, idle_timeout=5, max_run_time=60, **common)
+        loaded = SyncLaneInitialLoadSensor(task_id="loaded", owner_id="globex", job_type="orders", **common)
+        drained = SyncLaneDrainedSensor(task_id="drained", lane="acme", **common)
+        plan >> work >> [loaded, drained]
+    restored = DagSerialization.deserialize_dag(DagSerialization.serialize_dag(dag))
+    assert set(restored.task_dict) == {"plan", "work", "loaded", "drained"}
+    assert tuple(restored.task_dict["work"].template_fields) == SyncLaneWorkOperator.template_fields

@@ -1,0 +1,64 @@
+"""The planner operator: inserts the planned rows once, reports them per type, and finds the declaration by path."""
+
+from __future__ import annotations
+
+import pytest
+
+from synclane_provider.core import DeclarationError, UnknownOwnerError, UnknownQueueError
+from synclane_provider.locate import locate_queue, locate_synclane
+from synclane_provider.operators.plan import SyncLanePlanOperator
+from tests.helpers import rows
+from tests.provider.conftest import DECLARATION
+
+pytestmark = pytest.mark.airflow
+
+
+def planner(**kwargs) -> SyncLanePlanOperator:
+    return SyncLanePlanOperator(**{"task_id": "plan", "synclane": DECLARATION, "synclane_queue": "shops", **kwargs})
+
+
+def test_planning_inserts_the_planned_rows_once_and_reports_them_per_type(provider_schema, admin, capsys):
+    first = planner().execute({})
+    assert first == {"queue": "shops", "owners": 4, "inserted": {"orders": 12, "products": 4}, "total": 16}
+    assert len(rows(admin, provider_schema)) == 16
+    log = capsys.readouterr().out
+    assert "queue shops, type orders: 12 job(s) inserted for 4 owner(s)" in log
+    assert "queue shops, type products: 4 job(s) inserted for 4 owner(s)" in log
+
+    again = planner().execute({})  # a retried or doubled run
+    assert again["inserted"] == {"orders": 0, "products": 0} and again["total"] == 0
+    assert len(rows(admin, provider_schema)) == 16
+
+
+def test_planning_one_owner(provider_schema, admin):
+    assert planner(owner_id="globex").execute({})["total"] == 4
+    assert {row["owner"] for row in rows(admin, provider_schema)} == {"globex"}
+    with pytest.raises(UnknownOwnerError, match="'umbrella'"):
+        planner(owner_id="umbrella").execute({})
+
+
+@pytest.mark.parametrize(
+    ("path", "message"),
+    [
+        ("tests.provider.declaration", "must be an import path like 'package.module:attribute'"),
+        ("tests.provider.nowhere:synclane", "cannot import module 'tests.provider.nowhere'"),
+        ("tests.provider.declaration:missing", "module 'tests.provider.declaration' has no attribute 'missing'"),
+        ("tests.provider.declaration:shops", "names a function, expected a SyncLane declaration"),
+        (":synclane", "must be an import path"),
+    ],
+)
+def test_a_bad_declaration_path_is_a_clear_error_naming_it(path, message):
+    with pytest.raises(DeclarationError, match=message) as error:
+        locate_synclane(path)
+    assert repr(path) in str(error.value)
+
+
+def test_an_unknown_queue_names_the_declared_ones_and_the_path():
+    with pytest.raises(UnknownQueueError, match=r"unknown queue 'shop' \(declared: 'shops', 'slow'\)") as error:
+        locate_queue(DECLARATION, "shop")
+    assert DECLARATION in str(error.value)
+
+
+def test_the_operator_reports_a_bad_path_when_it_runs(provider_schema):
+    with pytest.raises(UnknownQueueError, match="'orders'"):
+        planner(synclane_queue="orders").execute({})

@@ -1,0 +1,206 @@
+"""The worker operator against real PostgreSQL: drain, defer, resume, end; stops, failures and a lost database."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from airflow.sdk.exceptions import AirflowException, TaskDeferred
+
+from synclane_provider.core import DatabaseUnavailableError
+from synclane_provider.operators.work import DEFER_GRACE, SyncLaneWorkOperator
+from synclane_provider.triggers.due import JobDueTrigger
+from tests.helpers import rows
+from tests.provider import declaration as decl
+from tests.provider.conftest import DECLARATION
+from tests.provider.helpers import first_event, operations
+
+pytestmark = pytest.mark.airflow
+
+SHOP_JOBS = 16  # 4 owners x (3 order windows + 1 product snapshot)
+
+
+def worker(**kwargs) -> SyncLaneWorkOperator:
+    settings = dict(task_id="work", synclane=DECLARATION, synclane_queue="shops", idle_timeout=30, deferrable=True)
+    settings.update(kwargs)
+    return SyncLaneWorkOperator(**settings)
+
+
+def plan(queue: str = "shops") -> None:
+    with operations(decl.synclane) as ops:
+        assert ops.plan(queue).total > 0
+
+
+def statuses(admin, schema) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for row in rows(admin, schema):
+        counts[row["status"]] = counts.get(row["status"], 0) + 1
+    return counts
+
+
+def test_the_worker_drains_then_defers_and_resumes_when_a_job_becomes_due(provider_schema, admin, capsys):
+    plan()
+    operator = worker(slot=1)
+    before = datetime.now(timezone.utc)
+    with pytest.raises(TaskDeferred) as deferred:
+        operator.execute({})
+
+    # Everything ran except the throttled job, which is due again in a moment: the task defers.
+    assert statuses(admin, provider_schema) == {"completed": SHOP_JOBS - 1, "failed": 1}
+    trigger = deferred.value.trigger
+    assert isinstance(trigger, JobDueTrigger)
+    assert deferred.value.method_name == "execute_complete"
+    classpath, kwargs = trigger.serialize()
+    assert classpath == "synclane_provider.triggers.due.JobDueTrigger"
+    assert {k: kwargs[k] for k in ("synclane_conn_id", "schema", "queue", "poll_interval")} == {
+        "synclane_conn_id": "synclane_default",
+        "schema": provider_schema,
+        "queue": "shops",
+        "poll_interval": 1.0,
+    }
+    assert before + timedelta(seconds=29) < kwargs["until"] <= datetime.now(timezone.utc) + timedelta(seconds=30)
+    assert deferred.value.timeout > timedelta(seconds=29) + DEFER_GRACE - timedelta(seconds=1)
+    carried = kwargs["carry"]
+    assert carried["summary"]["jobs"] == SHOP_JOBS and carried["summary"]["failed"] == 1 and carried["deferrals"] == 1
+
+    # The trigger fires when the throttled job is due; the task resumes, runs it, and defers again.
+    event = first_event(trigger)
+    assert event["status"] == "due"
+    with pytest.raises(TaskDeferred) as again:
+        operator.execute_complete({}, event)
+    assert statuses(admin, provider_schema) == {"completed": SHOP_JOBS}
+    later = again.value.trigger.serialize()[1]
+    assert later["carry"]["summary"]["completed"] == SHOP_JOBS and later["carry"]["deferrals"] == 2
+
+    # Nothing more comes: the trigger times out and the task ends with its totals.
+    summary = operator.execute_complete({}, {**event, "status": "timeout", "carry": later["carry"]})
+    assert summary == {
+        "queue": "shops",
+        "slot": 1,
+        "jobs": SHOP_JOBS + 1,
+        "completed": SHOP_JOBS,
+        "failed": 1,
+        "deferred": 0,
+        "abandoned": 0,
+        "released": 0,
+        "lease_lost": 0,
+        "pages": 2 * SHOP_JOBS,
+        "records": 100 * SHOP_JOBS,
+        "deferrals": 2,
+        "ended": "idle_timeout",
+    }
+    log = capsys.readouterr().out
+    job_lines = [line for line in log.splitlines() if " page(s), " in line and "#" in line]
+    assert len(job_lines) == SHOP_JOBS + 1  # one line per job run
+    assert any("globex/products" in line and "failed after 0 page(s)" in line and "429" in line for line in job_lines)
+    assert any("acme-us/orders [" in line and "completed after 2 page(s), 100 record(s)" in line for line in job_lines)
+
+
+def test_a_trigger_error_fails_the_task_with_its_message(provider_schema):
+    operator = worker()
+    carry = {"started_at": "2026-11-30T10:00:00+00:00", "idle_since": "2026-11-30T10:00:00+00:00", "summary": {}, "deferrals": 1}
+    with pytest.raises(AirflowException, match="OperationalError: connection refused"):
+        operator.execute_complete({}, {"status": "error", "message": "OperationalError: connection refused", "carry": carry})
+
+
+def test_without_deferral_the_worker_polls_and_ends_after_the_idle_timeout(provider_schema, admin):
+    plan()
+    summary = worker(deferrable=False, idle_timeout=decl.THROTTLE_SECONDS + 2).execute({})
+    assert summary["completed"] == SHOP_JOBS and summary["failed"] == 1  # the throttled job was picked up by polling
+    assert (summary["deferrals"], summary["ended"]) == (0, "idle_timeout")
+    assert statuses(admin, provider_schema) == {"completed": SHOP_JOBS}
+
+
+def test_two_slots_drain_the_queue_together_and_a_lane_never_runs_two_jobs(provider_schema, admin):
+    plan()
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        results = list(
+            pool.map(lambda slot: worker(slot=slot, deferrable=False, idle_timeout=decl.THROTTLE_SECONDS + 2).execute({}), [0, 1])
+        )
+    assert sum(r["completed"] for r in results) == SHOP_JOBS
+    assert all(r["jobs"] > 0 for r in results)  # both slots took part
+    assert statuses(admin, provider_schema) == {"completed": SHOP_JOBS}
+    assert decl.PAGES and decl.overlapping_lane_pages() == []
+
+
+def test_sigterm_hands_the_running_job_back_with_its_cursor(provider_schema, admin):
+    plan("slow")
+    operator = worker(synclane_queue="slow")
+    # As in Airflow's task runner: SIGTERM calls on_kill in the main thread, in the middle of execute.
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: operator.on_kill())
+    decl.ON_SECOND_PAGE.append(lambda: os.kill(os.getpid(), signal.SIGTERM))
+    try:
+        with pytest.raises(AirflowException, match="stopped by Airflow"):
+            operator.execute({})
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    [row] = rows(admin, provider_schema)
+    # The page in flight finished and was saved; then the job went back, cursor kept, attempt not counted.
+    assert (row["status"], row["cursor"], row["processed_count"], row["attempt_count"]) == ("pending", "100", 100, 0)
+    assert row["leased_by"] is None
+
+
+def test_on_kill_from_another_thread_hands_the_job_back(provider_schema, admin):
+    plan("slow")
+    decl.GATE.clear()
+    operator = worker(synclane_queue="slow")
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        running = pool.submit(operator.execute, {})
+        assert decl.IN_FLIGHT.wait(30)
+        operator.on_kill()
+        decl.GATE.set()
+        with pytest.raises(AirflowException, match="stopped by Airflow"):
+            running.result(timeout=30)
+    [row] = rows(admin, provider_schema)
+    assert (row["status"], row["cursor"], row["processed_count"]) == ("pending", "100", 100)
+
+
+def test_at_the_max_run_time_a_running_job_is_handed_back_and_the_task_succeeds(provider_schema, admin):
+    plan("slow")
+    decl.SLOW_PAGE_SECONDS = 0.3  # 10 pages: about 3 s of work
+    summary = worker(synclane_queue="slow", max_run_time=1).execute({})
+    assert (summary["released"], summary["ended"]) == (1, "max_run_time")
+    [row] = rows(admin, provider_schema)
+    assert row["status"] == "pending" and row["cursor"] is not None
+    assert 0 < row["processed_count"] == int(row["cursor"]) < 500
+
+
+def test_a_lost_connection_is_reopened_and_the_job_continues(provider_schema, admin, connection):
+    plan("slow")
+    decl.GATE.clear()
+    name = f"synclane-worker-{os.getpid()}-{threading.get_ident()}"
+    operator = worker(synclane_queue="slow", synclane_conn_id=connection(application_name=name), idle_timeout=1, deferrable=False)
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        running = pool.submit(operator.execute, {})
+        assert decl.IN_FLIGHT.wait(30)
+        killed = admin.execute(
+            "SELECT count(pg_terminate_backend(pid)) AS n FROM pg_stat_activity WHERE application_name = %s", [name]
+        ).fetchone()["n"]
+        decl.GATE.set()
+        summary = running.result(timeout=60)
+    assert killed >= 1
+    assert (summary["completed"], summary["records"]) == (1, 500)
+    [row] = rows(admin, provider_schema)
+    assert (row["status"], row["processed_count"], row["attempt_count"]) == ("completed", 500, 1)
+
+
+def test_the_task_fails_when_the_database_stays_unreachable(provider_schema, connection):
+    operator = worker(synclane_conn_id=connection(port=1), give_up_after=timedelta(seconds=1))
+    with pytest.raises(DatabaseUnavailableError, match="unreachable"):
+        operator.execute({})
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        (dict(idle_timeout=0), "idle_timeout must be positive"),
+        (dict(max_run_time="soon"), "max_run_time must be a timedelta or a number of seconds"),
+    ],
+)
+def test_bad_durations_fail_when_the_dag_is_parsed(settings, message):
+    with pytest.raises(ValueError, match=message):
+        worker(**settings)
