@@ -25,6 +25,7 @@ from synclane_provider.core.declarations import SyncLane
 from synclane_provider.core.lease import LeaseKeeper
 from synclane_provider.core.records import Job
 from synclane_provider.core.runner import Clock, JobRunner, Outcome, RunResult
+from synclane_provider.core.wakeups import notify
 
 log = logging.getLogger(__name__)
 
@@ -190,9 +191,11 @@ class WorkerSlot:
         """Return a job taken for later, unstarted, as pending (its attempt does not count)."""
         job, self._next = self._next, None
         if job is not None:
-            self.session.one(
+            released = self.session.one(
                 "release", id=job.id, worker=self.worker_id, processed_count=job.processed_count, now=self.clock()
             )
+            if released is not None:
+                notify(self.session, self.queue.name)  # due again: wake an idle worker to take it
 
     def drain(self, *, max_jobs: int | None = None, until: float | None = None) -> Summary:
         """Run jobs until nothing is due, the slot is stopped, ``max_jobs`` ran or ``until`` (monotonic) passed."""

@@ -35,10 +35,8 @@ def unique_name(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
-def wait_until_waiting(
-    admin: psycopg.Connection, application_name: str, marker: str, trigger: Future, timeout: float = 20.0
-) -> None:
-    """Wait until the trigger's connection has run its look at the table and sits idle, i.e. is waiting.
+def wait_until_waiting(admin: psycopg.Connection, application_name: str, trigger: Future, timeout: float = 20.0) -> None:
+    """Wait until the trigger's connection has run its look at the table (after LISTEN) and sits idle: it is waiting.
 
     From then on a notification is queued for it by the server, so whatever
     the test does next is seen by the trigger's wait, not by its first look.
@@ -48,8 +46,9 @@ def wait_until_waiting(
         if trigger.done():
             raise AssertionError(f"the trigger ended before it waited: {trigger.result()}")
         row = admin.execute(
-            "SELECT count(*) AS n FROM pg_stat_activity WHERE application_name = %s AND state = 'idle' AND query LIKE %s",
-            [application_name, f"%{marker}%"],
+            "SELECT count(*) AS n FROM pg_stat_activity"
+            " WHERE application_name = %s AND state = 'idle' AND query <> '' AND query NOT LIKE 'LISTEN%%'",
+            [application_name],
         ).fetchone()
         if row["n"]:
             return

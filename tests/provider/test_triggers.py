@@ -84,7 +84,7 @@ def test_the_due_trigger_wakes_on_notify_when_a_job_is_enqueued(provider_schema,
     name = unique_name("due-notify")
     trigger = due_trigger(connection(application_name=name))  # polls only every 60 s: only NOTIFY can wake it
     waiting = in_background(trigger)
-    wait_until_waiting(admin, name, "What an idle worker", waiting)
+    wait_until_waiting(admin, name, waiting)
     started = time.monotonic()
     with operations(decl.synclane) as ops:
         ops.enqueue("shops", "initech", "products", key="by-hand")
@@ -103,7 +103,7 @@ def test_the_due_trigger_wakes_when_a_stopping_worker_hands_its_job_back(provide
         assert decl.IN_FLIGHT.wait(20)
         name = unique_name("due-release")
         waiting = in_background(due_trigger(connection(application_name=name), queue="slow"))
-        wait_until_waiting(admin, name, "What an idle worker", waiting)  # the only job is running: nothing to take
+        wait_until_waiting(admin, name, waiting)  # the only job is running: nothing to take
         slot.stop.set()
         decl.GATE.set()
         assert waiting.result(timeout=30)["status"] == "due"
