@@ -144,3 +144,22 @@ def test_the_due_trigger_reports_an_error_when_the_database_stays_unreachable(pr
     assert event["status"] == "error"
     assert "unreachable" in event["message"]
     assert event["carry"] == {"deferrals": 1}
+
+
+def test_triggers_write_nothing_and_close_their_connections(provider_schema, admin, connection):
+    name = unique_name("read-only")
+    # Every transaction of the triggers' connection is read-only: a write would fail the trigger.
+    conn_id = connection(application_name=name, options="-c default_transaction_read_only=on")
+    common = dict(synclane_conn_id=conn_id, schema=provider_schema, queue="shops")
+    with operations(decl.synclane) as ops:
+        ops.plan("shops")
+    events = [first_event(due_trigger(conn_id))]
+    execute(admin, provider_schema, "UPDATE {jobs} SET status = 'completed'")
+    owners = ["acme-us", "acme-eu", "globex", "initech"]
+    events.append(first_event(InitialLoadTrigger(owners=owners, poll_interval=0.2, **common)))
+    events.append(first_event(DrainedTrigger(poll_interval=0.2, **common)))
+    assert [event["status"] for event in events] == ["due", "success", "success"]
+    deadline = time.monotonic() + 10
+    while admin.execute("SELECT count(*) AS n FROM pg_stat_activity WHERE application_name = %s", [name]).fetchone()["n"]:
+        assert time.monotonic() < deadline, "a trigger left its connection open"
+        time.sleep(0.02)
