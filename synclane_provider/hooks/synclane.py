@@ -46,7 +46,18 @@ class SyncLaneHook(PostgresHook):
         conn = await self.aget_connection(self.get_conn_id())
         return await psycopg.AsyncConnection.connect(**await self._connect_kwargs(conn), autocommit=True)
 
+    def _create_connection(self, conn_args: dict[str, Any]) -> Any:
+        """The PostgreSQL hook's connection, with a connect timeout and a name to find it by in ``pg_stat_activity``.
+
+        Without a timeout a worker would hang on an unreachable host instead of
+        backing off and reporting it; both can be overridden in the extras.
+        """
+        conn_args.setdefault("connect_timeout", 10)
+        conn_args.setdefault("application_name", "synclane-worker")
+        return super()._create_connection(conn_args)
+
     async def _connect_kwargs(self, conn: Any) -> dict[str, Any]:
+        """What ``get_conn`` would pass to psycopg (it is sync-only, so triggers cannot call it)."""
         login, password, port = conn.login, conn.password, conn.port
         if conn.extra_dejson.get("iam", False):
             login, password, port = await asyncio.to_thread(self.get_iam_token, conn)

@@ -53,3 +53,21 @@ def test_credentials_never_reach_the_task_log(provider_schema, connection, capsy
     captured = capsys.readouterr()
     assert "job(s) inserted" in captured.out
     assert secret not in captured.out + captured.err
+
+
+def test_connections_are_named_and_time_out_unless_the_extras_say_otherwise(provider_schema, connection):
+    async def settings(hook: SyncLaneHook) -> tuple:
+        conn = await hook.connect_async()
+        async with conn:
+            cur = await conn.execute("SELECT current_setting('application_name')")
+            return (await cur.fetchone())[0], conn.info.get_parameters().get("connect_timeout")
+
+    hook = SyncLaneHook(synclane_conn_id=connection())
+    with hook.get_conn() as conn:
+        assert conn.execute("SELECT current_setting('application_name')").fetchone()[0] == "synclane-worker"
+        assert conn.info.get_parameters()["connect_timeout"] == "10"
+    assert asyncio.run(settings(hook)) == ("synclane-trigger", "10")
+    named = SyncLaneHook(synclane_conn_id=connection(application_name="nightly-sync", connect_timeout=3))
+    with named.get_conn() as conn:
+        assert conn.execute("SELECT current_setting('application_name')").fetchone()[0] == "nightly-sync"
+        assert conn.info.get_parameters()["connect_timeout"] == "3"
