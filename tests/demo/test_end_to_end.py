@@ -1,0 +1,393 @@
+"""The demo in a real Airflow: ``airflow standalone`` (scheduler, DAG processor, triggerer, API server),
+the shop as its own process, the demo's declaration at a compressed scale, and checks through SQL, the
+shop's request log and Airflow's REST API.
+
+One scenario runs once for the module (it takes minutes); each test asserts one promise about it:
+
+1. start the shop and Airflow; the planning DAG plans, the worker DAG's mapped slots drain;
+2. mid-run, with jobs running, stop Airflow (SIGINT to its process group) and start it again;
+3. wait until everything settled: all completed except globex's broken slice, abandoned at cursor 50;
+4. heal the shop, requeue through a manual run of ``synclane_requeue``, wait until the slice completed.
+
+Rows are sampled several times a second throughout, so states that come and go (a failed job, two jobs
+of a lane) are seen, not inferred.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import threading
+import time
+import urllib.parse
+import urllib.request
+import uuid
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+import psycopg
+import pytest
+from psycopg import sql
+from psycopg.rows import dict_row
+
+from synclane_demo.local import PROJECT, admin_password, airflow_environment, airflow_service, wait_for_airflow
+from synclane_demo.processes import Service, wait_for_http
+from synclane_demo.shop.catalogue import Catalogue
+from synclane_demo.store import Store
+
+pytestmark = [pytest.mark.airflow, pytest.mark.slow, pytest.mark.timeout(1200)]
+
+QUEUE = "shops"
+SCALE = {
+    # 90 days in 30-day slices: three slices per account, the second holding globex's broken page
+    "SYNCLANE_DEMO_HORIZON": "90d",
+    "SYNCLANE_DEMO_SLICE": "30d",
+    "SYNCLANE_DEMO_CONCURRENCY": "3",
+    "SYNCLANE_DEMO_MAX_ATTEMPTS": "5",
+    "SYNCLANE_DEMO_LEASE": "20s",
+    "SYNCLANE_DEMO_RETRY_DELAY": "2s",
+    "SYNCLANE_DEMO_RETRY_MAX_DELAY": "4s",
+    "SYNCLANE_DEMO_THROTTLE_DELAY": "2s",
+    "SYNCLANE_DEMO_THROTTLE_MAX_DELAY": "4s",
+    "SYNCLANE_DEMO_POLL_INTERVAL": "2s",
+    "SYNCLANE_DECLARATION": "synclane_demo.sync:synclane",
+    "SYNCLANE_QUEUE": QUEUE,
+    "SYNCLANE_IDLE_TIMEOUT": "20",
+}
+SHOP = ["--latency", "0.4", "--rate-429", "0.05", "--rate-503", "0.05", "--retry-after", "1", "--seed", "5",
+        "--heal-after", "never", "--history-days", "120"]
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def wait_until(condition, timeout: float, what: str, *, every: float = 0.5, explain=lambda: ""):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(every)
+    pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}\n{explain()}", pytrace=False)
+
+
+class AirflowApi:
+    """Airflow's REST API v2 with a bearer token from the simple auth manager's generated password."""
+
+    def __init__(self, base: str, home: Path) -> None:
+        self.base = base
+        password = admin_password(home)
+        token = self._call("POST", "/auth/token", {"username": "admin", "password": password}, auth=False)
+        self.token = token["access_token"]
+
+    def _call(self, method: str, path: str, body: dict | None = None, auth: bool = True) -> dict:
+        headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        if auth:
+            headers["Authorization"] = f"Bearer {self.token}"
+        data = json.dumps(body).encode() if body is not None else None
+        request = urllib.request.Request(self.base + path, data=data, method=method, headers=headers)
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return json.loads(response.read())
+
+    def get(self, path: str, **query) -> dict:
+        return self._call("GET", path + ("?" + urllib.parse.urlencode(query) if query else ""))
+
+    def post(self, path: str, body: dict) -> dict:
+        return self._call("POST", path, body)
+
+    def runs(self, dag_id: str) -> list[dict]:
+        return self.get(f"/api/v2/dags/{dag_id}/dagRuns", limit=100, order_by="-start_date")["dag_runs"]
+
+    def task_instances(self, dag_id: str, run_id: str) -> list[dict]:
+        return self.get(f"/api/v2/dags/{dag_id}/dagRuns/{urllib.parse.quote(run_id, safe='')}/taskInstances")["task_instances"]
+
+
+class Sampler(threading.Thread):
+    """Reads every job row several times a second, so that short-lived states are observed."""
+
+    def __init__(self, url: str, schema: str) -> None:
+        super().__init__(name="sampler", daemon=True)
+        self.url, self.schema = url, schema
+        self.samples: list[list[dict]] = []
+        self._stop = threading.Event()
+
+    def run(self) -> None:
+        query = sql.SQL("SELECT * FROM {}.jobs ORDER BY id").format(sql.Identifier(self.schema))
+        with psycopg.connect(self.url, autocommit=True, row_factory=dict_row) as conn:
+            while not self._stop.wait(0.2):
+                try:
+                    self.samples.append(conn.execute(query).fetchall())
+                except psycopg.errors.UndefinedTable:
+                    continue
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.join()
+
+
+@dataclass
+class Scenario:
+    url: str
+    schema: str
+    data_schema: str
+    shop_url: str
+    broken_at: datetime
+    api: AirflowApi | None = None
+    running_before_stop: list[dict] = field(default_factory=list)
+    after_stop: dict[int, dict] = field(default_factory=dict)
+    restart_seq: int = 0
+    settled: list[dict] = field(default_factory=list)
+    requeue_seq: int = 0
+    requeue_run: dict = field(default_factory=dict)
+    final: list[dict] = field(default_factory=list)
+    samples: list[list[dict]] = field(default_factory=list)
+    requests: list[dict] = field(default_factory=list)
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def rows(self) -> list[dict]:
+        with psycopg.connect(self.url, row_factory=dict_row) as conn:
+            query = sql.SQL("SELECT * FROM {}.jobs ORDER BY id").format(sql.Identifier(self.schema))
+            try:
+                return conn.execute(query).fetchall()
+            except psycopg.errors.UndefinedTable:
+                return []
+
+    def shop(self, path: str, body: dict | None = None) -> dict:
+        data = json.dumps(body or {}).encode() if body is not None else None
+        request = urllib.request.Request(self.shop_url + path, data=data, method="POST" if data is not None else "GET")
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return json.loads(response.read())
+
+    def last_seq(self) -> int:
+        items = self.shop("/control/requests")["items"]
+        return items[-1]["seq"] if items else 0
+
+    def is_broken_slice(self, row: dict) -> bool:
+        return (row["owner"], row["type"], row["mode"]) == ("globex", "orders", "initial") and (
+            row["window_start"] <= self.broken_at < row["window_end"]
+        )
+
+
+def settled(rows: list[dict], scenario: Scenario) -> bool:
+    """Nothing will run again without help: all completed except the broken slice, which is abandoned."""
+    if not rows:
+        return False
+    return all(
+        (r["status"] == "abandoned") if scenario.is_broken_slice(r) else (r["status"] == "completed") for r in rows
+    )
+
+
+def clean_environment() -> dict[str, str]:
+    """The test process's environment without Airflow's or the demo's settings (the test suite sets its own)."""
+    return {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "SYNCLANE_", "SHOP_", "_AIRFLOW"))}
+
+
+@pytest.fixture(scope="module")
+def scenario(database_url: str, tmp_path_factory) -> Scenario:
+    started = time.monotonic()
+    suffix = uuid.uuid4().hex[:8]
+    home = tmp_path_factory.mktemp("airflow-e2e")
+    metadata_db, jobs_schema, data_schema = f"synclane_e2e_airflow_{suffix}", f"synclane_e2e_{suffix}", f"synclane_e2e_data_{suffix}"
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(metadata_db)))
+    metadata_url = psycopg.conninfo.make_conninfo(database_url, dbname=metadata_db)
+
+    shop_port, api_port = free_port(), free_port()
+    base = clean_environment()
+    shop = Service(
+        "shop", [sys.executable, "-m", "synclane_demo.shop", "--port", str(shop_port), *SHOP],
+        env=base, log_path=home / "shop.log", cwd=PROJECT,
+    ).start()
+    services = [shop]
+    env = airflow_environment(
+        {**base, **SCALE, "SYNCLANE_DEMO_SCHEMA": jobs_schema, "SYNCLANE_DEMO_DATA_SCHEMA": data_schema},
+        home=home / "airflow", data_url=database_url, metadata_url=metadata_url, port=api_port,
+        shop_url=f"http://127.0.0.1:{shop_port}", parallelism=6,
+    )
+    sampler = Sampler(database_url, jobs_schema)
+    try:
+        wait_for_http(f"http://127.0.0.1:{shop_port}/health", timeout=30, service=shop)
+        status = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{shop_port}/control/status").read())
+        run = Scenario(database_url, jobs_schema, data_schema, f"http://127.0.0.1:{shop_port}",
+                       datetime.fromisoformat(status["broken_at"]))
+        run.samples = sampler.samples  # filled while the scenario runs
+        Store(database_url, data_schema).prepare()
+        sampler.start()
+
+        # 1. Airflow starts; planning runs; the worker slots drain.
+        airflow = airflow_service(env, home).start()
+        services.append(airflow)
+        wait_for_airflow(airflow, api_port, timeout=300)
+        run.timings["airflow healthy"] = time.monotonic() - started
+        explain = lambda: airflow.tail(60)  # noqa: E731 - shown when a wait times out
+
+        # 2. Mid-run, with jobs running and some done: stop Airflow, then start it again.
+        def mid_run():
+            rows = run.rows()
+            running = [r for r in rows if r["status"] == "running" and r["cursor"] is not None]
+            done = [r for r in rows if r["status"] == "completed"]
+            return running if running and len(done) >= 3 else None
+
+        wait_until(mid_run, 240, "jobs running mid-page with some completed", every=0.2, explain=explain)
+        run.timings["first jobs done"] = time.monotonic() - started
+        run.running_before_stop = [r for r in run.rows() if r["status"] == "running"]
+        airflow.stop(graceful=90)
+        services.remove(airflow)
+        run.timings["stopped"] = time.monotonic() - started
+        run.after_stop = {r["id"]: r for r in run.rows()}
+        run.restart_seq = run.last_seq()
+        airflow = airflow_service(env, home).start()
+        services.append(airflow)
+        wait_for_airflow(airflow, api_port, timeout=300)
+        run.api = AirflowApi(f"http://127.0.0.1:{api_port}", home / "airflow")
+
+        # 3. Everything settles: completed, except the broken slice, abandoned.
+        wait_until(lambda: settled(run.rows(), run), 420, "every job completed but the broken slice abandoned",
+                   explain=lambda: f"{[(r['id'], r['owner'], r['status'], r['cursor'], r['error']) for r in run.rows() if r['status'] != 'completed']}\n{airflow.tail(40)}")
+        run.settled = run.rows()
+        run.timings["settled"] = time.monotonic() - started
+
+        # 4. The shop heals; a manual run of the requeue DAG; the slice completes from cursor 50.
+        run.shop("/control/heal", {})
+        run.requeue_seq = run.last_seq()
+        created = run.api.post("/api/v2/dags/synclane_requeue/dagRuns", {"logical_date": None, "conf": {"owner": "globex"}})
+        run_id = created["dag_run_id"]
+        run.requeue_run = wait_until(
+            lambda: (lambda r: r if r["state"] in ("success", "failed") else None)(
+                run.api.get(f"/api/v2/dags/synclane_requeue/dagRuns/{urllib.parse.quote(run_id, safe='')}")),
+            180, "the requeue run to finish", explain=explain,
+        )
+        wait_until(lambda: all(r["status"] == "completed" for r in run.rows()), 180, "the requeued slice to complete",
+                   explain=explain)
+        # a worker run that ended on its own (idle timeout) after the work was done
+        wait_until(lambda: any(r["state"] == "success" for r in run.api.runs("synclane_work")), 180,
+                   "a worker DAG run to succeed", explain=explain)
+        run.final = run.rows()
+        run.timings["done"] = time.monotonic() - started
+        run.requests = run.shop("/control/requests")["items"]
+        yield run
+    finally:
+        sampler.stop()
+        for service in reversed(services):
+            service.stop(graceful=60)
+        with psycopg.connect(database_url, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(metadata_db)))
+            for schema in (jobs_schema, data_schema):
+                conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+        if "run" in locals():
+            print(f"\nend-to-end timings (s): { {k: round(v) for k, v in run.timings.items()} }")
+
+
+# -- the promises ----------------------------------------------------------------------------------------
+
+SHOP_CATALOGUE = Catalogue(history_days=120)
+
+
+def shop_count(row: dict) -> int:
+    """How many records the shop has for the job's window (deterministic; the windows end in the past)."""
+    if row["type"] == "products":
+        return len(SHOP_CATALOGUE.products(row["owner"]))
+    return len(SHOP_CATALOGUE.orders(row["owner"], row["window_start"], row["window_end"], datetime.now(timezone.utc)))
+
+
+def request_key(row: dict) -> tuple:
+    since = row["window_start"].isoformat() if row["window_start"] is not None else None
+    return (row["owner"], row["type"], since)
+
+
+def entry_key(entry: dict) -> tuple:
+    return (entry["account"], entry["resource"], entry.get("since"))
+
+
+def test_planning_and_worker_runs_succeed_and_mapped_slots_are_named(scenario):
+    api = scenario.api
+    assert any(r["state"] == "success" for r in api.runs("synclane_plan"))
+    succeeded = [r for r in api.runs("synclane_work") if r["state"] == "success"]
+    assert succeeded
+    slots = [ti for ti in api.task_instances("synclane_work", succeeded[0]["dag_run_id"]) if ti["task_id"] == "work"]
+    assert sorted(ti["map_index"] for ti in slots) == [0, 1, 2]
+    assert {ti["rendered_map_index"] for ti in slots} == {f"{QUEUE} slot {i}" for i in range(3)}
+    assert all(ti["state"] == "success" for ti in slots)
+    assert scenario.requeue_run["state"] == "success"
+
+
+def test_no_two_jobs_of_one_lane_ever_ran_at_once(scenario):
+    rows = scenario.final
+    assert {r["owner"]: r["lane"] for r in rows} == {
+        "acme-us": "acme", "acme-eu": "acme", "globex": "globex", "initech": "initech"
+    }
+    assert len(scenario.samples) > 100
+    for sample in scenario.samples:
+        lanes = [r["lane"] for r in sample if r["status"] == "running"]
+        assert len(lanes) == len(set(lanes)), f"two running jobs in one lane: {lanes}"
+    spans = defaultdict(list)
+    for row in rows:
+        spans[row["lane"]].append((row["started_at"], row["completed_at"], row["id"]))
+    for lane, intervals in spans.items():
+        intervals.sort()
+        for (_, end, first), (start, _, second) in zip(intervals, intervals[1:]):
+            assert end <= start, f"jobs {first} and {second} of lane {lane} overlap"
+    assert max(len({r["lane"] for r in s if r["status"] == "running"}) for s in scenario.samples) >= 2  # lanes side by side
+
+
+def test_each_owner_loaded_its_newest_slice_first(scenario):
+    first_asked = {}
+    for entry in scenario.requests:
+        if entry["resource"] == "orders" and entry["cursor"] == 0:
+            first_asked.setdefault(entry_key(entry), entry["seq"])
+    for owner in ("acme-us", "acme-eu", "globex", "initech"):
+        slices = [r for r in scenario.final if r["owner"] == owner and r["type"] == "orders" and r["mode"] == "initial"]
+        assert len(slices) == 3
+        by_first_request = sorted(slices, key=lambda r: first_asked[request_key(r)])
+        assert [r["window_end"] for r in by_first_request] == sorted((r["window_end"] for r in slices), reverse=True)
+
+
+def test_failed_and_throttled_jobs_continued_from_their_cursor(scenario):
+    failed_mid_job = {r["id"] for sample in scenario.samples for r in sample if r["status"] == "failed" and r["cursor"]}
+    final = {r["id"]: r for r in scenario.final}
+    assert any(final[i]["status"] == "completed" for i in failed_mid_job), "no job failed mid-way and then completed"
+    for row in scenario.final:
+        assert row["processed_count"] == shop_count(row), f"job {row['id']} counted pages twice (or missed some)"
+    refusals = [e for e in scenario.requests if (e["status"] != 200 or e.get("fault")) and e["cursor"] > 0]
+    assert refusals
+    for refused in refusals:
+        following = [e for e in scenario.requests if e["seq"] > refused["seq"] and entry_key(e) == entry_key(refused)]
+        assert following and following[0]["cursor"] == refused["cursor"], f"after {refused} the job did not ask again from its cursor"
+
+
+def test_the_broken_slice_ended_abandoned_at_cursor_50_while_its_lane_completed(scenario):
+    [broken] = [r for r in scenario.settled if scenario.is_broken_slice(r)]
+    assert (broken["status"], broken["cursor"], broken["processed_count"]) == ("abandoned", "50", 50)
+    assert broken["attempt_count"] == 6 and broken["error"].startswith("UnreadablePage: the shop returned a page")
+    assert all(r["status"] == "completed" for r in scenario.settled if r["lane"] == "globex" and r["id"] != broken["id"])
+    seen = [r["status"] for sample in scenario.samples for r in sample if r["id"] == broken["id"]]
+    assert "failed" in seen and "deferred" in seen  # it stepped aside before its last attempt
+
+
+def test_after_healing_a_requeue_completed_the_slice_from_cursor_50(scenario):
+    [broken] = [r for r in scenario.final if scenario.is_broken_slice(r)]
+    assert broken["status"] == "completed" and broken["processed_count"] == shop_count(broken) > 50
+    asked = [e["cursor"] for e in scenario.requests if e["seq"] > scenario.requeue_seq and entry_key(e) == request_key(broken)]
+    assert asked[0] == 50 and 0 not in asked
+
+
+def test_a_restart_left_no_job_running_and_each_resumed_from_its_saved_cursor(scenario):
+    assert scenario.running_before_stop, "nothing was running when Airflow was stopped"
+    assert [r["id"] for r in scenario.after_stop.values() if r["status"] == "running"] == []
+    resumed = 0
+    for before in scenario.running_before_stop:
+        after = scenario.after_stop[before["id"]]
+        if after["status"] == "completed":
+            continue
+        assert after["status"] in ("pending", "failed") and int(after["cursor"] or 0) >= int(before["cursor"] or 0)
+        asked = [e["cursor"] for e in scenario.requests if e["seq"] > scenario.restart_seq and entry_key(e) == request_key(after)]
+        assert asked and asked[0] == int(after["cursor"] or 0), f"job {after['id']} did not resume from cursor {after['cursor']}"
+        resumed += 1
+    assert resumed >= 1
