@@ -116,20 +116,20 @@ class Sampler(threading.Thread):
         super().__init__(name="sampler", daemon=True)
         self.url, self.schema = url, schema
         self.samples: list[list[dict]] = []
-        self._stop = threading.Event()
+        self._done = threading.Event()
 
     def run(self) -> None:
         query = sql.SQL("SELECT * FROM {}.jobs ORDER BY id").format(sql.Identifier(self.schema))
         with psycopg.connect(self.url, autocommit=True, row_factory=dict_row) as conn:
-            while not self._stop.wait(0.2):
+            while not self._done.wait(0.2):
                 try:
                     self.samples.append(conn.execute(query).fetchall())
                 except psycopg.errors.UndefinedTable:
                     continue
 
     def stop(self) -> None:
-        self._stop.set()
-        self.join()
+        self._done.set()
+        self.join(timeout=10)
 
 
 @dataclass
@@ -274,9 +274,9 @@ def scenario(database_url: str, tmp_path_factory) -> Scenario:
         run.requests = run.shop("/control/requests")["items"]
         yield run
     finally:
-        sampler.stop()
         for service in reversed(services):
             service.stop(graceful=60)
+        sampler.stop()
         with psycopg.connect(database_url, autocommit=True) as conn:
             conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(metadata_db)))
             for schema in (jobs_schema, data_schema):
