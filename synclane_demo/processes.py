@@ -1,10 +1,13 @@
 """Starting and stopping the demo's long-running processes: each in its own process group.
 
 ``airflow standalone`` starts a scheduler, a DAG processor, a triggerer and an
-API server as children. A SIGTERM to the parent alone orphans them and they
-keep scheduling, so each service is started in a session of its own and
-stopped as a group: SIGINT (Airflow's graceful stop: running tasks hand their
-jobs back), then SIGTERM, then SIGKILL, each after a bounded wait.
+API server as children, and they start executor workers and task processes. A
+SIGTERM to the parent alone orphans them and they keep scheduling, so each
+service is started in a session of its own and stopped as a group. SIGTERM to
+the whole group is what makes running tasks stop gracefully: Airflow's task
+runner calls the operator's ``on_kill`` on SIGTERM (SyncLane's worker hands its
+job back with its cursor), while SIGINT interrupts the task mid-page. What is
+still alive after a bounded wait gets SIGKILL.
 """
 
 from __future__ import annotations
@@ -46,21 +49,14 @@ class Service:
         return self.process is not None and self.process.poll() is None
 
     def stop(self, *, graceful: float = 60.0, forced: float = 10.0) -> int | None:
-        """Stop the whole group: SIGINT, and once the leader has exited (or ``graceful`` s passed) SIGTERM
-        to what is left of the group, then SIGKILL after ``forced`` s."""
+        """Stop the whole group: SIGTERM, wait up to ``graceful`` s for every member to exit, then SIGKILL."""
         if self.process is None:
             return None
-        self._signal_group(signal.SIGINT)
-        try:
-            self.process.wait(timeout=graceful)
-        except subprocess.TimeoutExpired:
-            pass
-        for sig in (signal.SIGTERM, signal.SIGKILL):
+        for sig, wait in ((signal.SIGTERM, graceful), (signal.SIGKILL, forced)):
             if not self._group_alive():
                 break
             self._signal_group(sig)
-            self._signal(self.process.pid, sig)  # the leader too, in case it left its group
-            deadline = time.monotonic() + forced
+            deadline = time.monotonic() + wait
             while time.monotonic() < deadline and self._group_alive():
                 time.sleep(0.2)
         try:
