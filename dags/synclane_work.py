@@ -5,7 +5,8 @@ triggerer (holding no worker slot) until a job is inserted, requeued, handed
 back or becomes due. A task ends after ``idle_timeout`` seconds with nothing
 to do or ``max_run_time`` seconds in all (DAG params, so a manual run can
 change them); the DAG runs continuously, so the next run takes over at once.
-Set SYNCLANE_DECLARATION and SYNCLANE_QUEUE to work your own queue.
+Set SYNCLANE_DECLARATION and SYNCLANE_QUEUE to work your own queue, and
+SYNCLANE_IDLE_TIMEOUT (seconds) to change the default idle timeout.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from synclane_provider.operators.work import SyncLaneWorkOperator
 
 SYNCLANE = os.environ.get("SYNCLANE_DECLARATION", "synclane_provider.example:synclane")
 QUEUE = os.environ.get("SYNCLANE_QUEUE", "example")
+IDLE_TIMEOUT = int(os.environ.get("SYNCLANE_IDLE_TIMEOUT", "600"))  # the default of the idle_timeout param
 
 declaration, queue = locate_queue(SYNCLANE, QUEUE)  # imports the declaration only: no connection
 
@@ -31,7 +33,7 @@ with DAG(
     catchup=False,
     max_active_runs=1,
     params={
-        "idle_timeout": Param(600, type="number", minimum=1, description="seconds with nothing to do before a slot ends"),
+        "idle_timeout": Param(IDLE_TIMEOUT, type="number", minimum=1, description="seconds with nothing to do before a slot ends"),
         "max_run_time": Param(3600, type="number", minimum=1, description="seconds a slot runs at most"),
     },
     tags=["synclane"],
