@@ -9,7 +9,7 @@ from synclane_provider.core import planner
 from synclane_provider.core.database import Database, Session
 from synclane_provider.core.declarations import Owner, SyncLane
 from synclane_provider.core.errors import DeclarationError
-from synclane_provider.core.planning import instant_key, utc
+from synclane_provider.core.planning import instant_key, instant_text, utc
 from synclane_provider.core.records import Job, Progress
 from synclane_provider.core.states import JobMode, JobStatus
 from synclane_provider.core.wakeups import notify
@@ -58,9 +58,9 @@ class Operations:
             raise DeclarationError(f"window_start {window_start} must be before window_end {window_end}")
         if key is None:
             if window_start is not None and window_end is not None:
-                key = f"{instant_key(JobMode.MANUAL, window_start)}/{utc(window_end):%Y-%m-%dT%H:%M:%SZ}"
+                key = f"{instant_key(JobMode.MANUAL, window_start)}/{instant_text(window_end)}"
             else:
-                key = instant_key(JobMode.MANUAL, now or datetime.now(timezone.utc))
+                key = f"{JobMode.MANUAL.value}:{utc(now or datetime.now(timezone.utc)):%Y-%m-%dT%H:%M:%SZ}"
         row = self.session.one(
             "enqueue",
             queue=queue,

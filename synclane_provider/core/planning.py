@@ -75,10 +75,18 @@ def period_start(now: datetime, every: timedelta) -> datetime:
     return EPOCH + (elapsed // every) * every
 
 
+def instant_text(instant: datetime) -> str:
+    """``2026-08-08T00:00:00Z``; with the microseconds when there are any, so that no two instants share a text."""
+    instant = utc(instant)
+    fraction = f".{instant.microsecond:06d}" if instant.microsecond else ""
+    return f"{instant:%Y-%m-%dT%H:%M:%S}{fraction}Z"
+
+
 @functools.lru_cache(maxsize=4096)
 def instant_key(mode: JobMode, instant: datetime) -> str:
-    """``initial:2026-08-08T00:00:00Z``; cached, as every owner of a plan shares the same slice starts."""
-    return f"{mode.value}:{utc(instant):%Y-%m-%dT%H:%M:%SZ}"
+    """``initial:2026-08-08T00:00:00Z``: two different windows never share a key. Cached, as every owner of a
+    plan shares the same slice starts."""
+    return f"{mode.value}:{instant_text(instant)}"
 
 
 @functools.lru_cache(maxsize=256)

@@ -1,0 +1,266 @@
+"""Planner properties under random horizons, slices, periods, overlaps and sequences of ``now``.
+
+Two levels: the pure rule (``planning.plan_type`` over an in-memory table that
+behaves like ``INSERT … ON CONFLICT DO NOTHING``) with many examples, and the
+real planner against the real table (``Operations.plan(now=…)``) with fewer.
+Runs are derandomized and keep no example database, so CI sees the same cases
+every time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from psycopg import sql
+
+from synclane_provider.core import Operations, Owner, Queue, SnapshotType, SyncLane, WindowedType
+from synclane_provider.core.planning import Coverage, PlannedJob, instant_key, midnight, period_start, plan_type
+from synclane_provider.core.states import JobMode
+from tests.helpers import owners, paged, rows
+
+UTC = timezone.utc
+DAY = timedelta(days=1)
+
+PURE = settings(max_examples=100, derandomize=True, database=None, deadline=None)
+AGAINST_POSTGRES = settings(
+    max_examples=20,
+    derandomize=True,
+    database=None,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+
+
+# --- strategies ---------------------------------------------------------------------------------------------
+
+
+def seconds(low: int, high: int):
+    return st.integers(low, high).map(lambda s: timedelta(seconds=s))
+
+
+@st.composite
+def windowed_settings(draw) -> dict:
+    """A valid windowed declaration of at most 40 slices; durations are often not whole seconds."""
+    horizon = draw(
+        st.one_of(
+            seconds(60, 3 * 86400),
+            seconds(86400, 800 * 86400),
+            st.timedeltas(min_value=timedelta(microseconds=1), max_value=timedelta(days=3)),
+        )
+    )
+    slice_ = max(timedelta(microseconds=1), horizon / draw(st.integers(1, 40)))
+    every = draw(
+        st.one_of(
+            st.sampled_from([timedelta(minutes=1), timedelta(minutes=15), timedelta(hours=1), DAY, 2 * DAY]),
+            seconds(1, 3 * 86400),
+            st.timedeltas(min_value=timedelta(microseconds=1), max_value=timedelta(hours=3)),
+        )
+    )
+    overlap = draw(st.one_of(st.just(timedelta(0)), st.timedeltas(min_value=timedelta(0), max_value=every / 2)))
+    return {"horizon": horizon, "slice": slice_, "every": every, "overlap": overlap}
+
+
+instants = st.datetimes(min_value=datetime(2001, 1, 1), max_value=datetime(2040, 1, 1), timezones=st.just(UTC))
+
+advances = st.one_of(
+    st.just(timedelta(0)),
+    seconds(0, 3600),
+    seconds(0, 10 * 86400),  # the planner was down for days
+    st.timedeltas(min_value=timedelta(0), max_value=timedelta(days=2)),  # sub-second instants too
+)
+
+
+@dataclass(frozen=True)
+class Step:
+    advance: timedelta
+    redeclared: dict | None  # new settings (horizon raised or lowered, other slices or periods), or unchanged
+
+
+steps = st.lists(
+    st.builds(Step, advances, st.one_of(st.none(), st.none(), windowed_settings())), min_size=1, max_size=8
+)
+
+
+def nows(first: datetime, plan: list[Step]) -> list[datetime]:
+    out, now = [first], first
+    for step in plan[1:]:
+        now += step.advance
+        out.append(now)
+    return out
+
+
+# --- what must hold, whoever planned ------------------------------------------------------------------------
+
+
+def assert_covered(windows: list[tuple[str, datetime, datetime]], start: datetime, end: datetime) -> None:
+    """History starts exactly at ``start``; the union of all windows reaches ``end`` with no hole;
+    history slices never overlap one another (each instant of history is fetched once)."""
+    initial = sorted((s, e) for mode, s, e in windows if mode == "initial")
+    assert initial, "no history was planned"
+    assert initial[0][0] == start, f"history starts at {initial[0][0]}, not at the horizon {start}"
+    for (_, earlier_end), (later_start, _) in zip(initial, initial[1:]):
+        assert later_start >= earlier_end, f"history slices overlap at {later_start} < {earlier_end}"
+    reach = start
+    for window_start, window_end in sorted((s, e) for _, s, e in windows):
+        assert window_start <= reach, f"gap from {reach} to {window_start}"
+        reach = max(reach, window_end)
+    assert reach >= end, f"coverage stops at {reach}, before {end}"
+
+
+def expected_span(first: datetime, plan: list[Step], initial: dict) -> tuple[datetime, datetime]:
+    """Where coverage must start (the furthest horizon ever planned) and end (the latest period, or the first midnight)."""
+    current, starts, ends = initial, [], [midnight(first)]
+    for now, step in zip(nows(first, plan), plan):
+        current = step.redeclared or current
+        starts.append(midnight(now) - current["horizon"])
+        ends.append(period_start(now, current["every"]))
+    return min(starts), max(ends)
+
+
+# --- the pure rule over an in-memory table ------------------------------------------------------------------
+
+
+@dataclass
+class Table:
+    """Rows of one owner and type, keyed like the unique index; inserts of an existing key do nothing."""
+
+    rows: dict[str, tuple[PlannedJob, datetime]] = field(default_factory=dict)
+
+    def coverage(self) -> Coverage:
+        if not self.rows:
+            return Coverage()
+        initial = [job for job, _ in self.rows.values() if job.mode is JobMode.INITIAL]
+        ends = [job.window_end for job, _ in self.rows.values() if job.window_end is not None]
+        starts = [job.window_start for job in initial if job.window_start is not None]
+        return Coverage(
+            has_initial=bool(initial),
+            initial_start=min(starts, default=None),
+            covered_until=max(ends, default=None),
+            first_created_at=min(created for _, created in self.rows.values()),
+        )
+
+    def insert(self, planned: list[PlannedJob], now: datetime) -> list[PlannedJob]:
+        inserted = []
+        for job in planned:
+            existing = self.rows.get(job.dedup_key)
+            if existing is not None:
+                # A key planned again must mean the same job: a different window under an existing key would be
+                # dropped by ON CONFLICT DO NOTHING and leave a hole.
+                assert existing[0] == job, f"key {job.dedup_key} planned as {job}, but exists as {existing[0]}"
+                continue
+            self.rows[job.dedup_key] = (job, now)
+            inserted.append(job)
+        return inserted
+
+
+def windowed(settings_: dict) -> WindowedType:
+    return WindowedType("orders", paged(0), **settings_)
+
+
+@PURE
+@given(first=instants, initial=windowed_settings(), plan=steps)
+def test_windowed_plans_cover_the_horizon_to_the_latest_period_without_gaps_or_duplicates(first, initial, plan):
+    table = Table()
+    current = initial
+    for now, step in zip(nows(first, plan), plan):
+        current = step.redeclared or current
+        job_type = windowed(current)
+        before = table.coverage()
+        inserted = table.insert(plan_type(job_type, before, now), now)
+
+        recurring = [job for job in inserted if job.mode is JobMode.RECURRING]
+        assert len(recurring) <= 1, "one recurring job per plan covers all the time since the last one"
+        if recurring:
+            [job] = recurring
+            covered = before.covered_until if before.has_initial else midnight(now)
+            assert job.window_start == covered - current["overlap"], "the recurring window starts where coverage ends"
+            assert job.window_end == period_start(now, current["every"])
+        for job in inserted:
+            if job.mode is JobMode.INITIAL:
+                assert job.window_end - job.window_start <= current["slice"]
+        after = table.coverage()
+        assert after.covered_until >= period_start(now, current["every"]), "coverage reaches the current period"
+        assert table.insert(plan_type(job_type, after, now), now) == [], "planning again at once inserts nothing"
+
+    windows = [(job.mode.value, job.window_start, job.window_end) for job, _ in table.rows.values()]
+    assert_covered(windows, *expected_span(first, plan, initial))
+
+
+@PURE
+@given(first=instants, every=st.one_of(seconds(1, 3 * 86400), st.timedeltas(min_value=timedelta(microseconds=1), max_value=DAY)), plan=steps)
+def test_a_snapshot_gets_one_first_load_and_at_most_one_refresh_per_period(first, every, plan):
+    table = Table()
+    job_type = SnapshotType("products", paged(0), every=every)
+    refreshes = []
+    for now in nows(first, plan):
+        inserted = table.insert(plan_type(job_type, table.coverage(), now), now)
+        refreshes += [job for job in inserted if job.mode is JobMode.RECURRING]
+        assert table.insert(plan_type(job_type, table.coverage(), now), now) == []
+        period = period_start(now, every)
+        if period > first:
+            assert instant_key(JobMode.RECURRING, period) in table.rows, "the current period has its refresh"
+    assert [job.dedup_key for job, _ in table.rows.values()].count("initial") == 1
+    assert all(job.window_start is None and job.window_end is None for job, _ in table.rows.values())
+    assert len({job.dedup_key for job in refreshes}) == len(refreshes)
+    assert all(job.window_start is None for job in refreshes)
+    assert instant_key(JobMode.RECURRING, period_start(first, every)) not in table.rows, (
+        "no refresh for the period in which the first load was planned"
+    )
+
+
+# --- the real planner against the real table ----------------------------------------------------------------
+
+OWNERS = [Owner("acme-us", lane="acme"), Owner("acme-eu", lane="acme"), Owner("it's; \"quoted\" ünïcode")]
+
+
+def declaration(schema: str, current: dict) -> SyncLane:
+    return SyncLane(
+        queues=[
+            Queue(
+                "shops",
+                owners=owners(*OWNERS),
+                types=[SnapshotType("products", paged(0), every=current["every"]), windowed(current)],
+            )
+        ],
+        schema=schema,
+    )
+
+
+@AGAINST_POSTGRES
+@given(first=instants, initial=windowed_settings(), plan=steps)
+def test_the_planner_against_the_table_covers_every_owner_and_replanning_inserts_nothing(
+    database_url, schema, admin, first, initial, plan
+):
+    made: dict[tuple, Operations] = {}
+    database = declaration(schema, initial).database(database_url)  # one table, declared differently over time
+
+    def operations(current: dict) -> Operations:
+        key = tuple(sorted(current.items()))
+        if key not in made:
+            made[key] = Operations(declaration(schema, current), database)
+        return made[key]
+
+    current = initial
+    operations(current).activity("shops")  # creates the table on first use
+    admin.execute(sql.SQL("TRUNCATE {}.jobs").format(sql.Identifier(schema)))
+    try:
+        for now, step in zip(nows(first, plan), plan):
+            current = step.redeclared or current
+            operations(current).plan("shops", now=now)
+            assert operations(current).plan("shops", now=now).total == 0, "planning again at once inserts nothing"
+    finally:
+        for ops in made.values():
+            ops.close()
+
+    start, end = expected_span(first, plan, initial)
+    found = rows(admin, schema)
+    for owner in OWNERS:
+        mine = [r for r in found if r["owner"] == owner.id]
+        assert {r["lane"] for r in mine} == {owner.lane_or_id}
+        windows = [(r["mode"], r["window_start"], r["window_end"]) for r in mine if r["type"] == "orders"]
+        assert_covered(windows, start, end)
+        assert [r["dedup_key"] for r in mine if r["type"] == "products"].count("initial") == 1
+    assert len(found) == len({(r["owner"], r["type"], r["dedup_key"]) for r in found})
