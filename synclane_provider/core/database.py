@@ -3,7 +3,10 @@
 Every statement the engine runs is safe to repeat (fenced on the lease, absolute
 values, ``ON CONFLICT DO NOTHING``, or a take that first looks for a job the
 worker already holds), so a statement whose connection broke is simply run
-again on a new connection after a backoff.
+again on a new connection after a backoff. So is one the server turned down for
+a passing reason (a timeout, a deadlock, a shutdown, no room). A statement the
+server refuses for what it is (a value too large for an index, a constraint, a
+privilege) fails at once: repeating it would only hide the error for minutes.
 """
 
 from __future__ import annotations
@@ -27,8 +30,19 @@ log = logging.getLogger(__name__)
 
 ConnectionFactory = Callable[[], psycopg.Connection]
 
-CONNECTION_ERRORS = (psycopg.OperationalError, psycopg.InterfaceError)
-"""Errors that mean "the connection is gone or unusable", as opposed to a bad statement."""
+PASSING_ERROR_CLASSES = frozenset({"08", "40", "53", "57", "58"})
+"""SQLSTATE classes worth another try: connection exception, transaction rollback (deadlock, serialization),
+insufficient resources, operator intervention (statement timeout, cancel, shutdown), system error."""
+PASSING_ERRORS = frozenset({"55P03"})
+"""Single SQLSTATEs worth another try: lock_not_available (``lock_timeout``)."""
+
+
+def worth_repeating(error: psycopg.Error, conn: psycopg.Connection) -> bool:
+    """Whether a failed statement may succeed if sent again: its connection broke, or the cause passes."""
+    if conn.closed:
+        return True
+    sqlstate = error.sqlstate or ""
+    return sqlstate[:2] in PASSING_ERROR_CLASSES or sqlstate in PASSING_ERRORS
 
 
 class Database:
@@ -101,6 +115,9 @@ class Session:
         self._conn: psycopg.Connection | None = None
         self._lock = threading.RLock()
         self.reconnects = 0
+        self.resent = 0
+        """Statements sent again after their connection broke while they were in flight: each may have run
+        before (its reply was lost), so its repeat can find its own work already done."""
 
     def run(self, name: str, **params: Any) -> list[dict[str, Any]]:
         """Run the named statement and return its rows, reconnecting while the database is away."""
@@ -115,18 +132,31 @@ class Session:
         """Do ``work`` on this session's connection; when the connection breaks, back off, reconnect, repeat."""
         deadline = time.monotonic() + self.give_up_after.total_seconds()
         delay = self.first_backoff
+        failures = 0
         while True:
             with self._lock:
                 try:
-                    return work(self._connection())
-                except CONNECTION_ERRORS as exc:
-                    self._discard()
-                    error = exc
+                    conn = self._connection()
+                except psycopg.OperationalError as exc:
+                    error = exc  # could not connect
+                else:
+                    try:
+                        return work(conn)
+                    except psycopg.Error as exc:
+                        if not worth_repeating(exc, conn):
+                            raise
+                        if conn.closed:
+                            self._discard()
+                            self.resent += 1
+                        error = exc
+            failures += 1
+            if self._stopping() and failures > 1:
+                raise DatabaseUnavailableError(f"gave up running {label!r} while stopping: {error}") from error
             if time.monotonic() + delay > deadline:
                 raise DatabaseUnavailableError(
-                    f"database unreachable for {self.give_up_after} while running {label}: {error}"
+                    f"database unavailable for {self.give_up_after} while running {label!r}: {error}"
                 ) from error
-            log.warning("database connection lost during %s (%s); retrying in %.1fs", label, error, delay)
+            log.warning("database error during %s (%s); retrying in %.1fs", label, error, delay)
             self._sleep(delay * random.uniform(0.5, 1.0))
             delay = min(delay * 2, self.max_backoff)
 
@@ -148,6 +178,11 @@ class Session:
                 conn.close()
             except Exception:  # noqa: BLE001 - it is already broken; closing is a courtesy
                 pass
+
+    def _stopping(self) -> bool:
+        """A stopping worker tries a fresh connection once (a killed connection is the common case), then
+        lets go instead of waiting minutes for the database: its lease lapses and another worker continues."""
+        return self._stop is not None and self._stop.is_set()
 
     def _sleep(self, seconds: float) -> None:
         if self._stop is not None:

@@ -10,7 +10,6 @@ from contextlib import contextmanager
 from datetime import datetime, timedelta
 
 from synclane_provider.core.database import Session
-from synclane_provider.core.errors import SyncLaneError
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +92,7 @@ class LeaseKeeper:
     def _renew(self, job_id: int, generation: int) -> None:
         try:
             row = self._session.one("renew_lease", id=job_id, worker=self._worker, lease=self._lease, now=self._clock())
-        except SyncLaneError as exc:
+        except Exception as exc:  # noqa: BLE001 - a failed renewal must not end the thread; the next one may work
             log.warning("could not renew the lease of job %s: %s", job_id, exc)
             return
         with self._lock:

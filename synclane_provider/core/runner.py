@@ -145,25 +145,41 @@ class JobRunner:
         error: str | None = None,
         delay: timedelta = timedelta(0),
     ) -> RunResult:
+        resent = self._session.resent
         written = self._final_write(
             dict(finished=job.id, status=status.value, processed_count=processed, error=error, delay=delay, now=self._clock())
         )
-        if not written:
+        if not written and not self._landed(job, resent, status=status.value, processed_count=processed, error=error):
             return self._lost(job, pages, records)
         result = RunResult(job, Outcome(status.value), pages, records, error)
         self._log.info("%s", result)
         return result
 
     def _release(self, job: Job, pages: int, records: int) -> RunResult:
+        resent = self._session.resent
         row = self._session.one(
             "release", id=job.id, worker=self._worker, processed_count=job.processed_count, now=self._clock()
         )
-        if row is None:
+        if row is None and not self._landed(job, resent, status="pending", processed_count=job.processed_count):
             return self._lost(job, pages, records)
         notify(self._session, self._queue.name)  # the job is due again: wake an idle worker to take it over
         result = RunResult(job, Outcome.RELEASED, pages, records)
         self._log.info("%s (handed back at cursor %s)", result, job.cursor)
         return result
+
+    def _landed(self, job: Job, resent: int, **written: object) -> bool:
+        """Whether a last write that found the job no longer ours had in fact been made by us.
+
+        That happens when the connection broke after the statement ran but
+        before its reply arrived: the session sent it again, and the repeat,
+        fenced on the lease, found the job already moved on. Only then (the
+        session resent something since ``resent``) is the row read back; it
+        shows our write when it holds exactly what we wrote.
+        """
+        if self._session.resent == resent:
+            return False
+        row = self._session.one("get_job", id=job.id)
+        return row is not None and row["leased_by"] is None and all(row[k] == v for k, v in written.items())
 
     def _lost(self, job: Job, pages: int, records: int) -> RunResult:
         result = RunResult(job, Outcome.LEASE_LOST, pages, records)
