@@ -30,6 +30,10 @@ log = logging.getLogger(__name__)
 
 ConnectionFactory = Callable[[], psycopg.Connection]
 
+CONNECTION_ERRORS = (psycopg.OperationalError, psycopg.InterfaceError)
+"""What the driver raises when a connection cannot be opened or breaks (and for some statement errors too:
+:func:`worth_repeating` tells them apart once a statement failed)."""
+
 PASSING_ERROR_CLASSES = frozenset({"08", "40", "53", "57", "58"})
 """SQLSTATE classes worth another try: connection exception, transaction rollback (deadlock, serialization),
 insufficient resources, operator intervention (statement timeout, cancel, shutdown), system error."""
@@ -154,7 +158,7 @@ class Session:
                 raise DatabaseUnavailableError(f"gave up running {label!r} while stopping: {error}") from error
             if time.monotonic() + delay > deadline:
                 raise DatabaseUnavailableError(
-                    f"database unavailable for {self.give_up_after} while running {label!r}: {error}"
+                    f"database unreachable for {self.give_up_after} while running {label!r}: {error}"
                 ) from error
             log.warning("database error during %s (%s); retrying in %.1fs", label, error, delay)
             self._sleep(delay * random.uniform(0.5, 1.0))
