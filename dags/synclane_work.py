@@ -12,7 +12,7 @@ SYNCLANE_IDLE_TIMEOUT (seconds) to change the default idle timeout.
 from __future__ import annotations
 
 import os
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 from airflow.sdk import DAG, Param
 
@@ -46,5 +46,7 @@ with DAG(
         idle_timeout="{{ params.idle_timeout }}",
         max_run_time="{{ params.max_run_time }}",
         deferrable=True,
+        retries=2,  # a slot that could not start (or lost its database for too long) comes back
+        retry_delay=timedelta(seconds=15),
         map_index_template="{{ task.synclane_queue }} slot {{ task.slot }}",
     ).expand(slot=list(range(queue.concurrency)))

@@ -94,9 +94,13 @@ def airflow_environment(
         "AIRFLOW__API__PORT": str(port),
         "AIRFLOW__API__BASE_URL": f"http://localhost:{port}",
         "AIRFLOW__API__WORKERS": "1",
+        # Tasks talk to the API server; on a small, busy machine its first answers can take longer than 5 s.
+        "AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT": "30",
         "AIRFLOW__DAG_PROCESSOR__PARSING_PROCESSES": "1",
         "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "30",
         "AIRFLOW_CONN_SYNCLANE_DEFAULT": airflow_connection(data_url),
+        "SYNCLANE_DECLARATION": "synclane_demo.sync:synclane",  # what the example DAGs run
+        "SYNCLANE_QUEUE": "shops",
         "SYNCLANE_DEMO_DATABASE_URL": data_url,
         "SYNCLANE_DEMO_SHOP_URL": shop_url,
     }

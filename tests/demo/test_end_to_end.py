@@ -54,8 +54,6 @@ SCALE = {
     "SYNCLANE_DEMO_THROTTLE_DELAY": "2s",
     "SYNCLANE_DEMO_THROTTLE_MAX_DELAY": "4s",
     "SYNCLANE_DEMO_POLL_INTERVAL": "2s",
-    "SYNCLANE_DECLARATION": "synclane_demo.sync:synclane",
-    "SYNCLANE_QUEUE": QUEUE,
     "SYNCLANE_IDLE_TIMEOUT": "20",
 }
 SHOP = ["--latency", "0.4", "--rate-429", "0.05", "--rate-503", "0.05", "--retry-after", "1", "--seed", "5",

@@ -44,6 +44,7 @@ def test_airflow_lives_in_the_project_and_the_environment_wins_otherwise(tmp_pat
     assert env["AIRFLOW__CORE__LOAD_EXAMPLES"] == "False" and env["AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION"] == "False"
     assert env["AIRFLOW__API__PORT"] == "9090" and env["AIRFLOW__CORE__EXECUTION_API_SERVER_URL"] == "http://localhost:9090/execution/"
     assert env["SYNCLANE_DEMO_SHOP_URL"] == "http://127.0.0.1:9091"
+    assert (env["SYNCLANE_DECLARATION"], env["SYNCLANE_QUEUE"]) == ("synclane_demo.sync:synclane", "shops")
     assert json.loads(env["AIRFLOW_CONN_SYNCLANE_DEFAULT"])["schema"] == "synclane"
 
 
