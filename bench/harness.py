@@ -29,7 +29,7 @@ from synclane_provider.core.schema import create_schema  # noqa: E402
 from tools.postgres import find_url  # noqa: E402
 
 QUEUE = "bench"
-POLL = timedelta(seconds=1)
+POLL = SyncLane(queues=[]).poll_interval  # the default: how long an idle worker sleeps between looks
 
 
 def database_url() -> str:
@@ -132,6 +132,7 @@ def run_baseline(url: str, schema: str, *, workers: int, pages: int, seconds: fl
         jobs = done_pages = empty = races = 0
         job_id = lane = None
         with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("SET synchronous_commit TO off")  # as the engine's worker sessions do
             while True:
                 if job_id is None and stop.is_set():
                     break

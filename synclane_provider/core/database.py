@@ -110,8 +110,11 @@ class Session:
         first_backoff: float = 0.1,
         max_backoff: float = 5.0,
         stop: threading.Event | None = None,
+        wait_for_flush: bool = True,
     ) -> None:
         self.database = database
+        self.wait_for_flush = wait_for_flush
+        """False: commits return before their WAL is flushed to disk (``synchronous_commit = off``)."""
         self.give_up_after = give_up_after
         self.first_backoff = first_backoff
         self.max_backoff = max_backoff
@@ -170,7 +173,10 @@ class Session:
 
     def _connection(self) -> psycopg.Connection:
         if self._conn is None or self._conn.closed:
-            self._conn = self.database.connect()
+            conn = self.database.connect()
+            if not self.wait_for_flush:
+                conn.execute("SET synchronous_commit TO off")
+            self._conn = conn
         return self._conn
 
     def _discard(self) -> None:

@@ -100,7 +100,10 @@ class WorkerSlot:
         self.worker_id = worker_id or new_worker_id(queue)
         self.clock = clock
         self.stop = stop or threading.Event()
-        self.session = Session(database, stop=self.stop, give_up_after=give_up_after)
+        # A worker's commits do not wait for the disk: if the database server itself crashes, the last
+        # fraction of a second of cursor saves and finishes may be lost, and those pages run again, which
+        # handlers already allow for (a page runs at least once). Lanes and leases are unaffected.
+        self.session = Session(database, stop=self.stop, give_up_after=give_up_after, wait_for_flush=False)
         self.lease = LeaseKeeper(self.session, worker=self.worker_id, lease=self.queue.lease, clock=clock)
         self.runner = JobRunner(
             self.session,
