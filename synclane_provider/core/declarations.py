@@ -36,12 +36,29 @@ def _positive(name: str, value: object) -> timedelta:
     return value
 
 
-def _name(kind: str, value: object) -> str:
+MAX_NAME_BYTES = 512
+"""Longest queue, type, owner or lane name (and manual job key), in UTF-8 bytes. The unique indexes hold
+several names in one entry, and PostgreSQL refuses an index entry of more than about 2.7 kB."""
+
+
+def checked_name(kind: str, value: object) -> str:
+    """``value`` if the table can store it as a name and give it back exactly, else a :class:`DeclarationError`."""
     if not isinstance(value, str) or not value.strip():
-        raise DeclarationError(f"{kind} must be a non-empty string, got {value!r}")
+        raise DeclarationError(f"{kind} must be a non-empty string, got {_clipped(value)}")
     if "\x00" in value:
-        raise DeclarationError(f"{kind} must not contain NUL characters, got {value!r}")
+        raise DeclarationError(f"{kind} must not contain NUL characters, got {_clipped(value)}")
+    try:
+        size = len(value.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise DeclarationError(f"{kind} must be valid unicode (it holds a lone surrogate), got {_clipped(value)}") from None
+    if size > MAX_NAME_BYTES:
+        raise DeclarationError(f"{kind} must be at most {MAX_NAME_BYTES} bytes in UTF-8, got {size}: {_clipped(value)}")
     return value
+
+
+def _clipped(value: object, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 @dataclass(frozen=True)
@@ -52,9 +69,9 @@ class Owner:
     lane: str | None = None
 
     def __post_init__(self) -> None:
-        _name("owner id", self.id)
+        checked_name("owner id", self.id)
         if self.lane is not None:
-            _name("owner lane", self.lane)
+            checked_name("owner lane", self.lane)
 
     @property
     def lane_or_id(self) -> str:
@@ -75,7 +92,7 @@ class SnapshotType:
     every: timedelta
 
     def __post_init__(self) -> None:
-        _name("job type name", self.name)
+        checked_name("job type name", self.name)
         _check_handler(self.name, self.handler)
         _positive(f"every of job type {self.name!r}", self.every)
 
@@ -96,7 +113,7 @@ class WindowedType:
     overlap: timedelta = timedelta(0)
 
     def __post_init__(self) -> None:
-        _name("job type name", self.name)
+        checked_name("job type name", self.name)
         _check_handler(self.name, self.handler)
         label = f"of job type {self.name!r}"
         _positive(f"horizon {label}", self.horizon)
@@ -133,7 +150,7 @@ class Queue:
     throttle_max_delay: timedelta = timedelta(minutes=30)
 
     def __post_init__(self) -> None:
-        _name("queue name", self.name)
+        checked_name("queue name", self.name)
         label = f"of queue {self.name!r}"
         if not callable(self.owners):
             raise DeclarationError(f"owners {label} must be callable (queue name -> owners), got {self.owners!r}")

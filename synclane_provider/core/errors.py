@@ -45,12 +45,19 @@ class JobThrottled(SyncLaneError):
     ``Retry-After`` header); without it the queue's throttle delay applies.
     """
 
+    MAX_RETRY_AFTER = timedelta(days=366)
+    """The longest wait a server may name: anything longer is a misread header, not a plan."""
+
     def __init__(self, message: str = "throttled", *, retry_after: timedelta | float | None = None):
         super().__init__(message)
-        if isinstance(retry_after, (int, float)):
+        if isinstance(retry_after, (int, float)) and not isinstance(retry_after, bool):
             retry_after = timedelta(seconds=retry_after)
+        if retry_after is not None and not isinstance(retry_after, timedelta):
+            raise TypeError(f"retry_after must be a timedelta or a number of seconds, got {retry_after!r}")
         if retry_after is not None and retry_after < timedelta(0):
             raise ValueError(f"retry_after must not be negative, got {retry_after}")
+        if retry_after is not None and retry_after > self.MAX_RETRY_AFTER:
+            raise ValueError(f"retry_after must be at most {self.MAX_RETRY_AFTER.days} days, got {retry_after}")
         self.retry_after: timedelta | None = retry_after
 
 

@@ -7,8 +7,9 @@ from typing import Any
 
 from synclane_provider.core import planner
 from synclane_provider.core.database import Database, Session
-from synclane_provider.core.declarations import Owner, SyncLane
+from synclane_provider.core.declarations import Owner, SyncLane, checked_name
 from synclane_provider.core.errors import DeclarationError
+from synclane_provider.core.outcomes import storable_text
 from synclane_provider.core.planning import instant_key, instant_text, utc
 from synclane_provider.core.records import Job, Progress
 from synclane_provider.core.states import JobMode, JobStatus
@@ -56,6 +57,8 @@ class Operations:
             raise DeclarationError(f"give both window_start and window_end, or neither (got {window_start!r}, {window_end!r})")
         if window_start is not None and window_end is not None and utc(window_start) >= utc(window_end):
             raise DeclarationError(f"window_start {window_start} must be before window_end {window_end}")
+        if key is not None:
+            checked_name("key", key)
         if key is None:
             if window_start is not None and window_end is not None:
                 key = f"{instant_key(JobMode.MANUAL, window_start)}/{instant_text(window_end)}"
@@ -93,7 +96,7 @@ class Operations:
     def cancel(self, queue: str, owner: str, reason: str) -> int:
         """Abandon the owner's jobs that are not running (e.g. the account disconnected). Returns how many."""
         self.synclane.queue(queue)
-        rows = self.session.run("cancel", queue=queue, owner=owner, error=f"Cancelled: {reason}")
+        rows = self.session.run("cancel", queue=queue, owner=owner, error=storable_text(f"Cancelled: {reason}"))
         return len(rows)
 
     def list_jobs(

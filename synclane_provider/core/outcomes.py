@@ -51,7 +51,11 @@ def describe_error(exc: BaseException) -> str:
         message = str(exc)
     except Exception:  # noqa: BLE001 - a broken __str__ must not hide the failure itself
         message = f"<unprintable {type(exc).__name__}>"
-    text = f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+    return storable_text(f"{type(exc).__name__}: {message}" if message else type(exc).__name__)
+
+
+def storable_text(text: str) -> str:
+    """``text`` as the error column keeps it: at most ``MAX_ERROR_LENGTH`` characters, valid UTF-8, no NUL."""
     text = text.encode("utf-8", errors="replace").decode("utf-8", errors="replace").replace("\x00", "\\0")
     if len(text) > MAX_ERROR_LENGTH:
         text = text[: MAX_ERROR_LENGTH - 1] + "…"

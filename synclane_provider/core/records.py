@@ -61,8 +61,9 @@ class Page:
     count: int = 0
 
     @classmethod
-    def check(cls, value: object, *, job_type: str) -> "Page":
-        """Return ``value`` if it is a well-formed page, else raise a :class:`HandlerResultError` naming what is wrong."""
+    def check(cls, value: object, *, job_type: str, counted: int = 0) -> "Page":
+        """Return ``value`` if it is a well-formed page the table can store after ``counted`` records, else raise
+        a :class:`HandlerResultError` naming what is wrong (a value the table refused would strand the job)."""
         if not isinstance(value, Page):
             raise HandlerResultError(
                 f"handler of job type {job_type!r} returned {type(value).__name__} {_short(value)}, expected a Page"
@@ -74,11 +75,33 @@ class Page:
             )
         if isinstance(value.next_cursor, str) and "\x00" in value.next_cursor:
             raise HandlerResultError(f"handler of job type {job_type!r} returned a next_cursor containing NUL")
+        if isinstance(value.next_cursor, str) and not _encodable(value.next_cursor):
+            raise HandlerResultError(
+                f"handler of job type {job_type!r} returned a next_cursor that is not valid unicode "
+                f"(a lone surrogate): {_short(value.next_cursor)}"
+            )
         if isinstance(value.count, bool) or not isinstance(value.count, int) or value.count < 0:
             raise HandlerResultError(
                 f"handler of job type {job_type!r} returned count {_short(value.count)}, expected an integer of zero or more"
             )
+        if counted + value.count > MAX_RECORD_COUNT:
+            raise HandlerResultError(
+                f"handler of job type {job_type!r} returned count {value.count}, more than the table can count "
+                f"after {counted} record(s) (at most {MAX_RECORD_COUNT} in all)"
+            )
         return value
+
+
+MAX_RECORD_COUNT = 2**63 - 1
+"""The most records one job can count: ``processed_count`` is a bigint."""
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _short(value: object, limit: int = 80) -> str:

@@ -95,10 +95,7 @@ class JobRunner:
                 if self._stop.is_set():
                     return self._release(current, pages, current.processed_count - start_count)
                 try:
-                    page = Page.check(handler(current), job_type=job.type)
-                except (KeyboardInterrupt, SystemExit):
-                    self._release(current, pages, current.processed_count - start_count)
-                    raise
+                    page = Page.check(handler(current), job_type=job.type, counted=current.processed_count)
                 except Exception as exc:  # noqa: BLE001 - any handler failure is recorded on the row
                     if lease.lost:
                         return self._lost(current, pages, current.processed_count - start_count)
@@ -112,6 +109,11 @@ class JobRunner:
                         error=failure.error,
                         delay=failure.delay,
                     )
+                except BaseException:
+                    # An interrupt (Ctrl-C, SystemExit, a task timeout raised into the page): hand the job back
+                    # with its cursor rather than leave it running until its lease lapses.
+                    self._release(current, pages, current.processed_count - start_count)
+                    raise
                 pages += 1
                 processed = current.processed_count + page.count
                 if lease.lost:

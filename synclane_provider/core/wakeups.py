@@ -7,14 +7,25 @@ trigger also wakes for the earliest ``next_run_at``, so a lost notification
 
 from __future__ import annotations
 
+import hashlib
+
 from synclane_provider.core.database import Session
 
 MAX_PAYLOAD_BYTES = 7000  # PostgreSQL refuses payloads of 8000 bytes or more
+MAX_CHANNEL_BYTES = 63  # PostgreSQL refuses longer channel names in pg_notify (and cuts them in LISTEN)
 
 
 def channel(schema: str) -> str:
-    """The channel of one jobs table; it is passed as a value to pg_notify, and quoted for LISTEN."""
-    return f"synclane.{schema}"
+    """The channel of one jobs table; it is passed as a value to pg_notify, and quoted for LISTEN.
+
+    ``synclane.<schema>``; for a schema name too long for that, its start and a digest of the whole name,
+    so that two schemas never share a channel.
+    """
+    name = f"synclane.{schema}"
+    if len(name.encode("utf-8")) <= MAX_CHANNEL_BYTES:
+        return name
+    digest = hashlib.sha256(schema.encode("utf-8")).hexdigest()[:16]
+    return f"synclane.{schema[:36]}.{digest}"
 
 
 def payload(queue: str) -> str:
