@@ -246,6 +246,24 @@ def test_a_statement_whose_reply_is_lost_after_it_ran_is_repeated_harmlessly(
     assert_completed_once(admin, schema, log, result)  # the completion too: it reports what the row says
 
 
+def test_a_failure_whose_reply_is_lost_still_reports_the_failure_written(worker, admin, schema, proxy):
+    pages = paged(TOTAL, PAGE)
+
+    def handler(job: Job) -> Page:
+        if job.cursor == "100":
+            proxy.lose_reply(marker("finish_and_take", schema))
+            raise ConnectionResetError("the shop hung up")
+        return pages(job)
+
+    slot, *_ = worker(handler, through=proxy)
+    result = slot().run_one()
+
+    assert proxy.reply_lost.is_set()
+    assert (result.outcome, result.error) == (Outcome.FAILED, "ConnectionResetError: the shop hung up")
+    row = the_row(admin, schema)
+    assert (row["status"], row["cursor"], row["processed_count"], row["leased_by"]) == ("failed", "100", 100, None)
+
+
 def test_a_release_whose_reply_is_lost_still_reports_the_job_handed_back(worker, admin, schema, proxy):
     stop = threading.Event()
     pages = paged(TOTAL, PAGE)
