@@ -112,8 +112,8 @@ def test_failures_retry_with_a_doubling_capped_delay_then_defer_then_abandon(set
 
 def test_a_deferred_job_runs_only_when_its_lane_is_otherwise_idle(setup, admin, schema, clock):
     ops, slot = setup(products(), plan=False, max_attempts=1)
-    ops.enqueue("shops", "acme", "products", key="first")
-    ops.enqueue("shops", "acme", "products", key="second")
+    ops.enqueue("shops", "acme", "products", key="first", now=clock.now)
+    ops.enqueue("shops", "acme", "products", key="second", now=clock.now)
     execute(admin, schema, "UPDATE {jobs} SET status = 'deferred', attempt_count = 1 WHERE dedup_key = 'manual:first'")
     worker = slot()
     assert worker.run_one().job.dedup_key == "manual:second"
@@ -335,18 +335,18 @@ def test_a_free_lane_is_found_when_the_head_of_the_queue_is_all_in_one_busy_lane
 def test_a_deferred_job_in_an_otherwise_idle_lane_is_found_behind_a_busy_one(setup, admin, schema, clock):
     ops, slot = setup(products(), plan=False, max_attempts=1)
     for n in range(40):
-        ops.enqueue("shops", "acme", "products", key=f"acme-{n}")
-    ops.enqueue("shops", "globex", "products", key="stuck")
+        ops.enqueue("shops", "acme", "products", key=f"acme-{n}", now=clock.now)
+    ops.enqueue("shops", "globex", "products", key="stuck", now=clock.now)
     execute(admin, schema, "UPDATE {jobs} SET status = 'deferred', attempt_count = 1 WHERE owner = 'globex'")
     assert slot().take().owner == "acme"
     last = slot().take()
     assert (last.owner, last.attempt_count) == ("globex", 2)
 
 
-def test_a_finishing_worker_takes_its_next_job_in_the_same_transaction(setup, admin, schema):
+def test_a_finishing_worker_takes_its_next_job_in_the_same_transaction(setup, admin, schema, clock):
     ops, slot = setup(products(), plan=False)
     for key in ("first", "second"):
-        ops.enqueue("shops", "acme", "products", key=key)
+        ops.enqueue("shops", "acme", "products", key=key, now=clock.now)
     worker, rival = slot(), slot()
     assert worker.run_one().job.dedup_key == "manual:first"
     # The lane was never free in between: the second job is already this worker's.
@@ -356,10 +356,10 @@ def test_a_finishing_worker_takes_its_next_job_in_the_same_transaction(setup, ad
     assert worker.run_one().job.dedup_key == "manual:second"
 
 
-def test_a_slot_that_stops_hands_back_the_job_it_took_for_later(setup, admin, schema):
+def test_a_slot_that_stops_hands_back_the_job_it_took_for_later(setup, admin, schema, clock):
     ops, slot = setup(products(), plan=False)
     for key in ("first", "second", "third"):
-        ops.enqueue("shops", "acme", "products", key=key)
+        ops.enqueue("shops", "acme", "products", key=key, now=clock.now)
     worker = slot()
     summary = worker.drain(max_jobs=1)
     assert summary.outcomes["completed"] == 1
