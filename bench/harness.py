@@ -131,7 +131,7 @@ def run_baseline(url: str, schema: str, *, workers: int, pages: int, seconds: fl
         base = {"queue": QUEUE, "worker": worker, "lease": lease, "now": None}
         jobs = done_pages = empty = races = 0
         job_id = lane = None
-        with psycopg.connect(url, autocommit=True) as conn:
+        with psycopg.connect(url, autocommit=True, cursor_factory=psycopg.RawCursor) as conn:
             conn.execute("SET synchronous_commit TO off")  # as the engine's worker sessions do
             while True:
                 if job_id is None and stop.is_set():
@@ -140,16 +140,18 @@ def run_baseline(url: str, schema: str, *, workers: int, pages: int, seconds: fl
                     params = {**base, **nothing, "take": True}
                 else:  # as the engine does: finish this job and take the next in one statement
                     for page in range(1, pages):
-                        conn.execute(save, {"id": job_id, "worker": worker, "cursor": str(page),
-                                            "processed_count": page, "lease": lease, "now": None})
+                        conn.execute(save.text, save.arguments({"id": job_id, "worker": worker, "cursor": str(page),
+                                                                "processed_count": page, "lease": lease, "now": None}))
                     params = {**base, "finished": job_id, "status": "completed", "processed_count": pages,
                               "error": None, "delay": timedelta(0), "take": not stop.is_set()}
                 try:
-                    row = conn.execute(advance, params).fetchone()
+                    row = conn.execute(advance.text, advance.arguments(params)).fetchone()
+                except psycopg.errors.DeadlockDetected:
+                    continue  # rolled back whole, as in the engine's session: send it again
                 except psycopg.errors.UniqueViolation:
                     races += 1
                     if job_id is not None:
-                        conn.execute(advance, {**params, "take": False})
+                        conn.execute(advance.text, advance.arguments({**params, "take": False}))
                         jobs, done_pages, job_id = jobs + 1, done_pages + pages, None
                     continue
                 if job_id is not None:

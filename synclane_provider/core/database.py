@@ -72,7 +72,8 @@ class Database:
         self._schema_lock = threading.Lock()
 
     def connect(self) -> psycopg.Connection:
-        """A new autocommit connection returning rows as dicts; creates the schema on first use when allowed."""
+        """A new autocommit connection returning rows as dicts, taking statements with ``$n`` placeholders
+        (see :class:`~synclane_provider.core.queries.Statement`); creates the schema on first use when allowed."""
         if self._connect is not None:
             conn = self._connect()
             conn.autocommit = True
@@ -81,6 +82,7 @@ class Database:
                 self._conninfo, autocommit=True, application_name=self.application_name, connect_timeout=10
             )
         conn.row_factory = dict_row
+        conn.cursor_factory = psycopg.RawCursor
         self._ensure_schema(conn)
         return conn
 
@@ -129,9 +131,10 @@ class Session:
     def run(self, name: str, **params: Any) -> list[dict[str, Any]]:
         """Run the named statement and return its rows, reconnecting while the database is away."""
         query = statement(name, self.database.schema)
+        arguments = query.arguments(params)
 
         def work(conn: psycopg.Connection) -> list[dict[str, Any]]:
-            return conn.execute(query, params).fetchall()
+            return conn.execute(query.text, arguments).fetchall()
 
         return self._with_connection(name, work)
 

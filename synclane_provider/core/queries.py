@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Mapping
+from dataclasses import dataclass
 from importlib import resources
+from typing import Any
 
 from psycopg import sql
 
@@ -24,17 +27,48 @@ def _texts() -> dict[str, str]:
     return statements
 
 
-@functools.cache
-def statement(name: str, schema: str) -> bytes:
-    """The statement called ``name`` with ``{schema}`` replaced by the quoted identifier, ready to send.
+@dataclass(frozen=True)
+class Statement:
+    """A named statement ready to send: PostgreSQL's own ``$1, $2 …`` placeholders, and the names they stand for.
 
-    Rendered once per schema, without comments and indentation: the driver
-    caches the parsing of statements up to 4 kB, and the take is longer than
-    that with its comments.
+    Statements are written with named placeholders (``%(queue)s``) and
+    converted once, here; connections use psycopg's raw cursors, so nothing
+    is parsed again per execution (the driver only caches that parsing for
+    statements under 4 kB, and the take is longer).
     """
+
+    name: str
+    text: bytes
+    parameters: tuple[str, ...]
+
+    def arguments(self, values: Mapping[str, Any]) -> list[Any]:
+        """The values in placeholder order; a missing one is an error naming it."""
+        try:
+            return [values[parameter] for parameter in self.parameters]
+        except KeyError as missing:
+            raise TypeError(f"statement {self.name!r} needs the parameter {missing.args[0]!r}") from None
+
+
+_PLACEHOLDER = re.compile(r"%\((\w+)\)s")
+
+
+@functools.cache
+def statement(name: str, schema: str) -> Statement:
+    """The statement called ``name`` with ``{schema}`` replaced by the quoted identifier, without comments."""
     lines = (line.strip() for line in _texts()[name].splitlines())
     compact = "\n".join(line for line in lines if line and not line.startswith("--"))
-    return sql.SQL(compact).format(schema=sql.Identifier(schema)).as_bytes(None)
+    parameters: list[str] = []
+
+    def number(match: re.Match[str]) -> str:
+        if match.group(1) not in parameters:
+            parameters.append(match.group(1))
+        return f"${parameters.index(match.group(1)) + 1}"
+
+    numbered = _PLACEHOLDER.sub(number, compact)
+    if "%" in numbered:
+        raise RuntimeError(f"statement {name!r} has a placeholder other than %(name)s")
+    text = sql.SQL(numbered).format(schema=sql.Identifier(schema)).as_bytes(None)
+    return Statement(name, text, tuple(parameters))
 
 
 def names() -> frozenset[str]:

@@ -22,7 +22,8 @@
 -- the finish).
 --
 -- The due job is looked for in two ways that give the same answer. First among the first few due jobs in
--- queue order: with many lanes one of them is almost always in a free lane. When none is (few lanes, all
+-- queue order (read in that order, so the search stops at the first job in a free lane, without a sort):
+-- with many lanes one of them is almost always in a free lane. When none is (few lanes, all
 -- busy, or one lane holding the head of the queue), the lanes that have waiting jobs are walked one index
 -- probe each and the best head of a free lane is taken; scanning every due job instead would read the
 -- whole queue only to find nothing.
@@ -77,7 +78,7 @@ candidate AS (
     SELECT id FROM (
         SELECT j.id
         FROM (
-            SELECT first.id FROM {schema}.jobs AS first, clock
+            SELECT first.id, first.priority, first.window_end FROM {schema}.jobs AS first, clock
             WHERE %(take)s
               AND first.queue = %(queue)s
               AND first.status IN ('pending', 'failed', 'deferred')
@@ -98,7 +99,7 @@ candidate AS (
               WHERE other.queue = j.queue AND other.lane = j.lane
                 AND other.status IN ('pending', 'failed') AND other.next_run_at <= clock.now
           ))
-        ORDER BY j.priority, j.window_end DESC NULLS LAST, j.id
+        ORDER BY first_due.priority, first_due.window_end DESC NULLS LAST, first_due.id
         LIMIT 1
         FOR UPDATE OF j SKIP LOCKED
     ) AS among_first_due
@@ -196,7 +197,7 @@ RETURNING id;
 -- next to nothing; the planning rule itself (planning.py) decides what is missing for the rest.
 WITH wanted AS (
     SELECT o.owner, t.type, t.horizon_start, t.period_start
-    FROM unnest(%(owners)b::text[]) AS o(owner)
+    FROM unnest(%(owners)s::text[]) AS o(owner)
     CROSS JOIN unnest(%(types)s::text[], %(horizon_starts)s::timestamptz[], %(period_starts)s::timestamptz[])
          AS t(type, horizon_start, period_start)
 ),
@@ -209,7 +210,7 @@ existing AS (
            min(created_at) AS first_created_at,
            max(created_at) AS last_created_at
     FROM {schema}.jobs
-    WHERE queue = %(queue)s AND owner = ANY(%(owners)b::text[]) AND mode <> 'manual'
+    WHERE queue = %(queue)s AND owner = ANY(%(owners)s::text[]) AND mode <> 'manual'
     GROUP BY owner, type
 )
 SELECT w.owner, w.type, e.has_initial, e.initial_start, e.covered_until, e.first_created_at

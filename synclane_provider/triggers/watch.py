@@ -70,10 +70,11 @@ class TableWatch:
     async def all(self, name: str, **params: Any) -> list[dict[str, Any]]:
         """Run a named statement of ``queries.sql``, reconnecting while the database is away."""
         query = statement(name, self._schema)
+        arguments = query.arguments(params)
         while True:
             try:
                 assert self._conn is not None
-                cur = await self._conn.execute(query, params)
+                cur = await self._conn.execute(query.text, arguments)
                 return await cur.fetchall()
             except CONNECTION_ERRORS as exc:
                 await self._reconnect(exc)
@@ -116,6 +117,7 @@ class TableWatch:
             try:
                 conn = await self._hook.connect_async()
                 conn.row_factory = dict_row
+                conn.cursor_factory = psycopg.AsyncRawCursor  # statements come with $n placeholders
                 if self._listen:
                     await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel(self._schema))))
                 self._conn = conn

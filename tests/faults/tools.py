@@ -63,10 +63,8 @@ def waiting_on_a_lock(admin: psycopg.Connection, name: str) -> bool:
 
 
 def marker(name: str, schema: str) -> re.Pattern[bytes]:
-    """The named statement as it goes over the wire (placeholders become ``$1``, ``$2`` …): what a proxy
-    watches for."""
-    parts = re.split(rb"%\(\w+\)s", statement(name, schema))
-    return re.compile(rb"\$\d+".join(re.escape(part) for part in parts))
+    """The named statement as it goes over the wire: what a proxy watches for."""
+    return re.compile(re.escape(statement(name, schema).text))
 
 
 @dataclass(frozen=True)
