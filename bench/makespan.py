@@ -1,8 +1,9 @@
 """Makespan: how close the workers come to the best possible wall time.
 
-N owners over M lanes, jobs of a few pages whose handler sleeps a fixed latency per page (an API
-call), C worker slots. No schedule can beat max(the longest lane's total work, total work / C); the
-efficiency is that bound divided by the wall time the engine achieved.
+N owners over M lanes, history slices of a few pages each whose handler sleeps a fixed latency per page
+(an API call), C worker slots. Owner i has (i % 5) + 1 slices, newest first as the planner makes them,
+so lanes carry unequal work. No schedule can beat max(the longest lane's total work, total work / C);
+the efficiency is that bound divided by the wall time the engine achieved.
 
     .venv/bin/python bench/makespan.py            # 40 owners, 8 lanes, 4 slots, 50 ms pages
     .venv/bin/python bench/makespan.py --quick    # 16 owners, 8 lanes, 4 slots, 30 ms pages
@@ -13,13 +14,13 @@ from __future__ import annotations
 import argparse
 import time
 from collections import defaultdict
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 
 import psycopg
 from psycopg import sql
 
 from harness import database_url, drop_schema, schema_name
-from synclane_provider.core import Job, Operations, Page, Queue, SnapshotType, SyncLane, WorkerPool
+from synclane_provider.core import Job, Operations, Page, Queue, SyncLane, WindowedType, WorkerPool
 
 
 def main() -> None:
@@ -42,20 +43,24 @@ def main() -> None:
     url = database_url()
     schema = schema_name("makespan")
     lane = SyncLane(
-        queues=[Queue("makespan", owners=lambda q: [], types=[SnapshotType("work", handler, every=timedelta(days=1))])],
+        queues=[Queue("makespan", owners=lambda q: [], types=[WindowedType("work", handler, horizon=timedelta(days=150), slice=timedelta(days=30),
+                                                                  every=timedelta(days=1))])],
         schema=schema,
     )
     database = lane.database(url)
     with Operations(lane, database) as ops:
         ops.activity("makespan")  # creates the schema
-    # Owner i has (i % 5) + 1 jobs; owners are spread round-robin over the lanes, so lanes carry unequal work.
+    # Owner i has (i % 5) + 1 thirty-day slices back from today; owners are spread round-robin over the lanes.
+    today = datetime(2026, 11, 30, tzinfo=timezone.utc)
     jobs = [(f"owner-{i}", f"lane-{i % args.lanes}", n) for i in range(args.owners) for n in range(i % 5 + 1)]
     with psycopg.connect(url, autocommit=True) as conn:
         with conn.cursor().copy(
-            sql.SQL("COPY {}.jobs (queue, owner, lane, type, mode, dedup_key) FROM STDIN").format(sql.Identifier(schema))
+            sql.SQL("COPY {}.jobs (queue, owner, lane, type, mode, window_start, window_end, dedup_key) FROM STDIN")
+            .format(sql.Identifier(schema))
         ) as copy:
             for owner, lane_name, n in jobs:
-                copy.write_row(("makespan", owner, lane_name, "work", "manual", f"manual:{n}"))
+                end = today - n * timedelta(days=30)
+                copy.write_row(("makespan", owner, lane_name, "work", "initial", end - timedelta(days=30), end, f"initial:{n}"))
 
     per_job = args.pages * args.latency
     lane_work: dict[str, float] = defaultdict(float)
