@@ -25,6 +25,7 @@ sys.path.insert(0, str(ROOT))
 from synclane_provider.core import Job, Page, Queue, SnapshotType, SyncLane, WorkerPool  # noqa: E402
 from synclane_provider.core.queries import statement  # noqa: E402
 from synclane_provider.core.schema import create_schema  # noqa: E402
+from synclane_provider.core.worker import LANE_INDEX, WORKER_SETTINGS  # noqa: E402
 
 from tools.postgres import find_url  # noqa: E402
 
@@ -131,8 +132,9 @@ def run_baseline(url: str, schema: str, *, workers: int, pages: int, seconds: fl
         base = {"queue": QUEUE, "worker": worker, "lease": lease, "now": None}
         jobs = done_pages = empty = races = 0
         job_id = lane = None
-        with psycopg.connect(url, autocommit=True, cursor_factory=psycopg.RawCursor) as conn:
-            conn.execute("SET synchronous_commit TO off")  # as the engine's worker sessions do
+        with psycopg.connect(url, autocommit=True, cursor_factory=psycopg.RawCursor, prepare_threshold=0) as conn:
+            for name, value in WORKER_SETTINGS.items():  # the engine's worker sessions' settings
+                conn.execute(sql.SQL("SET {} TO {}").format(sql.Identifier(name), sql.Literal(value)))
             while True:
                 if job_id is None and stop.is_set():
                     break

@@ -15,11 +15,12 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import timedelta
 from typing import Any
 
 import psycopg
+from psycopg import sql
 from psycopg.rows import dict_row
 
 from synclane_provider.core.errors import DatabaseUnavailableError
@@ -112,11 +113,14 @@ class Session:
         first_backoff: float = 0.1,
         max_backoff: float = 5.0,
         stop: threading.Event | None = None,
-        wait_for_flush: bool = True,
+        settings: Mapping[str, str] | None = None,
+        prepare_threshold: int | None = 5,
     ) -> None:
         self.database = database
-        self.wait_for_flush = wait_for_flush
-        """False: commits return before their WAL is flushed to disk (``synchronous_commit = off``)."""
+        self.settings = dict(settings or {})
+        """Server settings for this session's connections (``SET name TO value`` after each connect)."""
+        self.prepare_threshold = prepare_threshold
+        """Runs of a statement before it is prepared on the server (psycopg's setting; None: never)."""
         self.give_up_after = give_up_after
         self.first_backoff = first_backoff
         self.max_backoff = max_backoff
@@ -177,8 +181,9 @@ class Session:
     def _connection(self) -> psycopg.Connection:
         if self._conn is None or self._conn.closed:
             conn = self.database.connect()
-            if not self.wait_for_flush:
-                conn.execute("SET synchronous_commit TO off")
+            for name, value in self.settings.items():
+                conn.execute(sql.SQL("SET {} TO {}").format(sql.Identifier(name), sql.Literal(value)))
+            conn.prepare_threshold = self.prepare_threshold
             self._conn = conn
         return self._conn
 

@@ -34,6 +34,17 @@ MAX_LANE_RACES = 50
 """Lane races lost in a row before a take gives up and reports nothing to do (the lanes are contended)."""
 
 
+WORKER_SETTINGS = {
+    # A worker's commits do not wait for the disk: if the database server itself crashes, the last
+    # fraction of a second of cursor saves and finishes may be lost, and those pages run again, which
+    # handlers already allow for (a page runs at least once). Lanes and leases are unaffected.
+    "synchronous_commit": "off",
+    # A worker repeats the same few statements thousands of times: plan each once per connection. Their
+    # plans do not depend on the values (every search starts from the queue's own indexes).
+    "plan_cache_mode": "force_generic_plan",
+}
+
+
 def database_clock() -> datetime | None:
     """The default clock: ``None`` tells every statement to use the database's own time."""
     return None
@@ -100,10 +111,9 @@ class WorkerSlot:
         self.worker_id = worker_id or new_worker_id(queue)
         self.clock = clock
         self.stop = stop or threading.Event()
-        # A worker's commits do not wait for the disk: if the database server itself crashes, the last
-        # fraction of a second of cursor saves and finishes may be lost, and those pages run again, which
-        # handlers already allow for (a page runs at least once). Lanes and leases are unaffected.
-        self.session = Session(database, stop=self.stop, give_up_after=give_up_after, wait_for_flush=False)
+        self.session = Session(
+            database, stop=self.stop, give_up_after=give_up_after, settings=WORKER_SETTINGS, prepare_threshold=0
+        )
         self.lease = LeaseKeeper(self.session, worker=self.worker_id, lease=self.queue.lease, clock=clock)
         self.runner = JobRunner(
             self.session,

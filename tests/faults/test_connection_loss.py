@@ -52,6 +52,9 @@ def worker(schema, database_url):
 
         def slot(**kwargs):
             made.append(WorkerSlot(lane, db, "shops", **kwargs))
+            if through is not None:
+                # Prepared statements cross the wire by name; the proxy recognises statements by their text.
+                made[-1].session.prepare_threshold = None
             return made[-1]
 
         return slot, name, lane, db
