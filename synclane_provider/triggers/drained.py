@@ -19,23 +19,8 @@ class DrainedTrigger(TableTrigger):
     (The other parameters are :class:`TableTrigger`'s.)
     """
 
-    def __init__(
-        self,
-        *,
-        synclane_conn_id: str,
-        schema: str,
-        queue: str,
-        lane: str | None = None,
-        poll_interval: float = 60.0,
-        give_up_after: float = 300.0,
-    ) -> None:
-        super().__init__(
-            synclane_conn_id=synclane_conn_id,
-            schema=schema,
-            queue=queue,
-            poll_interval=poll_interval,
-            give_up_after=give_up_after,
-        )
+    def __init__(self, *, lane: str | None = None, poll_interval: float = 60.0, **table: Any) -> None:
+        super().__init__(poll_interval=poll_interval, **table)
         self.lane = lane
 
     def own_kwargs(self) -> dict[str, Any]:

@@ -32,24 +32,8 @@ class JobDueTrigger(TableTrigger):
 
     listens = True
 
-    def __init__(
-        self,
-        *,
-        synclane_conn_id: str,
-        schema: str,
-        queue: str,
-        until: datetime,
-        poll_interval: float,
-        give_up_after: float = 300.0,
-        carry: dict[str, Any] | None = None,
-    ) -> None:
-        super().__init__(
-            synclane_conn_id=synclane_conn_id,
-            schema=schema,
-            queue=queue,
-            poll_interval=poll_interval,
-            give_up_after=give_up_after,
-        )
+    def __init__(self, *, until: datetime, carry: dict[str, Any] | None = None, **table: Any) -> None:
+        super().__init__(**table)
         if until.tzinfo is None:
             raise ValueError(f"until must be timezone-aware, got {until!r}")
         self.until = until

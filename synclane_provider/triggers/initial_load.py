@@ -24,22 +24,13 @@ class InitialLoadTrigger(TableTrigger):
     def __init__(
         self,
         *,
-        synclane_conn_id: str,
-        schema: str,
-        queue: str,
         owners: list[str],
         job_type: str | None = None,
         settled: bool = False,
         poll_interval: float = 60.0,
-        give_up_after: float = 300.0,
+        **table: Any,
     ) -> None:
-        super().__init__(
-            synclane_conn_id=synclane_conn_id,
-            schema=schema,
-            queue=queue,
-            poll_interval=poll_interval,
-            give_up_after=give_up_after,
-        )
+        super().__init__(poll_interval=poll_interval, **table)
         self.owners = list(owners)
         self.job_type = job_type
         self.settled = settled
