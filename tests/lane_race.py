@@ -43,10 +43,17 @@ def lane_race(
     workers: int = 24,
     lanes: int = 3,
     jobs: int = 600,
+    waves: int = 10,
     page_seconds: float = 0.002,
     keep_lane_index: bool = True,
 ) -> RaceResult:
-    """Drain ``jobs`` jobs spread over ``lanes`` lanes with ``workers`` slots; count lane overlaps."""
+    """Run ``jobs`` jobs spread over ``lanes`` lanes through ``workers`` slots; count lane overlaps.
+
+    The jobs arrive in ``waves``: each wave is inserted while every slot is
+    idle, then all slots are woken at once -- the moment every lane is free
+    and every worker asks for a job together, as deferred Airflow workers do
+    when one NOTIFY reaches all their triggers. Between waves the queue drains.
+    """
     intervals: dict[str, list[tuple[float, float]]] = defaultdict(list)
     lock = threading.Lock()
 
@@ -64,22 +71,45 @@ def lane_race(
     database = synclane.database(database_url)
     ops = Operations(synclane, database)
     ops.activity("race")  # creates the schema
-    with psycopg.connect(database_url, autocommit=True) as conn:
-        if not keep_lane_index:
-            conn.execute(sql.SQL("DROP INDEX {}.jobs_one_running_per_lane").format(sql.Identifier(schema)))
-        conn.execute(
-            sql.SQL(
-                "INSERT INTO {}.jobs (queue, owner, lane, type, mode, dedup_key) "
-                "SELECT 'race', 'owner-' || i, 'lane-' || (i %% %s), 'work', 'manual', 'manual:' || i "
-                "FROM generate_series(1, %s) AS i"
-            ).format(sql.Identifier(schema)),
-            [lanes, jobs],
-        )
-    ops.close()
-    pool = WorkerPool(synclane, database, "race", slots=workers, poll_interval=timedelta(milliseconds=50))
+    admin = psycopg.connect(database_url, autocommit=True)
+    if not keep_lane_index:
+        admin.execute(sql.SQL("DROP INDEX {}.jobs_one_running_per_lane").format(sql.Identifier(schema)))
+    # Only wake() starts the slots on a wave: their own polls are far apart.
+    pool = WorkerPool(synclane, database, "race", slots=workers, poll_interval=timedelta(seconds=30))
+    outcome: list = []  # the pool's summary, or what it raised
+
+    def run_pool() -> None:
+        try:
+            outcome.append(pool.run())
+        except BaseException as exc:  # noqa: BLE001 - raised again in the caller's thread
+            outcome.append(exc)
+
+    working = threading.Thread(target=run_pool, name="lane-race-pool")
     started = time.perf_counter()
-    summary = pool.drain()
+    working.start()
+    try:
+        time.sleep(0.5)  # every slot connects, finds nothing and goes idle
+        per_wave = -(-jobs // waves)
+        for first in range(1, jobs + 1, per_wave):
+            admin.execute(
+                sql.SQL(
+                    "INSERT INTO {}.jobs (queue, owner, lane, type, mode, dedup_key) "
+                    "SELECT 'race', 'owner-' || i, 'lane-' || (i %% %s), 'work', 'manual', 'manual:' || i "
+                    "FROM generate_series(%s::int, %s::int) AS i"
+                ).format(sql.Identifier(schema)),
+                [lanes, first, min(first + per_wave - 1, jobs)],
+            )
+            pool.wake()
+            while working.is_alive() and ((activity := ops.activity("race"))["running"] or activity["due"]):
+                time.sleep(0.01)
+    finally:
+        pool.shutdown()
+        working.join()
+        pool.close()
+        ops.close()
+        admin.close()
     seconds = time.perf_counter() - started
-    pool.close()
+    if isinstance(outcome[0], BaseException):
+        raise outcome[0]
     done = sum(len(spans) for spans in intervals.values())
-    return RaceResult(jobs=done, overlaps=count_overlaps(intervals), seconds=seconds, lane_races=summary.lane_races)
+    return RaceResult(jobs=done, overlaps=count_overlaps(intervals), seconds=seconds, lane_races=outcome[0].lane_races)
