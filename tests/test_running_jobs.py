@@ -8,7 +8,7 @@ from datetime import timedelta
 
 import pytest
 
-from synclane_provider.core import JobAbandoned, JobThrottled, Operations, Owner, Page, WorkerSlot
+from synclane_provider.core import JobAbandoned, JobThrottled, Operations, Owner, Page, WorkerPool, WorkerSlot
 from synclane_provider.core.runner import Outcome
 from tests.helpers import Recorder, declare, execute, failing, orders, owners, paged, products, rows
 
@@ -368,3 +368,26 @@ def test_a_slot_that_stops_hands_back_the_job_it_took_for_later(setup, admin, sc
     worker.close()
     assert [r["status"] for r in rows(admin, schema)] == ["completed", "completed", "pending"]
     assert rows(admin, schema, "status = 'pending'")[0]["attempt_count"] == 0
+
+
+def test_an_idle_pool_starts_on_new_jobs_as_soon_as_it_is_woken(schema, database_url):
+    lane = declare(schema, products(paged(120)), owner_source=owners("acme", "globex"))
+    database = lane.database(database_url)
+    pool = WorkerPool(lane, database, "shops", slots=2, poll_interval=timedelta(minutes=10))
+    outcome = []
+    working = threading.Thread(target=lambda: outcome.append(pool.run()))
+    working.start()
+    try:
+        time.sleep(0.3)  # both slots find nothing; their next look of their own is ten minutes away
+        with Operations(lane, database) as ops:
+            ops.plan("shops")
+            pool.wake()
+            deadline = time.monotonic() + 20
+            while (activity := ops.activity("shops"))["running"] or activity["due"]:
+                assert time.monotonic() < deadline, "the woken slots did not start on the new jobs"
+                time.sleep(0.05)
+    finally:
+        pool.shutdown()
+        working.join()
+        pool.close()
+    assert outcome[0].outcomes == {"completed": 2}
