@@ -6,7 +6,7 @@ so lanes carry unequal work. No schedule can beat max(the longest lane's total w
 the efficiency is that bound divided by the wall time the engine achieved.
 
     .venv/bin/python bench/makespan.py            # 40 owners, 8 lanes, 4 slots, 50 ms pages
-    .venv/bin/python bench/makespan.py --quick    # 16 owners, 8 lanes, 4 slots, 30 ms pages
+    .venv/bin/python bench/makespan.py --quick    # 16 owners, 8 lanes, 4 slots, 50 ms pages
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
     if args.quick:
-        args.owners, args.latency = 16, 0.03
+        args.owners = 16
 
     def handler(job: Job) -> Page:
         time.sleep(args.latency)
