@@ -9,8 +9,8 @@ burst of load from a neighbour on a shared machine does not decide the ratio.
 The peer is procrastinate with each job's lock set to its lane (1 "page" per
 job, one round).
 
-    .venv/bin/python bench/cycle.py            # the full matrix (about a quarter of an hour)
-    .venv/bin/python bench/cycle.py --quick    # 8x100 and 24x3 in about a minute
+    .venv/bin/python bench/cycle.py            # the full matrix (about ten minutes)
+    .venv/bin/python bench/cycle.py --quick    # 8x100 and 24x3 (under half a minute)
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ def main() -> None:
     peer = peer_available() and not args.no_peer
     if not peer and not args.no_peer:
         print("procrastinate is not installed: the peer column stays empty "
-              "(install it with: .venv/bin/uv pip install --python .venv/bin/python -e '.[bench]')")
+              "(install it with: .venv/bin/uv pip install --python .venv/bin/python -c constraints.txt -e '.[bench]')")
 
     url = database_url()
     schema = schema_name("cycle")
