@@ -17,7 +17,17 @@ from __future__ import annotations
 
 import argparse
 
-from harness import Run, database_url, drop_schema, fresh_jobs_table, peer_available, run_baseline, run_engine, run_procrastinate, schema_name
+from harness import (
+    Run,
+    database_url,
+    drop_schema,
+    fresh_jobs_table,
+    peer_available,
+    run_baseline,
+    run_engine,
+    run_procrastinate,
+    schema_name,
+)
 
 
 def parse_list(text: str) -> list[int]:
