@@ -54,6 +54,15 @@ class TableSensor(BaseSensorOperator):
     def trigger(self, declaration: SyncLane, queue: Queue) -> TableTrigger:
         raise NotImplementedError
 
+    def watched_table(self, declaration: SyncLane, queue: Queue) -> dict[str, Any]:
+        """The trigger arguments every sensor gives alike: which table and queue, looked at how often."""
+        return {
+            "synclane_conn_id": self.synclane_conn_id,
+            "schema": declaration.schema,
+            "queue": queue.name,
+            "poll_interval": self.poke_interval,
+        }
+
     @contextmanager
     def operations(self) -> Iterator[tuple[Operations, Queue]]:
         """The engine's operations on the table, opened when a task runs (never at parse time)."""

@@ -44,10 +44,4 @@ class SyncLaneDrainedSensor(TableSensor):
         return True
 
     def trigger(self, declaration: SyncLane, queue: Queue) -> DrainedTrigger:
-        return DrainedTrigger(
-            synclane_conn_id=self.synclane_conn_id,
-            schema=declaration.schema,
-            queue=queue.name,
-            lane=self.lane or None,
-            poll_interval=self.poke_interval,
-        )
+        return DrainedTrigger(lane=self.lane or None, **self.watched_table(declaration, queue))

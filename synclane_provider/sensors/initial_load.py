@@ -73,11 +73,8 @@ class SyncLaneInitialLoadSensor(TableSensor):
 
     def trigger(self, declaration: SyncLane, queue: Queue) -> InitialLoadTrigger:
         return InitialLoadTrigger(
-            synclane_conn_id=self.synclane_conn_id,
-            schema=declaration.schema,
-            queue=queue.name,
             owners=self._owners(queue),
             job_type=self.job_type or None,
             settled=self.allow_abandoned,
-            poll_interval=self.poke_interval,
+            **self.watched_table(declaration, queue),
         )
