@@ -131,6 +131,24 @@ def test_the_deferred_last_attempt_failing_abandons_the_job(setup, admin, schema
     assert job_row(admin, schema, result.job.id)["error"] == "ValueError: bad page"
 
 
+def test_a_throttled_last_attempt_stays_deferred_and_is_tried_again(setup, admin, schema, clock):
+    answers = iter([ValueError("bad page"), JobThrottled("slow down", retry_after=30), ValueError("bad page")])
+
+    def handler(job):
+        raise next(answers)
+
+    _, slot = setup(products(handler), max_attempts=1)
+    worker = slot()
+    assert worker.run_one().outcome is Outcome.DEFERRED
+    clock.advance(MINUTE)
+    throttled = worker.run_one()
+    row = job_row(admin, schema, throttled.job.id)
+    assert (row["status"], row["attempt_count"], row["next_run_at"] - clock.now) == ("deferred", 2, timedelta(seconds=30))
+    clock.advance(timedelta(seconds=30))
+    assert worker.run_one().outcome is Outcome.ABANDONED  # the last attempt, really made, failed
+    assert job_row(admin, schema, throttled.job.id)["error"] == "ValueError: bad page"
+
+
 def test_throttled_without_a_named_wait_uses_the_throttle_delay(setup, admin, schema, clock):
     _, slot = setup(products(failing(JobThrottled("429 from the shop"))))
     worker = slot()

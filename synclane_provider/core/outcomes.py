@@ -30,18 +30,21 @@ def decide_failure(queue: Queue, attempt: int, exc: BaseException) -> Failure:
     use their own delay, or exactly the wait the server named). The attempt that
     uses up ``max_attempts`` defers the job: it waits the same way and then only
     runs when nothing else in its lane is due. The attempt after that, or an
-    explicit :class:`JobAbandoned`, abandons it until a person requeues it.
+    explicit :class:`JobAbandoned`, abandons it until a person requeues it --
+    unless that last attempt was throttled: the server only said "not now",
+    so the job stays deferred and keeps its last attempt for later.
     """
     error = describe_error(exc)
-    if isinstance(exc, JobAbandoned) or attempt > queue.max_attempts:
+    throttled = isinstance(exc, JobThrottled)
+    if isinstance(exc, JobAbandoned) or (attempt > queue.max_attempts and not throttled):
         return Failure(JobStatus.ABANDONED, timedelta(0), error)
-    if isinstance(exc, JobThrottled):
+    if throttled:
         delay = exc.retry_after if exc.retry_after is not None else backoff(
             attempt, queue.throttle_delay, queue.throttle_max_delay
         )
     else:
         delay = backoff(attempt, queue.retry_delay, queue.retry_max_delay)
-    status = JobStatus.DEFERRED if attempt == queue.max_attempts else JobStatus.FAILED
+    status = JobStatus.DEFERRED if attempt >= queue.max_attempts else JobStatus.FAILED
     return Failure(status, delay, error)
 
 

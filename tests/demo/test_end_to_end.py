@@ -394,9 +394,10 @@ def test_failed_and_throttled_jobs_continued_from_their_cursor(scenario):
 def test_the_broken_slice_ended_abandoned_at_cursor_50_while_its_lane_completed(scenario):
     [broken] = [r for r in scenario.settled if scenario.is_broken_slice(r)]
     assert (broken["status"], broken["cursor"], broken["processed_count"]) == ("abandoned", "50", 50)
-    assert broken["attempt_count"] == 6
+    # Five attempts, then the last one: more only when a last attempt was throttled (a 429 from the shop).
+    assert broken["attempt_count"] >= 6
     # Its attempts met the unreadable page at cursor 50; the last may instead have met one of the shop's
-    # random 503s, which come before the page is read.
+    # random 503s, which come before the page is read (a 429 there would have kept it deferred).
     assert broken["error"].startswith(("UnreadablePage: the shop returned a page", "ShopUnavailable: the shop answered 503"))
     unreadable = [e for e in scenario.requests if entry_key(e) == request_key(broken) and e.get("fault") == "unreadable"]
     assert unreadable and all(e["cursor"] == 50 for e in unreadable)
