@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT))
 from synclane_provider.core import Job, Page, Queue, SnapshotType, SyncLane, WorkerPool  # noqa: E402
 from synclane_provider.core.queries import statement  # noqa: E402
 from synclane_provider.core.schema import create_schema  # noqa: E402
-from synclane_provider.core.worker import LANE_INDEX, WORKER_SETTINGS  # noqa: E402
+from synclane_provider.core.worker import WORKER_SETTINGS  # noqa: E402
 
 from tools.postgres import find_url  # noqa: E402
 

@@ -70,7 +70,6 @@ def main() -> None:
     with psycopg.connect(URL, autocommit=True, row_factory=psycopg.rows.dict_row) as admin:
         for trial in range(trials):
             kind = ("insert", "requeue", "next_run_at")[trial % 3]
-            waiting = None
             if kind == "requeue":  # a job that failed for good, to be requeued
                 ops.enqueue("wake", f"owner-{trial}", "ping", key=f"trial-{trial}")
                 execute(admin, schema, "UPDATE {jobs} SET status = 'abandoned' WHERE dedup_key = %s", [f"manual:trial-{trial}"])

@@ -20,7 +20,7 @@ def _texts() -> dict[str, str]:
     parts = _HEADER.split(text)
     # parts: [preamble, name1, body1, name2, body2, ...]
     statements = {}
-    for name, body in zip(parts[1::2], parts[2::2]):
+    for name, body in zip(parts[1::2], parts[2::2], strict=True):
         if name in statements:
             raise RuntimeError(f"queries.sql names {name!r} twice")
         statements[name] = body.strip().rstrip(";")
