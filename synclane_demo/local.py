@@ -198,7 +198,7 @@ def main(argv: list[str] | None = None) -> None:
             service.stop()
         print("stopped.", flush=True)
 
-    signal.signal(signal.SIGTERM, _interrupt)
+    stop_on_signals()
     try:
         print(f"starting the shop on {shop_url} (log: {log_dir / 'shop.log'})", flush=True)
         shop = shop_service(env, args.shop_port, log_dir).start()
@@ -219,6 +219,16 @@ def main(argv: list[str] | None = None) -> None:
     finally:
         stop()
     sys.exit(1 if failed else 0)
+
+
+def stop_on_signals() -> None:
+    """Make Ctrl-C, a closed terminal and a plain ``kill`` raise KeyboardInterrupt, which stops the demo.
+
+    The services run in sessions of their own, so no signal reaches them but through the launcher. SIGINT
+    is set as well because a shell that starts the demo in the background starts it with SIGINT ignored.
+    """
+    for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(number, _interrupt)
 
 
 def _interrupt(*_: object) -> None:

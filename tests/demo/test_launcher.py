@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -87,6 +88,31 @@ def test_a_group_that_ignores_sigterm_is_killed_after_the_grace_period(tmp_path:
         time.sleep(0.05)
     assert service.stop(graceful=0.5, forced=5) == -signal.SIGKILL
     assert not service.running
+
+
+@pytest.mark.parametrize("sent", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=lambda s: s.name)
+def test_ctrl_c_a_closed_terminal_or_a_kill_stop_the_launcher_even_when_started_in_the_background(sent):
+    """A shell starts background commands with SIGINT ignored; the launcher still stops on Ctrl-C."""
+    script = (
+        "import signal, sys, time\n"
+        "from synclane_demo.local import stop_on_signals\n"
+        "signal.signal(signal.SIGINT, signal.SIG_IGN)  # as a background job inherits it\n"
+        "stop_on_signals()\n"
+        "print('ready', flush=True)\n"
+        "try:\n"
+        "    time.sleep(60)\n"
+        "except KeyboardInterrupt:\n"
+        "    print('stopping what was started', flush=True)\n"
+    )
+    launcher = subprocess.Popen([sys.executable, "-c", script], cwd=PROJECT, stdout=subprocess.PIPE, text=True)
+    try:
+        assert launcher.stdout.readline().strip() == "ready"
+        launcher.send_signal(sent)
+        assert launcher.wait(timeout=20) == 0
+        assert launcher.stdout.read().strip() == "stopping what was started"
+    finally:
+        launcher.kill()
+        launcher.wait()
 
 
 @pytest.mark.parametrize("missing", ["SYNCLANE_DATABASE_URL"])
