@@ -78,3 +78,64 @@ def rows(
 def execute(conn: psycopg.Connection, schema: str, statement: str, params: Iterable = ()) -> None:
     """Run ``statement`` with ``{jobs}`` standing for the schema's jobs table."""
     conn.execute(sql.SQL(statement).format(jobs=sql.SQL("{}.jobs").format(sql.Identifier(schema))), list(params))
+
+
+class Background:
+    """A call running on a thread of its own, whose result -- or exception -- comes back from :meth:`result`.
+
+    A test that starts a thread must see what the thread raised: an exception that stays in the thread
+    would let a crashed worker or planner look like one that did nothing wrong.
+    """
+
+    def __init__(self, call: Callable[[], object], *, name: str = "background") -> None:
+        self._call = call
+        self._value: object = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self._value = self._call()
+        except BaseException as exc:  # noqa: BLE001 - handed to the test's thread by result()
+            self._error = exc
+
+    def is_alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def result(self, timeout: float = 60.0) -> object:
+        """The call's return value once it ended; what it raised is raised here; a call still running fails."""
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            raise AssertionError(f"{self._thread.name} still running after {timeout:.0f}s")
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+
+def race(calls: Iterable[Callable[[], object]], *, timeout: float = 120.0) -> list:
+    """Run every call on its own thread, all released at once by a barrier; their results in order.
+
+    The first exception any of them raised is raised here, after all have ended.
+    """
+    calls = list(calls)
+    start = threading.Barrier(len(calls))
+
+    def released(call: Callable[[], object]) -> Callable[[], object]:
+        def run() -> object:
+            start.wait()
+            return call()
+
+        return run
+
+    running = [Background(released(call), name=f"racer-{n}") for n, call in enumerate(calls)]
+    outcomes: list = []
+    first_error: BaseException | None = None
+    for racer in running:
+        try:
+            outcomes.append(racer.result(timeout))
+        except BaseException as exc:  # noqa: BLE001 - the first one is raised once every racer ended
+            first_error = first_error or exc
+    if first_error is not None:
+        raise first_error
+    return outcomes

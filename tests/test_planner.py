@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import threading
 from datetime import datetime, timedelta, timezone
 
 import pytest
 
 from synclane_provider.core import Operations, Owner, UnknownOwnerError
 from synclane_provider.core.errors import OwnerSourceError
-from tests.helpers import declare, execute, orders, owners, products, rows
+from tests.helpers import declare, execute, orders, owners, products, race, rows
 
 DAY = timedelta(days=1)
 UTC = timezone.utc
@@ -32,11 +31,16 @@ def assert_no_gap(spans, start, end):
 
 @pytest.fixture
 def ops(schema, database_url):
-    def make(*types, owner_source=None, **settings):
-        lane = declare(schema, *types, owner_source=owner_source, **settings)
-        return Operations(lane, lane.database(database_url))
+    made: list[Operations] = []
 
-    return make
+    def make(*types, owner_source=None, **settings):
+        declaration = declare(schema, *types, owner_source=owner_source, **settings)
+        made.append(Operations(declaration, declaration.database(database_url)))
+        return made[-1]
+
+    yield make
+    for operations in made:
+        operations.close()
 
 
 def test_first_plan_slices_history_back_to_the_horizon_from_midnight(ops, admin, schema, clock):
@@ -159,18 +163,8 @@ def test_types_are_planned_with_their_declared_priority(ops, admin, schema, cloc
 def test_eight_racing_planners_create_every_job_exactly_once(ops, admin, schema, clock):
     source = owners(*[f"owner-{i}" for i in range(40)])
     planners = [ops(orders(horizon=365 * DAY), products(), owner_source=source) for _ in range(8)]
-    start = threading.Barrier(len(planners))
-    totals = []
 
-    def race(operations):
-        start.wait()
-        totals.append(operations.plan("shops", now=clock.now).total)
-
-    threads = [threading.Thread(target=race, args=(p,)) for p in planners]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    totals = race(lambda planner=planner: planner.plan("shops", now=clock.now).total for planner in planners)
 
     expected = 40 * (13 + 1 + 1)  # 13 slices of 30 days (365 days), today's recurring job, the snapshot
     assert sum(totals) == expected

@@ -1,0 +1,99 @@
+"""Which job a take picks: declared type order first, then the newest window, with deferred jobs last in their
+lane -- and the same answer whichever way the take statement finds it.
+
+The take looks among the first due jobs of the queue; when all of those are in busy lanes it walks the lanes
+that have waiting work instead. Each test runs twice: once where the first look finds the job, and once
+behind a head of the queue that is all in one busy lane, so that only the lane walk can find it.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from synclane_provider.core import Operations, WorkerSlot
+from tests.helpers import declare, execute, orders, owners, products
+
+UTC = timezone.utc
+NOW = datetime(2026, 11, 30, 10, 20, tzinfo=UTC)
+BUSY_HEAD = 100
+"""Due jobs of one busy lane put at the head of the queue: more than the take's first look reads (32)."""
+
+
+@pytest.fixture(params=["first look", "lane walk"])
+def table(request, schema, database_url, admin):
+    """An empty jobs table and a way to put rows in it; for "lane walk", the head of the queue is all busy."""
+    declaration = declare(schema, products(), orders(), owner_source=owners())
+    database = declaration.database(database_url)
+    slots: list[WorkerSlot] = []
+    with Operations(declaration, database) as ops:
+        ops.activity("shops")  # creates the table
+
+    def add(lane: str, *, days_ago: int, status: str = "pending", type: str = "orders", running_by: str | None = None):
+        end = NOW - timedelta(days=days_ago)
+        execute(
+            admin,
+            schema,
+            "INSERT INTO {jobs} (queue, owner, lane, type, mode, status, priority, window_start, window_end, dedup_key,"
+            " next_run_at, leased_by, lease_expires_at) VALUES ('shops', %s, %s, %s, 'initial', %s, %s, %s, %s, %s,"
+            " %s, %s, %s)",
+            [lane, lane, type, status, 0 if type == "products" else 1, end - timedelta(days=1), end,
+             f"initial:{lane}:{days_ago}:{status}", NOW - timedelta(hours=1), running_by,
+             NOW + timedelta(hours=1) if running_by else None],
+        )
+
+    if request.param == "lane walk":
+        add("busy", days_ago=0, status="running", running_by="someone-else")
+        for day in range(1, BUSY_HEAD + 1):
+            add("busy", days_ago=-day, type="products")  # the first type, in the future: before anything a test adds
+
+    def take():
+        slot = WorkerSlot(declaration, database, "shops", clock=lambda: NOW)
+        slots.append(slot)
+        job = slot.take()
+        return None if job is None else (job.lane, (NOW - job.window_end).days, job.status.value, job.type)
+
+    yield add, take
+    for slot in slots:
+        slot.close()
+
+
+def test_the_best_free_lane_gives_its_newest_window(table):
+    add, take = table
+    for day in (100, 101, 102, 103):
+        add("b", days_ago=day)
+    for day in (53, 52, 51, 50):
+        add("c", days_ago=day)
+
+    assert take() == ("c", 50, "running", "orders")  # the newest window of any free lane...
+    assert take() == ("b", 100, "running", "orders")  # ...then the newest of the lane still free
+    assert take() is None
+
+
+def test_an_earlier_declared_type_goes_before_a_newer_window(table):
+    add, take = table
+    add("b", days_ago=10)
+    add("b", days_ago=20, type="products")
+    add("c", days_ago=5)
+
+    assert take() == ("b", 20, "running", "products")
+    assert take() == ("c", 5, "running", "orders")
+
+
+def test_a_deferred_job_steps_aside_for_a_due_job_of_its_lane(table):
+    add, take = table
+    add("b", days_ago=1, status="deferred")  # newer, but it used up its regular attempts
+    add("b", days_ago=30, status="failed")
+
+    assert take() == ("b", 30, "running", "orders")
+    assert take() is None  # its lane is busy: the deferred job waits until the lane is otherwise idle
+
+
+def test_a_deferred_job_runs_when_nothing_else_of_its_lane_is_due(table):
+    add, take = table
+    add("b", days_ago=1, status="deferred")
+    add("c", days_ago=2)
+
+    assert take() == ("b", 1, "running", "orders")
+    assert take() == ("c", 2, "running", "orders")
