@@ -15,12 +15,14 @@ import logging
 import random
 import threading
 import time
+import weakref
 from collections.abc import Callable, Mapping
 from datetime import timedelta
 from typing import Any
 
 import psycopg
 from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import dict_row
 
 from synclane_provider.core.errors import DatabaseUnavailableError
@@ -51,7 +53,12 @@ def worth_repeating(error: psycopg.Error, conn: psycopg.Connection) -> bool:
 
 
 class Database:
-    """Where the jobs table lives: a conninfo string, or a function that opens a psycopg connection."""
+    """Where the jobs table lives: a conninfo string, or a function that opens a psycopg connection.
+
+    It opens connections only for the sessions that use it (an :class:`Operations`, a worker slot), each
+    closed by its owner's ``close()``. :meth:`close` (or leaving a ``with`` block) closes every connection
+    still open through this database, whoever opened it; a later call simply opens new ones.
+    """
 
     def __init__(
         self,
@@ -69,22 +76,32 @@ class Database:
         self.schema = schema
         self.create_schema = create_schema
         self.application_name = application_name
+        """How connections show in ``pg_stat_activity``, unless the conninfo names its own ``application_name``."""
         self._schema_ready = False
         self._schema_lock = threading.Lock()
+        self._sessions: weakref.WeakSet[Session] = weakref.WeakSet()
+        self._sessions_lock = threading.Lock()
 
     def connect(self) -> psycopg.Connection:
         """A new autocommit connection returning rows as dicts, taking statements with ``$n`` placeholders
-        (see :class:`~synclane_provider.core.queries.Statement`); creates the schema on first use when allowed."""
+        (see :class:`~synclane_provider.core.queries.Statement`); creates the schema on first use when allowed.
+
+        The caller owns the connection and closes it; sessions do (see :class:`Session`).
+        """
         if self._connect is not None:
             conn = self._connect()
             conn.autocommit = True
         else:
-            conn = psycopg.connect(
-                self._conninfo, autocommit=True, application_name=self.application_name, connect_timeout=10
-            )
-        conn.row_factory = dict_row
-        conn.cursor_factory = psycopg.RawCursor
-        self._ensure_schema(conn)
+            named = "application_name" in conninfo_to_dict(self._conninfo or "")
+            extra = {} if named else {"application_name": self.application_name}
+            conn = psycopg.connect(self._conninfo, autocommit=True, connect_timeout=10, **extra)
+        try:
+            conn.row_factory = dict_row
+            conn.cursor_factory = psycopg.RawCursor
+            self._ensure_schema(conn)
+        except BaseException:
+            conn.close()
+            raise
         return conn
 
     def _ensure_schema(self, conn: psycopg.Connection) -> None:
@@ -97,6 +114,23 @@ class Database:
 
     def session(self, **kwargs: Any) -> "Session":
         return Session(self, **kwargs)
+
+    def _opened(self, session: "Session") -> None:
+        with self._sessions_lock:
+            self._sessions.add(session)
+
+    def close(self) -> None:
+        """Close every connection that a session opened through this database and still holds."""
+        with self._sessions_lock:
+            sessions = list(self._sessions)
+        for session in sessions:
+            session.close()
+
+    def __enter__(self) -> "Database":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 class Session:
@@ -180,10 +214,15 @@ class Session:
 
     def _connection(self) -> psycopg.Connection:
         if self._conn is None or self._conn.closed:
+            self.database._opened(self)
             conn = self.database.connect()
-            for name, value in self.settings.items():
-                conn.execute(sql.SQL("SET {} TO {}").format(sql.Identifier(name), sql.Literal(value)))
-            conn.prepare_threshold = self.prepare_threshold
+            try:
+                for name, value in self.settings.items():
+                    conn.execute(sql.SQL("SET {} TO {}").format(sql.Identifier(name), sql.Literal(value)))
+                conn.prepare_threshold = self.prepare_threshold
+            except BaseException:
+                conn.close()
+                raise
             self._conn = conn
         return self._conn
 

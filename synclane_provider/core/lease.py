@@ -72,17 +72,22 @@ class LeaseKeeper:
         self._renewed_at = time.monotonic()
 
     def close(self) -> None:
-        self._closed.set()
-        if self._thread is not None:
-            self._thread.join()
+        """Stop the renewing thread; the next :meth:`watch` starts a new one."""
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            self._closed.set()
+            thread.join()
 
     def _start(self) -> None:
         if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name=f"synclane-lease-{self._worker}", daemon=True)
+            self._closed = threading.Event()
+            self._thread = threading.Thread(
+                target=self._run, args=(self._closed,), name=f"synclane-lease-{self._worker}", daemon=True
+            )
             self._thread.start()
 
-    def _run(self) -> None:
-        while not self._closed.wait(self._interval):
+    def _run(self, closed: threading.Event) -> None:
+        while not closed.wait(self._interval):
             with self._lock:
                 job_id, generation = self._job_id, self._generation
                 due = job_id is not None and time.monotonic() - self._renewed_at >= self._interval

@@ -228,9 +228,21 @@ class WorkerSlot:
         return self.summary
 
     def close(self) -> None:
-        self.hand_back()
-        self.lease.close()
-        self.session.close()
+        """Hand back a job taken for later, stop renewing leases and close the connection.
+
+        The slot can be used again afterwards: it reconnects on its next take.
+        """
+        try:
+            self.hand_back()
+        finally:
+            self.lease.close()
+            self.session.close()
+
+    def __enter__(self) -> "WorkerSlot":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 class WorkerPool:
@@ -265,11 +277,17 @@ class WorkerPool:
         ]
 
     def drain(self) -> Summary:
-        """Run until the queue has nothing running and nothing due; returns the combined summary."""
+        """Run until the queue has nothing running and nothing due; returns the combined summary.
+
+        The slots' connections are closed when it returns.
+        """
         return self._on_threads(lambda slot: self._work(slot, until_empty=True))
 
     def run(self) -> Summary:
-        """Keep running jobs until :meth:`shutdown` (running jobs are then handed back with their cursors)."""
+        """Keep running jobs until :meth:`shutdown` (running jobs are then handed back with their cursors).
+
+        The slots' connections are closed when it returns.
+        """
         return self._on_threads(lambda slot: self._work(slot, until_empty=False))
 
     def shutdown(self) -> None:
@@ -327,10 +345,14 @@ class WorkerPool:
                 self.shutdown()
 
         threads = [threading.Thread(target=guarded, args=(slot,), name=slot.worker_id) for slot in self._slots]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+        try:
+            for thread in threads:
+                thread.start()
+        finally:
+            for thread in threads:
+                if thread.ident is not None:
+                    thread.join()
+            self.close()
         if errors:
             raise errors[0]
         total = Summary()
@@ -340,5 +362,13 @@ class WorkerPool:
         return total
 
     def close(self) -> None:
+        """Close every slot's connection and lease thread (done by :meth:`drain` and :meth:`run` as they return)."""
         for slot in self._slots:
             slot.close()
+
+    def __enter__(self) -> "WorkerPool":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+        self.close()
