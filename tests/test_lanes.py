@@ -2,6 +2,13 @@
 
 from __future__ import annotations
 
+import threading
+import time
+from collections import defaultdict
+from datetime import timedelta
+
+from synclane_provider.core import Job, Operations, Owner, Page, WorkerPool
+from tests.helpers import Background, declare, orders
 from tests.lane_race import count_overlaps, lane_race
 
 
@@ -20,3 +27,49 @@ def test_without_the_lane_index_the_same_race_overlaps(database_url, fresh_schem
     result = lane_race(database_url, fresh_schema, workers=24, lanes=3, jobs=600, keep_lane_index=False)
     assert result.jobs == 600
     assert result.overlaps > 0  # the check can fail: the index is what prevents this
+
+
+def test_an_owner_moved_into_a_shared_lane_never_runs_beside_it(database_url, fresh_schema):
+    """acme-us starts with a lane of its own and joins acme's while six workers drain both owners and a
+    planner re-plans in a loop: from then on no two jobs of lane acme ever run at once."""
+    lanes = {"acme-us": "acme-us", "acme-eu": "acme"}
+    intervals: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    lock = threading.Lock()
+
+    def handler(job: Job) -> Page:
+        started = time.perf_counter()
+        time.sleep(0.004)
+        with lock:
+            intervals[job.lane].append((started, time.perf_counter()))
+            runs.append((job.owner, job.lane, started))
+        return Page(None, 1)
+
+    runs: list[tuple[str, str, float]] = []
+    declaration = declare(
+        fresh_schema,
+        orders(handler, horizon=timedelta(days=120), slice=timedelta(days=1)),
+        owner_source=lambda queue: [Owner(owner, lane=lane) for owner, lane in lanes.items()],
+    )
+    database = declaration.database(database_url)
+    with Operations(declaration, database) as ops:
+        ops.plan("shops")
+        pool = WorkerPool(declaration, database, "shops", slots=6, poll_interval=timedelta(seconds=0.05))
+        working = Background(pool.drain, name="pool")
+        while len(runs) < 40:
+            assert working.is_alive()
+            time.sleep(0.005)
+        lanes["acme-us"] = "acme"
+        summary = ops.plan("shops")
+        planned_again = time.perf_counter()
+        replans = 0
+        while working.is_alive():
+            replans += ops.plan("shops").total == 0
+            time.sleep(0.01)
+        done = working.result()
+
+    assert summary.moved > 0
+    assert replans > 0
+    assert done.outcomes == {"completed": 2 * 121}
+    assert count_overlaps(intervals) == 0
+    after = [(lane, started) for owner, lane, started in runs if owner == "acme-us" and started > planned_again]
+    assert after and {lane for lane, _ in after} == {"acme"}

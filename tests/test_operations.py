@@ -6,7 +6,16 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from synclane_provider.core import DeclarationError, JobStatus, Operations, Page, UnknownQueueError, WorkerSlot
+from synclane_provider.core import (
+    DeclarationError,
+    JobStatus,
+    Operations,
+    Owner,
+    Page,
+    UnknownOwnerError,
+    UnknownQueueError,
+    WorkerSlot,
+)
 from synclane_provider.core.errors import UnknownJobTypeError
 from synclane_provider.core.runner import Outcome
 from tests.helpers import declare, execute, failing, orders, owners, paged, products, rows
@@ -34,11 +43,36 @@ def test_enqueue_by_hand_is_deduplicated_by_window(ops, admin, schema, clock):
     assert len(rows(admin, schema)) == 1
 
 
-def test_enqueue_with_a_key_a_lane_and_a_start_time(ops, clock):
-    job = ops.enqueue("shops", "acme", "products", key="refresh-after-support-ticket", lane="acme-group",
+def test_enqueue_with_a_key_and_a_start_time(ops, clock):
+    job = ops.enqueue("shops", "acme", "products", key="refresh-after-support-ticket",
                       run_at=clock.now + timedelta(hours=1), now=clock.now)
     assert (job.dedup_key, job.lane, job.next_run_at) == (
-        "manual:refresh-after-support-ticket", "acme-group", clock.now + timedelta(hours=1))
+        "manual:refresh-after-support-ticket", "acme", clock.now + timedelta(hours=1))
+
+
+def test_a_hand_job_runs_in_the_lane_the_owner_source_gives_its_owner(schema, database_url, admin, clock):
+    shared = declare(schema, products(), owner_source=owners(Owner("acme-us", lane="acme"), Owner("acme-eu", lane="acme")))
+    with Operations(shared, shared.database(database_url)) as ops:
+        job = ops.enqueue("shops", "acme-us", "products", key="by-hand", now=clock.now)
+        assert job.lane == "acme"
+        assert ops.enqueue("shops", "acme-eu", "products", key="by-hand", lane="acme", now=clock.now).lane == "acme"
+        with pytest.raises(DeclarationError, match="owner 'acme-us' is in lane 'acme' according to the owner source"):
+            ops.enqueue("shops", "acme-us", "products", key="elsewhere", lane="acme-us", now=clock.now)
+        with pytest.raises(UnknownOwnerError, match="owner 'acme-uk' is not listed by the owner source of queue 'shops'"):
+            ops.enqueue("shops", "acme-uk", "products", key="not-connected", now=clock.now)
+        assert ops.enqueue("shops", "acme-uk", "products", key="not-connected", lane="acme", now=clock.now).lane == "acme"
+    assert [r["lane"] for r in rows(admin, schema)] == ["acme", "acme", "acme"]
+
+
+def test_a_hand_job_never_runs_beside_a_job_of_its_lane(schema, database_url, clock):
+    shared = declare(schema, products(), owner_source=owners(Owner("acme-us", lane="acme"), Owner("acme-eu", lane="acme")))
+    database = shared.database(database_url)
+    with Operations(shared, database) as ops, WorkerSlot(shared, database, "shops", clock=clock) as first, \
+            WorkerSlot(shared, database, "shops", clock=clock) as second:
+        ops.enqueue("shops", "acme-eu", "products", key="planned-elsewhere", now=clock.now)
+        ops.enqueue("shops", "acme-us", "products", key="by-hand", now=clock.now)
+        assert first.take().owner in ("acme-eu", "acme-us")
+        assert second.take() is None  # the other owner's job waits: one rate limit, one lane
 
 
 @pytest.mark.parametrize(

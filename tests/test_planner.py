@@ -6,7 +6,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from synclane_provider.core import Operations, Owner, UnknownOwnerError
+from synclane_provider.core import DeclarationError, Operations, Owner, UnknownOwnerError, WorkerSlot
 from synclane_provider.core.errors import OwnerSourceError
 from tests.helpers import declare, execute, orders, owners, products, race, rows
 
@@ -148,6 +148,35 @@ def test_plan_one_owner_now(ops, admin, schema, clock):
     assert [r["owner"] for r in rows(admin, schema)] == ["globex"]
     with pytest.raises(UnknownOwnerError, match="owner 'initech' is not listed"):
         operations.plan("shops", owner="initech", now=clock.now)
+
+
+def test_plan_one_owner_takes_its_lane_from_the_owner_source(ops, admin, schema, clock):
+    operations = ops(products(), owner_source=owners(Owner("acme-us", lane="acme")))
+    operations.plan("shops", owner=Owner("acme-us"), now=clock.now)  # the source's lane, not a lane of its own
+    operations.plan("shops", owner=Owner("acme-uk", lane="acme"), now=clock.now)  # not listed yet: its lane named
+    assert {(r["owner"], r["lane"]) for r in rows(admin, schema)} == {("acme-us", "acme"), ("acme-uk", "acme")}
+    with pytest.raises(UnknownOwnerError, match="owner 'acme-ca' is not listed"):
+        operations.plan("shops", owner=Owner("acme-ca"), now=clock.now)
+    with pytest.raises(DeclarationError, match="owner 'acme-us' is in lane 'acme' according to the owner source"):
+        operations.plan("shops", owner=Owner("acme-us", lane="elsewhere"), now=clock.now)
+
+
+def test_waiting_jobs_follow_their_owner_into_a_new_lane_and_a_running_one_stays(ops, admin, schema, clock, database_url):
+    lanes = {"acme-us": "acme-us", "acme-eu": "acme"}
+    operations = ops(orders(), owner_source=lambda queue: [Owner(o, lane=lane) for o, lane in lanes.items()])
+    operations.plan("shops", now=clock.now)
+    database = operations.session.database
+    with WorkerSlot(operations.synclane, database, "shops", clock=clock) as one, \
+            WorkerSlot(operations.synclane, database, "shops", clock=clock) as other:
+        assert {one.take().lane, other.take().lane} == {"acme-us", "acme"}  # one job of each owner runs
+
+        lanes["acme-us"] = "acme"  # acme-us now shares acme's rate limit
+        summary = operations.plan("shops", now=clock.now)
+
+        assert summary.moved == 2 and summary.total == 0
+        moved = rows(admin, schema, "owner = 'acme-us'")
+        assert {(r["status"], r["lane"]) for r in moved} == {("running", "acme-us"), ("pending", "acme")}
+        assert operations.plan("shops", now=clock.now).moved == 0
 
 
 def test_owner_source_returning_garbage_is_refused(ops, clock):

@@ -351,7 +351,7 @@ def test_a_free_lane_is_found_when_the_head_of_the_queue_is_all_in_one_busy_lane
 
 
 def test_a_deferred_job_in_an_otherwise_idle_lane_is_found_behind_a_busy_one(setup, admin, schema, clock):
-    ops, slot = setup(products(), plan=False, max_attempts=1)
+    ops, slot = setup(products(), plan=False, max_attempts=1, owner_source=owners("acme", "globex"))
     for n in range(40):
         ops.enqueue("shops", "acme", "products", key=f"acme-{n}", now=clock.now)
     ops.enqueue("shops", "globex", "products", key="stuck", now=clock.now)

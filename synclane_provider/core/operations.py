@@ -10,6 +10,7 @@ from synclane_provider.core.database import Database, Session
 from synclane_provider.core.declarations import Owner, SyncLane, checked_name
 from synclane_provider.core.errors import DeclarationError
 from synclane_provider.core.outcomes import storable_text
+from synclane_provider.core.owners import resolve_owner
 from synclane_provider.core.planning import instant_key, instant_text, utc
 from synclane_provider.core.records import Job, Progress
 from synclane_provider.core.states import JobMode, JobStatus
@@ -46,13 +47,14 @@ class Operations:
     ) -> Job | None:
         """Put one job in by hand, outside the plan. Returns it, or None if a job with the same key exists.
 
-        The key defaults to the window (``manual:<start>/<end>``) or, for a
-        window-less job, to the enqueue time, so repeating a call for the same
-        window adds nothing.
+        The job runs in the lane the queue's owner source gives ``owner``, like its planned jobs; ``lane`` is
+        only for an owner the source does not list (it is refused otherwise, unless it is the same lane).
+        The key defaults to the window (``manual:<start>/<end>``) or, for a window-less job, to the enqueue
+        time, so repeating a call for the same window adds nothing.
         """
         declared = self.synclane.queue(queue)
         priority = declared.priority_of(type)
-        Owner(owner, lane)  # validates the names
+        listed = resolve_owner(declared, owner, lane=lane)
         if (window_start is None) != (window_end is None):
             raise DeclarationError(f"give both window_start and window_end, or neither (got {window_start!r}, {window_end!r})")
         if window_start is not None and window_end is not None and utc(window_start) >= utc(window_end):
@@ -67,8 +69,8 @@ class Operations:
         row = self.session.one(
             "enqueue",
             queue=queue,
-            owner=owner,
-            lane=lane if lane is not None else owner,
+            owner=listed.id,
+            lane=listed.lane_or_id,
             type=type,
             mode=JobMode.MANUAL.value,
             priority=priority,

@@ -11,7 +11,7 @@ from datetime import datetime, timezone
 
 from synclane_provider.core.database import Session
 from synclane_provider.core.declarations import Owner, Queue
-from synclane_provider.core.errors import OwnerSourceError, UnknownOwnerError
+from synclane_provider.core.owners import owners_of, resolve_owner
 from synclane_provider.core.planning import Coverage, PlannedJob, coverage_wanted, plan_type, utc
 from synclane_provider.core.wakeups import notify
 
@@ -28,23 +28,12 @@ class PlanSummary:
     queue: str
     owners: int
     inserted: dict[str, int] = field(default_factory=dict)
+    moved: int = 0
+    """Waiting jobs moved to the lane the owner source now gives their owner."""
 
     @property
     def total(self) -> int:
         return sum(self.inserted.values())
-
-
-def owners_of(queue: Queue) -> list[Owner]:
-    """Ask the queue's owner source who is connected; strings are owners with their own lane."""
-    owners: dict[str, Owner] = {}
-    for item in queue.owners(queue.name):
-        owner = Owner(item) if isinstance(item, str) else item
-        if not isinstance(owner, Owner):
-            raise OwnerSourceError(
-                f"owner source of queue {queue.name!r} returned {item!r}; expected an Owner or a string"
-            )
-        owners.setdefault(owner.id, owner)
-    return list(owners.values())
 
 
 def plan(
@@ -54,28 +43,31 @@ def plan(
     now: datetime | None = None,
     owner: str | Owner | None = None,
 ) -> PlanSummary:
-    """Plan every owner of ``queue`` (or only ``owner``) at ``now``; safe to repeat and to run concurrently."""
+    """Plan every owner of ``queue`` (or only ``owner``) at ``now``; safe to repeat and to run concurrently.
+
+    Each owner's waiting jobs are first moved to the lane the owner source gives it now (a running job
+    finishes in the lane it started in), so that the new jobs and the old ones share one lane.
+    """
     now = utc(now) if now is not None else datetime.now(timezone.utc)
-    owners = _select(queue, owner)
+    owners = owners_of(queue) if owner is None else [resolve_owner(queue, owner)]
     inserted: Counter = Counter()
+    moved = 0
     for start in range(0, len(owners), OWNER_BATCH):
-        inserted.update(_plan_batch(session, queue, owners[start : start + OWNER_BATCH], now))
-    if inserted:
+        batch = owners[start : start + OWNER_BATCH]
+        moved += _move_lanes(session, queue, batch)
+        inserted.update(_plan_batch(session, queue, batch, now))
+    if inserted or moved:
         notify(session, queue.name)
-    summary = PlanSummary(queue.name, len(owners), {t.name: inserted.get(t.name, 0) for t in queue.types})
-    return summary
+    return PlanSummary(queue.name, len(owners), {t.name: inserted.get(t.name, 0) for t in queue.types}, moved)
 
 
-def _select(queue: Queue, owner: str | Owner | None) -> list[Owner]:
-    if isinstance(owner, Owner):
-        return [owner]
-    owners = owners_of(queue)
-    if owner is None:
-        return owners
-    for candidate in owners:
-        if candidate.id == owner:
-            return [candidate]
-    raise UnknownOwnerError(f"owner {owner!r} is not listed by the owner source of queue {queue.name!r}")
+def _move_lanes(session: Session, queue: Queue, owners: Sequence[Owner]) -> int:
+    moved = session.run(
+        "move_lanes", queue=queue.name, owners=[o.id for o in owners], lanes=[o.lane_or_id for o in owners]
+    )
+    if moved:
+        log.info("queue %s: %s waiting job(s) moved to the lane their owner has now", queue.name, len(moved))
+    return len(moved)
 
 
 def _plan_batch(session: Session, queue: Queue, owners: Sequence[Owner], now: datetime) -> Counter:

@@ -240,6 +240,18 @@ WITH inserted AS (
 )
 SELECT type, count(*) AS inserted FROM inserted GROUP BY type;
 
+-- name: move_lanes
+-- Waiting jobs follow their owner into the lane the owner source gives it now. A running job finishes in the
+-- lane it started in: moving it could put two running jobs in one lane. Returns the jobs moved.
+UPDATE {schema}.jobs AS j
+SET lane = o.lane
+FROM unnest(%(owners)s::text[], %(lanes)s::text[]) AS o(owner, lane)
+WHERE j.queue = %(queue)s
+  AND j.owner = o.owner
+  AND j.status IN ('pending', 'failed', 'deferred')
+  AND j.lane <> o.lane
+RETURNING j.id;
+
 -- name: enqueue
 -- Put one job in by hand; a job with the same key is left as it is (and returned as NULL).
 INSERT INTO {schema}.jobs

@@ -79,8 +79,8 @@ def test_odd_names_round_trip_exactly_through_plan_run_and_operations(schema, da
         [job] = ops.list_jobs(name, owner=name, type=name)
         assert (job.queue, job.owner, job.lane, job.type, job.cursor) == (name, name, lane, name, name)
         assert ops.progress(name, name, type=name).complete
-        manual = ops.enqueue(name, name, name, key=name, lane=name)
-        assert (manual.dedup_key, manual.lane) == (f"manual:{name}", name)
+        manual = ops.enqueue(name, name, name, key=name)
+        assert (manual.dedup_key, manual.lane) == (f"manual:{name}", lane)
         assert ops.cancel(name, name, reason=name) == 1
         [cancelled] = ops.list_jobs(name, owner=name, status="abandoned")
         assert cancelled.error == f"Cancelled: {name}"

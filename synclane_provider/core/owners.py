@@ -1,0 +1,56 @@
+"""Who a queue syncs for, and in which lane: the owner source is the one authority on both.
+
+A lane stands for a rate limit shared by several accounts. A job put in the wrong lane would run beside its
+neighbours and break that limit, so every job -- planned or enqueued by hand -- takes its lane from the
+owner source; a caller may name a lane only for an owner the source does not list.
+"""
+
+from __future__ import annotations
+
+from synclane_provider.core.declarations import Owner, Queue
+from synclane_provider.core.errors import DeclarationError, OwnerSourceError, UnknownOwnerError
+
+
+def owners_of(queue: Queue) -> list[Owner]:
+    """Ask the queue's owner source who is connected; strings are owners with their own lane.
+
+    An owner listed twice keeps its first entry.
+    """
+    owners: dict[str, Owner] = {}
+    for item in queue.owners(queue.name):
+        owner = Owner(item) if isinstance(item, str) else item
+        if not isinstance(owner, Owner):
+            raise OwnerSourceError(
+                f"owner source of queue {queue.name!r} returned {item!r}; expected an Owner or a string"
+            )
+        owners.setdefault(owner.id, owner)
+    return list(owners.values())
+
+
+def resolve_owner(queue: Queue, owner: str | Owner, *, lane: str | None = None) -> Owner:
+    """``owner`` with the lane its jobs must run in.
+
+    An owner the source lists gets the source's lane; naming another lane is refused, since its jobs would
+    then run beside the owners it shares a rate limit with. An owner the source does not list is refused,
+    unless the caller names its lane (``lane=``, or an :class:`Owner` with a lane): a job for an account
+    that is not connected yet, say.
+    """
+    owner_id, named_lane = (owner.id, owner.lane) if isinstance(owner, Owner) else (owner, lane)
+    if isinstance(owner, Owner) and lane is not None and lane != owner.lane:
+        raise DeclarationError(f"owner {owner_id!r} is given with lane {owner.lane!r} and lane={lane!r}: name one")
+    checked = Owner(owner_id, named_lane)  # refuses names the table cannot hold
+    for listed in owners_of(queue):
+        if listed.id != owner_id:
+            continue
+        if named_lane is not None and named_lane != listed.lane_or_id:
+            raise DeclarationError(
+                f"owner {owner_id!r} is in lane {listed.lane_or_id!r} according to the owner source of queue "
+                f"{queue.name!r}, not {named_lane!r}: its jobs would run beside the owners sharing its rate limit"
+            )
+        return listed
+    if named_lane is None:
+        raise UnknownOwnerError(
+            f"owner {owner_id!r} is not listed by the owner source of queue {queue.name!r}; "
+            f"to add a job for it anyway, name its lane (lane={owner_id!r} for a lane of its own)"
+        )
+    return checked
