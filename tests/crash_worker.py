@@ -15,6 +15,7 @@ from tests.helpers import declare, paged, products
 
 TOTAL_RECORDS = 300
 LEASE = timedelta(seconds=2)
+RETRY_DELAY = timedelta(milliseconds=100)
 
 
 def crash_lane(schema: str, hang_at: str | None = None):
@@ -26,7 +27,7 @@ def crash_lane(schema: str, hang_at: str | None = None):
             time.sleep(600)
         return pages(job)
 
-    return declare(schema, products(handler), lease=LEASE)
+    return declare(schema, products(handler), lease=LEASE, retry_delay=RETRY_DELAY)
 
 
 def main() -> None:

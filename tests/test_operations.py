@@ -172,7 +172,8 @@ def test_progress_of_an_owners_first_load(ops, admin, schema, clock):
 
 
 def test_activity_says_what_is_due_running_and_next(ops, admin, schema, clock):
-    assert ops.activity("shops", now=clock.now) == {"running": False, "due": False, "next_run_at": None, "now": clock.now}
+    assert ops.activity("shops", now=clock.now) == {
+        "running": False, "due": False, "next_run_at": None, "lease_expires_at": None, "now": clock.now}
     ops.plan("shops", now=clock.now)
     execute(admin, schema, "UPDATE {jobs} SET next_run_at = %s", [clock.now + timedelta(minutes=3)])
     activity = ops.activity("shops", now=clock.now)

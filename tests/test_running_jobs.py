@@ -255,7 +255,7 @@ def test_an_interrupt_inside_a_handler_releases_the_job_and_propagates(setup, ad
     assert (row["status"], row["cursor"], row["leased_by"]) == ("pending", "50", None)
 
 
-def test_an_expired_lease_is_taken_over_from_the_cursor_and_the_old_worker_cannot_write(setup, admin, schema, clock):
+def test_an_expired_lease_is_taken_over_as_a_failed_attempt_and_retried_from_its_cursor(setup, admin, schema, clock):
     takeover = {}
     cursors = []
 
@@ -272,13 +272,61 @@ def test_an_expired_lease_is_taken_over_from_the_cursor_and_the_old_worker_canno
     first, second = slot(), slot()
     stalled = first.run_one()
 
-    assert stalled.outcome is Outcome.LEASE_LOST
-    finished = takeover["result"]
+    assert stalled.outcome is Outcome.LEASE_LOST  # the old worker wrote nothing after its page
+    written_off = takeover["result"]
+    assert (written_off.outcome, written_off.pages) == (Outcome.FAILED, 0)
+    row = job_row(admin, schema, written_off.job.id)
+    assert (row["status"], row["cursor"], row["attempt_count"], row["next_run_at"] - clock.now) == ("failed", "50", 1, MINUTE)
+    assert row["error"] == (
+        f"WorkerLost: worker {first.worker_id} stopped renewing its lease at cursor '50' (lost 1 time(s) in a row)"
+    )
+
+    clock.advance(MINUTE)
+    finished = second.run_one()
     assert finished.outcome is Outcome.COMPLETED
-    assert cursors == [None, "50", "50", "100", "150"]  # the new worker started at the saved cursor
+    assert cursors == [None, "50", "50", "100", "150"]  # the retry started at the saved cursor
     assert finished.job.attempt_count == 2
     row = job_row(admin, schema, finished.job.id)
     assert (row["status"], row["processed_count"]) == ("completed", 200)
+
+
+def test_a_page_that_kills_its_worker_every_time_ends_abandoned_while_its_lane_goes_on(setup, admin, schema, clock):
+    """Each attempt's worker dies in the page (here: takes the job and is never heard of again). The takeovers
+    back off like failures, defer the job, and abandon it after its last attempt; the other job of its lane
+    runs in between."""
+    source = owners(Owner("acme-us", lane="acme"), Owner("acme-eu", lane="acme"))
+    ops, slot = setup(products(paged(50)), owner_source=source, plan=False, max_attempts=3, lease=MINUTE)
+    ops.enqueue("shops", "acme-us", "products", key="poison", now=clock.now)
+    survivor = slot()
+    lost_workers, seen = [], []
+    while True:
+        dying = slot()
+        job = dying.take()
+        if job is None or job.owner != "acme-us":
+            break  # the poison job is not taken again: abandoned
+        lost_workers.append(dying.worker_id)
+        if len(lost_workers) == 2:
+            ops.enqueue("shops", "acme-eu", "products", key="neighbour", now=clock.now)
+        clock.advance(MINUTE + timedelta(seconds=1))  # its lease lapses
+        result = survivor.run_one()
+        row = job_row(admin, schema, job.id)
+        seen.append((result.outcome, row["status"], row["attempt_count"], row["next_run_at"] - clock.now))
+        assert row["error"] == (
+            f"WorkerLost: worker {dying.worker_id} stopped renewing its lease on its first page "
+            f"(lost {len(lost_workers)} time(s) in a row)"
+        )
+        neighbour = survivor.run_one()  # the lane is free again: its other job does not wait for the poison one
+        if neighbour is not None:
+            assert (neighbour.job.owner, neighbour.outcome) == ("acme-eu", Outcome.COMPLETED)
+        clock.advance(row["next_run_at"] - clock.now)
+
+    assert seen == [
+        (Outcome.FAILED, "failed", 1, MINUTE),
+        (Outcome.FAILED, "failed", 2, 2 * MINUTE),
+        (Outcome.DEFERRED, "deferred", 3, 4 * MINUTE),
+        (Outcome.ABANDONED, "abandoned", 4, timedelta(0)),
+    ]
+    assert {r["owner"]: r["status"] for r in rows(admin, schema)} == {"acme-us": "abandoned", "acme-eu": "completed"}
 
 
 def test_a_late_write_by_an_old_lease_is_refused(setup, admin, schema, clock):

@@ -61,6 +61,15 @@ class JobThrottled(SyncLaneError):
         self.retry_after: timedelta | None = retry_after
 
 
+class WorkerLost(SyncLaneError):
+    """The worker running a job stopped renewing its lease mid-job (killed, out of memory, cut off).
+
+    Never raised: the worker that takes the job over writes it on the row as the lost attempt's error, and
+    the job is retried, deferred and abandoned like any other failure. A page that kills its worker every
+    time ends abandoned instead of being taken over forever.
+    """
+
+
 class JobAbandoned(SyncLaneError):
     """Raised by a handler when a retry cannot help (access revoked, account gone)."""
 

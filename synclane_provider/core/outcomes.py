@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import timedelta
 
 from synclane_provider.core.declarations import Queue
 from synclane_provider.core.delays import backoff
-from synclane_provider.core.errors import JobAbandoned, JobThrottled
+from synclane_provider.core.errors import JobAbandoned, JobThrottled, WorkerLost
 from synclane_provider.core.states import JobStatus
 
 MAX_ERROR_LENGTH = 2000
@@ -63,3 +64,18 @@ def storable_text(text: str) -> str:
     if len(text) > MAX_ERROR_LENGTH:
         text = text[: MAX_ERROR_LENGTH - 1] + "…"
     return text
+
+
+_LOST_BEFORE = re.compile(r"^WorkerLost: .*\(lost (\d+) time\(s\) in a row\)$", re.DOTALL)
+
+
+def lost_attempt(previous_error: str | None, *, worker: str, cursor: str | None) -> WorkerLost:
+    """What a worker that took a job over writes down for the attempt its lost worker never finished.
+
+    Counts the attempts lost in a row from the job's previous error, so that a page that kills its worker
+    every time says so on the row.
+    """
+    earlier = _LOST_BEFORE.match(previous_error or "")
+    times = int(earlier.group(1)) + 1 if earlier else 1
+    where = f"at cursor {cursor!r}" if cursor is not None else "on its first page"
+    return WorkerLost(f"worker {worker} stopped renewing its lease {where} (lost {times} time(s) in a row)")

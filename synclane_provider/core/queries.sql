@@ -15,8 +15,9 @@
 -- (if any) and the delay before the next attempt; it is fenced on the lease, and frees the lane.
 --
 -- The next job is one the worker already holds (a take whose reply was lost), else an expired lease (a
--- dead worker's job, continued from its cursor), else the first due waiting job whose lane has nothing
--- running, in declared type order and newest window first. A deferred job only goes when its lane has
+-- lost worker's job: taken without a new attempt, and returned with the lost worker's id in lost_worker so
+-- that the taker writes the lost attempt down as a failure), else the first due waiting job whose lane has
+-- nothing running, in declared type order and newest window first. A deferred job only goes when its lane has
 -- nothing else due. Row locks are skipped, never waited on; two workers picking jobs of one lane at once
 -- are stopped by jobs_one_running_per_lane (the caller retries on that unique violation, which also undoes
 -- the finish).
@@ -28,8 +29,8 @@
 -- probe each and the best head of a free lane is taken; scanning every due job instead would read the
 -- whole queue only to find nothing.
 --
--- Returns one row: finished (whether the named job was written; false means its lease was lost) and the
--- leased job's columns (all NULL when nothing was taken).
+-- Returns one row: finished (whether the named job was written; false means its lease was lost), the
+-- leased job's columns (all NULL when nothing was taken) and lost_worker.
 WITH RECURSIVE clock AS (
     SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now
 ),
@@ -62,8 +63,8 @@ lanes AS (
     FROM lanes WHERE lanes.lane IS NOT NULL
 ),
 candidate AS (
-    SELECT id FROM (
-        SELECT j.id
+    SELECT id, lost_worker FROM (
+        SELECT j.id, nullif(j.leased_by, %(worker)s) AS lost_worker
         FROM {schema}.jobs AS j, clock
         WHERE %(take)s
           AND j.queue = %(queue)s
@@ -75,7 +76,7 @@ candidate AS (
         FOR UPDATE OF j SKIP LOCKED
     ) AS held_or_expired
     UNION ALL
-    SELECT id FROM (
+    SELECT id, NULL FROM (
         SELECT j.id
         FROM (
             SELECT first.id, first.priority, first.window_end FROM {schema}.jobs AS first, clock
@@ -104,7 +105,7 @@ candidate AS (
         FOR UPDATE OF j SKIP LOCKED
     ) AS among_first_due
     UNION ALL
-    SELECT id FROM (
+    SELECT id, NULL FROM (
         SELECT j.id
         FROM lanes
         CROSS JOIN LATERAL (
@@ -148,13 +149,13 @@ taken AS (
     SET status = 'running',
         leased_by = %(worker)s,
         lease_expires_at = clock.now + %(lease)s::interval,
-        attempt_count = CASE WHEN j.leased_by = %(worker)s THEN j.attempt_count ELSE j.attempt_count + 1 END,
-        started_at = CASE WHEN j.leased_by = %(worker)s THEN j.started_at
+        attempt_count = CASE WHEN j.status = 'running' THEN j.attempt_count ELSE j.attempt_count + 1 END,
+        started_at = CASE WHEN j.status = 'running' THEN j.started_at
                           ELSE coalesce(%(now)s::timestamptz, clock_timestamp()) END,
         heartbeat_at = clock.now
     FROM candidate, clock
     WHERE j.id = candidate.id
-    RETURNING j.*
+    RETURNING j.*, candidate.lost_worker
 )
 SELECT EXISTS (SELECT 1 FROM finished) AS finished, taken.*
 FROM (SELECT) AS one
@@ -314,8 +315,8 @@ WHERE queue = %(queue)s
   AND (%(type)s::text IS NULL OR type = %(type)s);
 
 -- name: queue_activity
--- Whether a queue (or one lane of it) has a job running, a job due, and when the next waiting job is due:
--- what idle workers, triggers and the "drained" sensor decide on.
+-- Whether a queue (or one lane of it) has a job running, a job due, when the next waiting job is due and
+-- when the first running job's lease lapses: what idle workers, triggers and the "drained" sensor decide on.
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now
 )
@@ -333,6 +334,10 @@ SELECT EXISTS (
            WHERE queue = %(queue)s AND status IN ('pending', 'failed', 'deferred')
              AND (%(lane)s::text IS NULL OR lane = %(lane)s)
        ) AS next_run_at,
+       (
+           SELECT min(lease_expires_at) FROM {schema}.jobs
+           WHERE queue = %(queue)s AND status = 'running' AND (%(lane)s::text IS NULL OR lane = %(lane)s)
+       ) AS lease_expires_at,
        clock.now AS now
 FROM clock;
 

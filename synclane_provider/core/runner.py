@@ -14,7 +14,7 @@ from synclane_provider.core.database import Session
 from synclane_provider.core.declarations import Queue
 from synclane_provider.core.errors import UnknownJobTypeError
 from synclane_provider.core.lease import LeaseKeeper
-from synclane_provider.core.outcomes import decide_failure, describe_error
+from synclane_provider.core.outcomes import decide_failure, describe_error, lost_attempt
 from synclane_provider.core.records import Job, Page
 from synclane_provider.core.states import JobStatus
 from synclane_provider.core.wakeups import notify
@@ -81,7 +81,20 @@ class JobRunner:
         self._stop = stop
         self._log = log or logging.getLogger(__name__)
 
-    def run(self, job: Job) -> RunResult:
+    def run(self, job: Job, *, lost_worker: str | None = None) -> RunResult:
+        """Run ``job`` page by page to the end of this attempt.
+
+        With ``lost_worker`` the job was taken over from a worker whose lease lapsed: that worker's attempt
+        is written down as a failure (:class:`~synclane_provider.core.errors.WorkerLost`) and retried after
+        its delay like any other, rather than continued at once -- a page that kills its worker every time
+        must end abandoned, not be taken over forever.
+        """
+        if lost_worker is not None:
+            lost = lost_attempt(job.error, worker=lost_worker, cursor=job.cursor)
+            failure = decide_failure(self._queue, max(job.attempt_count, 1), lost)
+            return self._finish(
+                job, failure.status, job.processed_count, 0, 0, error=failure.error, delay=failure.delay
+            )
         try:
             handler = self._queue.job_type(job.type).handler
         except UnknownJobTypeError as exc:

@@ -15,8 +15,10 @@ import threading
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 
 import psycopg.errors
 
@@ -92,6 +94,19 @@ class Summary:
         return summary
 
 
+@dataclass(frozen=True)
+class Taken:
+    """A job a slot has just leased, and the worker it was taken over from (None: it was waiting)."""
+
+    job: Job
+    lost_worker: str | None = None
+
+    @classmethod
+    def from_row(cls, row: dict) -> "Taken | None":
+        """From a ``finish_and_take`` row; None when it took nothing."""
+        return None if row["id"] is None else cls(Job.from_row(row), row["lost_worker"])
+
+
 class WorkerSlot:
     """One unit of concurrency of a queue: its own connection, one job at a time."""
 
@@ -126,7 +141,7 @@ class WorkerSlot:
             log=logger or log,
         )
         self.summary = Summary()
-        self._next: Job | None = None
+        self._next: Taken | None = None
         self._hand_over = True
         self.found_nothing = False
         """Whether the take that came with the last finish found nothing to do."""
@@ -159,13 +174,21 @@ class WorkerSlot:
                 raise
             self.summary.lane_races += 1  # the finish was undone too: finish alone, take again later
             row = self._finish_and_take(finish, take=False)
-        if take and row["id"] is not None:
-            self._next = Job.from_row(row)
+        if take:
+            self._next = Taken.from_row(row)
         self.found_nothing = take and row["id"] is None
         return row["finished"]
 
     def take(self) -> Job | None:
-        """Lease the next job this slot should run, or None when nothing is due in a free lane."""
+        """Lease the next job this slot should run, without running it; None when nothing is due in a free lane.
+
+        A low-level step (:meth:`run_one` takes and runs): the job stays leased to this slot until its lease
+        lapses, and a job taken over from a lost worker is returned as it is, its lost attempt not written down.
+        """
+        taken = self._take()
+        return taken.job if taken is not None else None
+
+    def _take(self) -> Taken | None:
         for _ in range(MAX_LANE_RACES):
             try:
                 row = self._finish_and_take(None, take=True)
@@ -174,7 +197,7 @@ class WorkerSlot:
                     raise
                 self.summary.lane_races += 1  # another worker took this lane first; ask again
                 continue
-            return Job.from_row(row) if row["id"] is not None else None
+            return Taken.from_row(row)
         return None
 
     def run_one(self, *, then_continue: bool = True) -> RunResult | None:
@@ -184,26 +207,34 @@ class WorkerSlot:
         :meth:`_finish_and_take_next`); a caller that will not run it must
         call :meth:`hand_back`.
         """
-        job, self._next = self._next, None
+        taken, self._next = self._next, None
         self.found_nothing = False
-        if job is None:
-            job = self.take()
-        if job is None:
+        if taken is None:
+            taken = self._take()
+        if taken is None:
             return None
         self._hand_over = then_continue
-        result = self.runner.run(job)
+        result = self.runner.run(taken.job, lost_worker=taken.lost_worker)
         self.summary.add(result)
         return result
 
     @property
     def next_job(self) -> Job | None:
         """The job taken as the last one finished, to run next (None if none was taken)."""
-        return self._next
+        return self._next.job if self._next is not None else None
 
     def hand_back(self) -> None:
-        """Return a job taken for later, unstarted, as pending (its attempt does not count)."""
-        job, self._next = self._next, None
-        if job is not None:
+        """Return a job taken for later, unstarted, as pending (its attempt does not count).
+
+        A job taken over from a lost worker is not handed back as it was: the lost attempt is written down
+        first (see :meth:`JobRunner.run`), so that it counts.
+        """
+        taken, self._next = self._next, None
+        if taken is not None and taken.lost_worker is not None:
+            self._hand_over = False
+            self.summary.add(self.runner.run(taken.job, lost_worker=taken.lost_worker))
+        elif taken is not None:
+            job = taken.job
             released = self.session.one(
                 "release", id=job.id, worker=self.worker_id, processed_count=job.processed_count, now=self.clock()
             )
@@ -245,13 +276,31 @@ class WorkerSlot:
         self.close()
 
 
-class WorkerPool:
-    """Several worker slots of one queue on threads: drain once, or keep running until shut down.
+MIN_IDLE_SECONDS = 0.01
+"""The shortest sleep of an idle pool slot: a job due "now" by the clock may still be a moment from due."""
 
-    Idle slots sleep until another slot leaves a lane that may still have work
-    (it moved to a better job elsewhere, or stopped), until the queue looks
-    empty to a draining slot, or at most one poll interval. They do not poll
-    in a tight loop: with more slots than lanes, most slots have nothing to do.
+
+def _nothing_due(activity: dict[str, Any]) -> bool:
+    return not (activity["running"] or activity["due"])
+
+
+def _settled(activity: dict[str, Any]) -> bool:
+    return not activity["running"] and activity["next_run_at"] is None
+
+
+class WorkerPool:
+    """Several worker slots of one queue on threads, for use outside Airflow and in tests.
+
+    Three ways to run them, each returning the combined :class:`Summary` and closing the slots' connections:
+
+    * :meth:`drain` -- until nothing is due *now*: jobs waiting out a retry or a throttle stay waiting;
+    * :meth:`run_until_settled` -- until every job is settled (completed or abandoned), waiting through
+      retries, throttles and lapsed leases: "sync everything";
+    * :meth:`run` -- until :meth:`shutdown`.
+
+    Idle slots sleep until another slot leaves a lane that may still have work, until the next waiting job
+    is due (or a lease lapses), or at most one poll interval. They do not poll in a tight loop: with more
+    slots than lanes, most slots have nothing to do.
     """
 
     def __init__(
@@ -269,6 +318,7 @@ class WorkerPool:
         if self.slots < 1:
             raise ValueError(f"slots must be at least 1, got {self.slots}")
         self.poll_interval = poll_interval or synclane.poll_interval
+        self.clock = clock
         self.stop = threading.Event()
         self._idle = threading.Condition()
         self._slots = [
@@ -277,18 +327,31 @@ class WorkerPool:
         ]
 
     def drain(self) -> Summary:
-        """Run until the queue has nothing running and nothing due; returns the combined summary.
+        """Run until the queue has nothing running and nothing due now; returns the combined summary.
 
-        The slots' connections are closed when it returns.
+        Jobs due later (a retry, a throttle, the next recurring window) stay waiting. The slots'
+        connections are closed when it returns.
         """
-        return self._on_threads(lambda slot: self._work(slot, until_empty=True))
+        return self._on_threads(lambda slot: self._work(slot, ends=_nothing_due))
+
+    def run_until_settled(self) -> Summary:
+        """Run until no job of the queue is running or waiting: each one completed or abandoned.
+
+        Waits through retry and throttle delays, and for the leases of jobs whose workers were lost to
+        lapse, as long as that takes (a queue with a slow retry policy takes as long as its delays add up
+        to). It waits in real time, so it needs the database's clock: with a pinned clock, call
+        :meth:`drain` and move the clock yourself. The slots' connections are closed when it returns.
+        """
+        if self.clock() is not None:
+            raise ValueError("run_until_settled() waits for time to pass; with a pinned clock use drain() and advance it")
+        return self._on_threads(lambda slot: self._work(slot, ends=_settled))
 
     def run(self) -> Summary:
         """Keep running jobs until :meth:`shutdown` (running jobs are then handed back with their cursors).
 
         The slots' connections are closed when it returns.
         """
-        return self._on_threads(lambda slot: self._work(slot, until_empty=False))
+        return self._on_threads(lambda slot: self._work(slot, ends=None))
 
     def shutdown(self) -> None:
         """Ask every slot to stop after its current page; safe to call from any thread."""
@@ -304,7 +367,7 @@ class WorkerPool:
         """
         self._wake(everyone=True)
 
-    def _work(self, slot: WorkerSlot, *, until_empty: bool) -> None:
+    def _work(self, slot: WorkerSlot, *, ends: Callable[[dict[str, Any]], bool] | None) -> None:
         try:
             while not self.stop.is_set():
                 result = slot.run_one()
@@ -314,18 +377,24 @@ class WorkerPool:
                         self._wake()  # this slot left a lane that may still have work
                     if following is not None or not slot.found_nothing:
                         continue
-                if until_empty and not self._busy(slot):
+                activity = slot.session.one("queue_activity", queue=self.queue.name, lane=None, now=slot.clock())
+                if ends is not None and ends(activity):
                     self._wake(everyone=True)
                     return
                 with self._idle:
                     if not self.stop.is_set():
-                        self._idle.wait(self.poll_interval.total_seconds())
+                        self._idle.wait(self._idle_seconds(activity))
         finally:
             slot.hand_back()
 
-    def _busy(self, slot: WorkerSlot) -> bool:
-        activity = slot.session.one("queue_activity", queue=self.queue.name, lane=None, now=slot.clock())
-        return activity["running"] or activity["due"]
+    def _idle_seconds(self, activity: dict[str, Any]) -> float:
+        """How long an idle slot sleeps: a poll interval, or less when a waiting job is due or a lease lapses
+        sooner (another slot finishing a job wakes it earlier)."""
+        seconds = self.poll_interval.total_seconds()
+        for instant in (activity["next_run_at"], activity["lease_expires_at"]):
+            if instant is not None:
+                seconds = min(seconds, (instant - activity["now"]).total_seconds())
+        return max(seconds, MIN_IDLE_SECONDS)
 
     def _wake(self, *, everyone: bool = False) -> None:
         with self._idle:

@@ -9,7 +9,7 @@ Lines it prints (times are ``time.monotonic()``, shared by every process of the 
     end JOB LANE WORKER TIME       the page returned
     save JOB                       the cursor save is about to be sent
     finish JOB                     the completion is about to be sent
-    drained                        nothing is left to do; the process exits
+    drained                        every job is settled; the process exits
 
 After ``begin``, ``save`` and ``finish`` the slot waits for a line on stdin before going on, so the parent
 can kill it a chosen moment after letting it go: before, inside or after the page or statement.
@@ -61,6 +61,11 @@ def declaration(schema: str, handler=fake_api) -> SyncLane:
                 types=[SnapshotType("records", handler, every=timedelta(days=1))],
                 lease=LEASE,
                 concurrency=SLOTS,
+                # A killed worker's attempt counts as failed once its lease lapses: retry soon, and often
+                # enough that thirty kills spread over 48 jobs never use up a job's attempts.
+                retry_delay=timedelta(milliseconds=100),
+                retry_max_delay=timedelta(milliseconds=400),
+                max_attempts=20,
             )
         ],
         schema=schema,
@@ -117,10 +122,7 @@ def main() -> None:
     announce_writes()
     synclane = declaration(schema, announced(fake_api))
     pool = WorkerPool(synclane, synclane.database(url), "crash", poll_interval=timedelta(milliseconds=200))
-    try:
-        pool.drain()
-    finally:
-        pool.close()
+    pool.run_until_settled()  # waits out the retries and the leases of killed siblings' jobs
     say("drained")
 
 

@@ -345,29 +345,34 @@ def test_a_worker_cut_off_longer_than_its_lease_stops_writing_and_the_job_is_tak
     worker, admin, schema, database_url, proxy
 ):
     """The heartbeat cannot renew while the database is away; the lease lapses and another worker (still
-    connected) takes the job over from its cursor. The first worker, when its slow page returns, writes
-    nothing; when the database is back its heartbeat learns that the job is gone."""
+    connected) takes the job over: it writes the lost attempt down as failed at its cursor, and the retry
+    continues from there. The first worker, when its slow page returns, writes nothing; when the database
+    is back its heartbeat learns that the job is gone."""
     pages = paged(TOTAL, PAGE)
     rescued = {}
 
     def handler(job: Job) -> Page:
         if job.cursor == "100" and job.attempt_count == 1:
             proxy.black_out()
-            rescued["result"] = wait_for(rival.run_one, "the rival to take the job over once the lease lapsed")
+            rescued["takeover"] = wait_for(rival.run_one, "the rival to take the job over once the lease lapsed")
             proxy.restore()
         return pages(job)
 
     log = PageLog(handler)
-    slot, _, lane, _ = worker(log, through=proxy, lease=timedelta(seconds=1))
+    slot, _, lane, _ = worker(log, through=proxy, lease=timedelta(seconds=1), retry_delay=timedelta(milliseconds=50))
     rival = WorkerSlot(lane, lane.database(database_url), "shops")
     cut_off = slot()
     try:
         result = cut_off.run_one()
+        retried = wait_for(rival.run_one, "the retry to be due")
     finally:
         rival.close()
 
     assert result.outcome is Outcome.LEASE_LOST
-    assert rescued["result"].outcome is Outcome.COMPLETED
+    takeover = rescued["takeover"]
+    assert (takeover.outcome, takeover.pages) == (Outcome.FAILED, 0)
+    assert takeover.error == f"WorkerLost: worker {cut_off.worker_id} stopped renewing its lease at cursor '100' (lost 1 time(s) in a row)"
+    assert retried.outcome is Outcome.COMPLETED
     row = the_row(admin, schema)
     assert (row["status"], row["processed_count"], row["attempt_count"]) == ("completed", TOTAL, 2)
     assert log.cursors(row["id"]) == [None, "50", "100", "100", "150", "200", "250"]
