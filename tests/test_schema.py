@@ -1,13 +1,18 @@
-"""The jobs table: created idempotently, in any schema name, and shipped as plain SQL."""
+"""The jobs table: created at start-up, safe to race, in any schema name, and printable as plain SQL.
+
+Versions, upgrades, roles and the command are in test_migrations.py.
+"""
 
 from __future__ import annotations
 
 import threading
+
 import psycopg
 import pytest
 
 from synclane_provider.core import Operations
-from synclane_provider.core.schema import create_schema, render_schema
+from synclane_provider.core.schema import create_schema
+from synclane_provider.core.schema_versions import migration_script, read_status
 from tests.helpers import declare, products
 
 
@@ -42,7 +47,8 @@ def test_creating_the_schema_is_idempotent_and_safe_to_race(admin, database_url,
     for thread in threads:
         thread.join()
     assert errors == []
-    assert len(indexes(admin, fresh_schema)) == 7
+    assert len(indexes(admin, fresh_schema)) == 8  # 7 on jobs, the version table's primary key
+    assert read_status(admin, fresh_schema).ready
 
 
 @pytest.mark.parametrize("name", ["Odd$Name", "synclane_Test_Mixed"])
@@ -56,8 +62,8 @@ def test_any_identifier_works_as_schema_name(admin, database_url, name):
         admin.execute(psycopg.sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(psycopg.sql.Identifier(name)))
 
 
-def test_a_table_created_by_hand_from_the_shipped_file_is_used_as_is(admin, database_url, fresh_schema):
-    admin.execute(render_schema(fresh_schema).encode())
+def test_a_table_created_by_hand_from_the_printed_sql_is_used_as_is(admin, database_url, fresh_schema):
+    admin.execute(migration_script(fresh_schema).encode())
     lane = declare(fresh_schema, products())
     database = lane.database(database_url)
     database.create_schema = False

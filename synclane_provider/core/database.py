@@ -16,7 +16,7 @@ import random
 import threading
 import time
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -27,7 +27,7 @@ from psycopg.rows import dict_row
 
 from synclane_provider.core.errors import DatabaseUnavailableError
 from synclane_provider.core.queries import statement
-from synclane_provider.core.schema import create_schema
+from synclane_provider.core.schema_versions import Migration, ensure_schema
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +58,9 @@ class Database:
     It opens connections only for the sessions that use it (an :class:`Operations`, a worker slot), each
     closed by its owner's ``close()``. :meth:`close` (or leaving a ``with`` block) closes every connection
     still open through this database, whoever opened it; a later call simply opens new ones.
+
+    ``migrations`` are the schema versions this engine needs (default: the shipped ones); a test passes more
+    to see how a pending migration is met.
     """
 
     def __init__(
@@ -68,6 +71,7 @@ class Database:
         schema: str = "synclane",
         create_schema: bool = True,
         application_name: str = "synclane",
+        migrations: Sequence[Migration] | None = None,
     ) -> None:
         if (conninfo is None) == (connect is None):
             raise ValueError("give exactly one of conninfo or connect")
@@ -77,6 +81,7 @@ class Database:
         self.create_schema = create_schema
         self.application_name = application_name
         """How connections show in ``pg_stat_activity``, unless the conninfo names its own ``application_name``."""
+        self.migrations = tuple(migrations) if migrations is not None else None
         self._schema_ready = False
         self._schema_lock = threading.Lock()
         self._sessions: weakref.WeakSet[Session] = weakref.WeakSet()
@@ -84,7 +89,8 @@ class Database:
 
     def connect(self) -> psycopg.Connection:
         """A new autocommit connection returning rows as dicts, taking statements with ``$n`` placeholders
-        (see :class:`~synclane_provider.core.queries.Statement`); creates the schema on first use when allowed.
+        (see :class:`~synclane_provider.core.queries.Statement`). The first one checks the schema's version, and
+        applies what is pending when ``create_schema`` is on (see :mod:`~synclane_provider.core.schema_versions`).
 
         The caller owns the connection and closes it; sessions do (see :class:`Session`).
         """
@@ -105,11 +111,14 @@ class Database:
         return conn
 
     def _ensure_schema(self, conn: psycopg.Connection) -> None:
-        if self._schema_ready or not self.create_schema:
+        """Once per Database: read the schema's version (SELECTs only), and bring it up to date when something
+        is pending and ``create_schema`` is on; otherwise say what is missing. A failed check is made again by
+        the next connection, so a worker started before its schema was migrated recovers once it is."""
+        if self._schema_ready:
             return
         with self._schema_lock:
             if not self._schema_ready:
-                create_schema(conn, self.schema)
+                ensure_schema(conn, self.schema, create=self.create_schema, migrations=self.migrations)
                 self._schema_ready = True
 
     def session(self, **kwargs: Any) -> "Session":

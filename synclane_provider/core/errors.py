@@ -80,3 +80,15 @@ class OwnerSourceError(SyncLaneError, TypeError):
 
 class UnknownOwnerError(SyncLaneError, LookupError):
     """An owner that the queue's owner source does not list."""
+
+
+class SchemaNotReadyError(SyncLaneError):
+    """The jobs table's schema is missing, behind this release, or lacks an index, and SyncLane may not fix it
+    (``create_schema`` is off). The message names what is missing and the command that applies it."""
+
+
+class MigrationPrivilegeError(SchemaNotReadyError, PermissionError):
+    """A migration is pending and the connected role lacks a right it needs (or may not read the version).
+
+    The message names the schema, the migration, the right, and how to apply it as another role.
+    """

@@ -1,4 +1,4 @@
-"""Loads ``queries.sql`` once and hands out its statements by name, bound to a schema."""
+"""Loads ``queries.sql`` (and the engine's other statement files) once and hands out statements by name, bound to a schema."""
 
 from __future__ import annotations
 
@@ -15,14 +15,14 @@ _HEADER = re.compile(r"^-- name: (?P<name>\w+)\s*$", re.MULTILINE)
 
 
 @functools.cache
-def _texts() -> dict[str, str]:
-    text = resources.files(__package__).joinpath("queries.sql").read_text(encoding="utf-8")
+def _texts(source: str = "queries.sql") -> dict[str, str]:
+    text = resources.files(__package__).joinpath(source).read_text(encoding="utf-8")
     parts = _HEADER.split(text)
     # parts: [preamble, name1, body1, name2, body2, ...]
     statements = {}
     for name, body in zip(parts[1::2], parts[2::2], strict=True):
         if name in statements:
-            raise RuntimeError(f"queries.sql names {name!r} twice")
+            raise RuntimeError(f"{source} names {name!r} twice")
         statements[name] = body.strip().rstrip(";")
     return statements
 
@@ -53,9 +53,9 @@ _PLACEHOLDER = re.compile(r"%\((\w+)\)s")
 
 
 @functools.cache
-def statement(name: str, schema: str) -> Statement:
-    """The statement called ``name`` with ``{schema}`` replaced by the quoted identifier, without comments."""
-    lines = (line.strip() for line in _texts()[name].splitlines())
+def statement(name: str, schema: str, source: str = "queries.sql") -> Statement:
+    """The statement called ``name`` in ``source`` with ``{schema}`` replaced by the quoted identifier, without comments."""
+    lines = (line.strip() for line in _texts(source)[name].splitlines())
     compact = "\n".join(line for line in lines if line and not line.startswith("--"))
     parameters: list[str] = []
 

@@ -1,18 +1,36 @@
-"""The closed sets of job states and modes, and the transitions between states.
+"""The closed sets of job states and modes, and the transitions between states: the one list of them.
 
 ::
 
-    [planned] --> pending --taken--> running --no next cursor--> completed
-                     ^                 |  |  |
-                     |   worker stops  |  |  +--attempt failed--> failed --delay over--> running
-                     +-----------------+  |
-                                          +--regular attempts used up--> deferred --lane idle--> running
-                                          +--deferred attempt failed, or abandon--> abandoned
+    planned or enqueued
+         |
+         v
+      pending --taken--> running --no next cursor--> completed
+         ^               |  |  |
+         |  worker stops |  |  +--attempt failed--> failed --delay over, taken--> running
+         +---------------+  +--regular attempts used up--> deferred --lane idle, taken--> running
+                            +--deferred attempt failed, or abandon--> abandoned
+    running --lease expired, another worker takes it over--> running
     failed, deferred, abandoned --requeue--> pending
     pending, failed, deferred --cancel--> abandoned
 
-Every transition out of ``running`` is written by the worker holding the lease
-and is fenced on it; the others are operations (requeue, cancel) or the take.
+Every transition out of ``running`` is written by the worker holding the lease and is fenced on it; the
+others are the take (``finish_and_take``) or operations (requeue, cancel).
+
+The SQL is checked against this module, not the other way round: ``tests/test_states.py`` compares the
+table's CHECK constraints and partial indexes with these sets, every status literal and ``IN`` list in the
+migrations and in ``queries.sql`` with them, and records the transitions each statement performs (a
+trigger on a test schema) against ``ALLOWED_TRANSITIONS``, which must all be performed.
+
+Adding a status (a mode likewise):
+
+1. Add the member to :class:`JobStatus`, to the sets below it belongs to, its transitions to
+   ``ALLOWED_TRANSITIONS``, and a line to the diagram.
+2. Add a migration ``core/migrations/NNNN_<what>.sql`` that replaces the CHECK constraint
+   ``jobs_status_check`` (and, for a waiting status, re-creates the partial indexes over ``WAITING``).
+3. Run ``tests/test_states.py`` and ``tests/test_migrations.py``: they name each statement whose list no
+   longer matches a set here, each index predicate, and each transition performed but not listed or listed
+   but never performed (add a step to the test's scenario that performs it).
 """
 
 from __future__ import annotations
@@ -58,9 +76,15 @@ ALLOWED_TRANSITIONS: dict[JobStatus, frozenset[JobStatus]] = {
     JobStatus.ABANDONED: frozenset({JobStatus.PENDING}),
     JobStatus.COMPLETED: frozenset(),
 }
+"""Every change of a job's status (or of the worker holding it) that a statement may make."""
 
 WAITING = (JobStatus.PENDING, JobStatus.FAILED, JobStatus.DEFERRED)
-"""States of a job that will run again without anyone's help."""
+"""States of a job that will run again without anyone's help: what the take, the wake-ups and the partial
+indexes look at, and what cancel abandons."""
+
+WAITING_IN_TURN = (JobStatus.PENDING, JobStatus.FAILED)
+"""Waiting states that run in queue order. A deferred job, the rest of ``WAITING``, runs only when its lane
+has none of these due."""
 
 STOPPED = (JobStatus.FAILED, JobStatus.DEFERRED, JobStatus.ABANDONED)
 """States a requeue gives fresh attempts to."""

@@ -1,3 +1,4 @@
+-- The jobs table as SyncLane 0.1.0 released it: git show b3fd140:synclane_provider/core/schema.sql (verbatim below).
 -- SyncLane jobs table: one row per sync job.
 --
 -- This file is the whole schema. SyncLane runs it at start-up when
