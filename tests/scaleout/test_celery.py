@@ -151,9 +151,32 @@ def scenario(database_url, broker, tmp_path_factory):
             sampler.stop()
         finally:
             workload.drop()
-            print(f"\nCelery scale-out timings (s): { {k: round(v) for k, v in run.timings.items()} }; "
-                  f"killed {run.victim} ({len(run.killed_pids)} processes) holding jobs "
-                  f"{[(job['id'], job['cursor']) for job in run.held_at_kill]}")
+            print(report(run))
+
+
+def report(run: Scenario) -> str:
+    """What happened, for ``pytest -s`` and the README's figures: timings, and what followed the kill."""
+    lines = [f"\nCelery scale-out timings (s): { {k: round(v) for k, v in run.timings.items()} }",
+             f"killed {run.victim} ({len(run.killed_pids)} processes) holding jobs (id, cursor) "
+             f"{[(job['id'], job['cursor']) for job in run.held_at_kill]}"]
+    if run.killed_at is None:
+        return "\n".join(lines)
+    for held in run.held_at_kill:
+        resumed = [page for page in run.pages if page["job_id"] == held["id"] and page["served_at"] > run.killed_at]
+        if resumed:
+            lines.append(f"job {held['id']}: lease ran out {(held['lease_expires_at'] - run.killed_at).total_seconds():.1f}s "
+                         f"after the kill; {resumed[0]['served_by']} asked for cursor {resumed[0]['cursor']} "
+                         f"{(resumed[0]['served_at'] - run.killed_at).total_seconds():.1f}s after it")
+    killed = run.timings["killed"]
+    lost = {ti["map_index"] for ti in run.instances_at_kill if ti["state"] == "running" and ti["hostname"] == run.victim}
+    for map_index in sorted(lost):
+        seen: dict[str, float] = {}
+        for at, tis in run.observed:
+            for ti in tis:
+                if ti["map_index"] == map_index and at > killed:
+                    seen.setdefault(f"{ti['state']} (try {ti['try_number']}, {ti['hostname'] or '-'})", at - killed)
+        lines.append(f"slot {map_index} after the kill: " + ", ".join(f"{state} at {at:.0f}s" for state, at in seen.items()))
+    return "\n".join(lines)
 
 
 # -- the promises ----------------------------------------------------------------------------------------
