@@ -7,5 +7,6 @@ COPY --chown=airflow:0 pyproject.toml README.md /opt/synclane/
 COPY --chown=airflow:0 synclane_provider /opt/synclane/synclane_provider
 COPY --chown=airflow:0 synclane_demo /opt/synclane/synclane_demo
 COPY --chown=airflow:0 dags /opt/synclane/dags
-# Naming Airflow's version keeps pip from replacing the image's Airflow while it installs the provider.
-RUN pip install --no-cache-dir "apache-airflow==${AIRFLOW_VERSION}" /opt/synclane
+# Naming Airflow's version keeps pip from replacing the image's Airflow while it installs the provider;
+# the celery extra is what the compose file's celery profile runs on.
+RUN pip install --no-cache-dir "apache-airflow==${AIRFLOW_VERSION}" "/opt/synclane[celery]"

@@ -78,10 +78,12 @@ def airflow_connection(conninfo: str) -> str:
 
 
 def airflow_environment(
-    base: Mapping[str, str], *, home: Path, data_url: str, metadata_url: str, port: int, shop_url: str, parallelism: int = 6
+    base: Mapping[str, str], *, home: Path, data_url: str, metadata_url: str, port: int, shop_url: str | None,
+    parallelism: int = 6,
 ) -> dict[str, str]:
     """Airflow's settings for the demo. What ``base`` (the environment) sets wins, except ``AIRFLOW_HOME``:
-    the demo's Airflow always lives in the project, never in a user's own Airflow home."""
+    the demo's Airflow always lives in the project, never in a user's own Airflow home. Without a
+    ``shop_url`` the settings are for another declaration than the demo's (``base`` names it)."""
     settings = {
         "AIRFLOW_HOME": str(home),
         "AIRFLOW__CORE__DAGS_FOLDER": str(PROJECT / "dags"),
@@ -102,8 +104,9 @@ def airflow_environment(
         "SYNCLANE_DECLARATION": "synclane_demo.sync:synclane",  # what the example DAGs run
         "SYNCLANE_QUEUE": "shops",
         "SYNCLANE_DEMO_DATABASE_URL": data_url,
-        "SYNCLANE_DEMO_SHOP_URL": shop_url,
     }
+    if shop_url is not None:
+        settings["SYNCLANE_DEMO_SHOP_URL"] = shop_url
     return {**settings, **base, "AIRFLOW_HOME": str(home)}
 
 

@@ -8,6 +8,12 @@ the whole group is what makes running tasks stop gracefully: Airflow's task
 runner calls the operator's ``on_kill`` on SIGTERM (SyncLane's worker hands its
 job back with its cursor), while SIGINT interrupts the task mid-page. What is
 still alive after a bounded wait gets SIGKILL.
+
+Airflow puts each task runner in a process group of its own, so a group is not
+all of a service. A service also counts every descendant of its group that it
+has seen (found through parent links while the parents live, and remembered when
+they die), and :meth:`Service.kill` ends all of them the way a machine dies:
+frozen first so that nothing forks or reparents, then SIGKILL, nothing handed back.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 
@@ -33,6 +40,7 @@ class Service:
         self.log_path = log_path
         self.cwd = cwd
         self.process: subprocess.Popen | None = None
+        self._seen: dict[int, str] = {}  # pid: start time, of every process of the service seen so far
 
     def start(self) -> "Service":
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -49,30 +57,71 @@ class Service:
         return self.process is not None and self.process.poll() is None
 
     def stop(self, *, graceful: float = 60.0, forced: float = 10.0) -> int | None:
-        """Stop the whole group: SIGTERM, wait up to ``graceful`` s for every member to exit, then SIGKILL."""
+        """Stop the whole group: SIGTERM, wait up to ``graceful`` s for every member to exit, then SIGKILL
+        every process of the service, in its group or not."""
         if self.process is None:
             return None
-        for sig, wait in ((signal.SIGTERM, graceful), (signal.SIGKILL, forced)):
-            if not self._group_alive():
-                break
-            self._signal_group(sig)
-            deadline = time.monotonic() + wait
-            while time.monotonic() < deadline and self._group_alive():
+        if self.members():
+            self._signal_group(signal.SIGTERM)
+            deadline = time.monotonic() + graceful
+            while time.monotonic() < deadline and self.members():
                 time.sleep(0.2)
+        if self.members():
+            try:
+                self.kill(timeout=forced)
+            except TimeoutError:
+                return None  # stuck in the kernel: no signal helps
         try:
             return self.process.wait(timeout=forced)
         except subprocess.TimeoutExpired:
             return None
 
-    def _group_alive(self) -> bool:
+    def kill(self, *, timeout: float = 10.0) -> list[int]:
+        """SIGKILL every process of the service at once, as when its machine dies; returns the pids killed.
+
+        All are stopped (SIGSTOP) first, until no new one appears, so that none forks a child or loses
+        its parent while the others are killed.
+        """
+        if self.process is None:
+            return []
+        deadline = time.monotonic() + timeout
+        frozen: list[int] = []
+        while new := [pid for pid in self.members() if pid not in frozen]:
+            for pid in new:
+                self._signal(pid, signal.SIGSTOP)
+            frozen.extend(new)
+            if time.monotonic() > deadline:
+                break
+        for pid in frozen:
+            self._signal(pid, signal.SIGKILL)
+        while left := self.members():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{self.name}: processes {left} survived SIGKILL for {timeout:.0f}s")
+            for pid in left:
+                self._signal(pid, signal.SIGKILL)
+            time.sleep(0.05)
+        return frozen
+
+    def members(self) -> list[int]:
+        """The live processes of the service: its process group, their descendants, and every process of
+        it seen before that still lives (a child whose parent died is no longer found through its parent)."""
+        if self.process is None:
+            return []
         self.process.poll()  # reap the leader if it exited, so that it does not count as alive
-        try:
-            os.killpg(self.process.pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return _group_has_live_members(self.process.pid)
+        table = _process_table()
+        alive = {pid for pid, started in self._seen.items() if pid in table and table[pid].started == started}
+        alive |= {pid for pid, entry in table.items() if entry.group == self.process.pid}
+        children: dict[int, list[int]] = {}
+        for pid, entry in table.items():
+            children.setdefault(entry.parent, []).append(pid)
+        found, todo = set(), list(alive)
+        while todo:
+            pid = todo.pop()
+            if pid not in found:
+                found.add(pid)
+                todo.extend(children.get(pid, ()))
+        self._seen.update((pid, table[pid].started) for pid in found)
+        return sorted(pid for pid in found if table[pid].state not in ("Z", "X"))
 
     def _signal_group(self, sig: int) -> None:
         try:
@@ -96,20 +145,32 @@ class Service:
 
 def _group_has_live_members(pgid: int) -> bool:
     """Whether any process of group ``pgid`` is alive and not a zombie (Linux /proc)."""
-    proc = Path("/proc")
-    if not proc.is_dir():
+    if not Path("/proc").is_dir():
         return True
-    for entry in proc.iterdir():
+    return any(entry.group == pgid and entry.state != "Z" for entry in _process_table().values())
+
+
+@dataclass(frozen=True)
+class _Process:
+    parent: int
+    group: int
+    state: str
+    started: str
+    """Start time in clock ticks after boot: with the pid, names one process even when pids are reused."""
+
+
+def _process_table() -> dict[int, _Process]:
+    """Every process of the machine (Linux /proc), by pid."""
+    table = {}
+    for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
             fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
         except (OSError, IndexError):
-            continue
-        state, group = fields[0], int(fields[2])
-        if group == pgid and state != "Z":
-            return True
-    return False
+            continue  # gone while we looked
+        table[int(entry.name)] = _Process(parent=int(fields[1]), group=int(fields[2]), state=fields[0], started=fields[19])
+    return table
 
 
 def wait_for_http(url: str, *, timeout: float, service: Service | None = None, ok=lambda body: True) -> dict | None:

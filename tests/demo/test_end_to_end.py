@@ -16,10 +16,7 @@ of a lane) are seen, not inferred.
 from __future__ import annotations
 
 import json
-import os
-import socket
 import sys
-import threading
 import time
 import urllib.parse
 import urllib.request
@@ -34,10 +31,11 @@ import pytest
 from psycopg import sql
 from psycopg.rows import dict_row
 
-from synclane_demo.local import PROJECT, admin_password, airflow_environment, airflow_service, wait_for_airflow
+from synclane_demo.local import PROJECT, airflow_environment, airflow_service, wait_for_airflow
 from synclane_demo.processes import Service, wait_for_http
 from synclane_demo.shop.catalogue import Catalogue
 from synclane_demo.store import Store
+from tests.real_airflow import AirflowApi, Sampler, clean_environment, free_port, wait_until
 
 pytestmark = [pytest.mark.airflow, pytest.mark.slow, pytest.mark.timeout(1200)]
 
@@ -58,76 +56,6 @@ SCALE = {
 }
 SHOP = ["--latency", "0.4", "--rate-429", "0.05", "--rate-503", "0.05", "--retry-after", "1", "--seed", "5",
         "--heal-after", "never", "--history-days", "120", "--orders-per-day", "8-12"]
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def wait_until(condition, timeout: float, what: str, *, every: float = 0.5, explain=lambda: ""):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(every)
-    pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}\n{explain()}", pytrace=False)
-
-
-class AirflowApi:
-    """Airflow's REST API v2 with a bearer token from the simple auth manager's generated password."""
-
-    def __init__(self, base: str, home: Path) -> None:
-        self.base = base
-        password = admin_password(home)
-        token = self._call("POST", "/auth/token", {"username": "admin", "password": password}, auth=False)
-        self.token = token["access_token"]
-
-    def _call(self, method: str, path: str, body: dict | None = None, auth: bool = True) -> dict:
-        headers = {"Content-Type": "application/json", "Accept": "application/json"}
-        if auth:
-            headers["Authorization"] = f"Bearer {self.token}"
-        data = json.dumps(body).encode() if body is not None else None
-        request = urllib.request.Request(self.base + path, data=data, method=method, headers=headers)
-        with urllib.request.urlopen(request, timeout=30) as response:
-            return json.loads(response.read())
-
-    def get(self, path: str, **query) -> dict:
-        return self._call("GET", path + ("?" + urllib.parse.urlencode(query) if query else ""))
-
-    def post(self, path: str, body: dict) -> dict:
-        return self._call("POST", path, body)
-
-    def runs(self, dag_id: str) -> list[dict]:
-        return self.get(f"/api/v2/dags/{dag_id}/dagRuns", limit=100, order_by="-start_date")["dag_runs"]
-
-    def task_instances(self, dag_id: str, run_id: str) -> list[dict]:
-        return self.get(f"/api/v2/dags/{dag_id}/dagRuns/{urllib.parse.quote(run_id, safe='')}/taskInstances")["task_instances"]
-
-
-class Sampler(threading.Thread):
-    """Reads every job row several times a second, so that short-lived states are observed."""
-
-    def __init__(self, url: str, schema: str) -> None:
-        super().__init__(name="sampler", daemon=True)
-        self.url, self.schema = url, schema
-        self.samples: list[list[dict]] = []
-        self._done = threading.Event()
-
-    def run(self) -> None:
-        query = sql.SQL("SELECT * FROM {}.jobs ORDER BY id").format(sql.Identifier(self.schema))
-        with psycopg.connect(self.url, autocommit=True, row_factory=dict_row) as conn:
-            while not self._done.wait(0.2):
-                try:
-                    self.samples.append(conn.execute(query).fetchall())
-                except psycopg.errors.UndefinedTable:
-                    continue
-
-    def stop(self) -> None:
-        self._done.set()
-        self.join(timeout=10)
 
 
 @dataclass
@@ -185,11 +113,6 @@ def settled(rows: list[dict], scenario: Scenario) -> bool:
 def every_job_completed(rows: list[dict]) -> list[dict] | None:
     """The rows when every job has completed, else None."""
     return rows if rows and all(r["status"] == "completed" for r in rows) else None
-
-
-def clean_environment() -> dict[str, str]:
-    """The test process's environment without Airflow's or the demo's settings (the test suite sets its own)."""
-    return {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "SYNCLANE_", "SHOP_", "_AIRFLOW"))}
 
 
 @pytest.fixture(scope="module")
@@ -278,15 +201,18 @@ def scenario(database_url: str, tmp_path_factory) -> Scenario:
                    "a worker DAG run to succeed", explain=explain)
         run.timings["done"] = time.monotonic() - started
         run.requests = run.shop("/control/requests")["items"]
+        sampler.stop()  # the promises are checked on its samples: a sampler that died fails here
         yield run
     finally:
         for service in reversed(services):
             service.stop(graceful=60)
-        sampler.stop()
-        with psycopg.connect(database_url, autocommit=True) as conn:
-            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(metadata_db)))
-            for schema in (jobs_schema, data_schema):
-                conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+        try:
+            sampler.stop()
+        finally:
+            with psycopg.connect(database_url, autocommit=True) as conn:
+                conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(metadata_db)))
+                for schema in (jobs_schema, data_schema):
+                    conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
         if "run" in locals():
             print(report(run, home / "airflow" / "logs"))
 

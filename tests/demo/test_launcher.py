@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -90,6 +91,60 @@ def test_a_group_that_ignores_sigterm_is_killed_after_the_grace_period(tmp_path:
     assert not service.running
 
 
+def _wait_for_lines(log: Path, count: int) -> list[str]:
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        lines = log.read_text().split()
+        if len(lines) >= count:
+            return lines
+        time.sleep(0.05)
+    raise TimeoutError(f"{log} has fewer than {count} lines: {log.read_text()!r}")
+
+
+# A parent whose child moves to a session of its own (as Airflow's task runners do) and outlives its parent.
+ESCAPING_CHILD = (
+    "import os, subprocess, sys, time\n"
+    "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'], start_new_session=True)\n"
+    "print(os.getpid(), child.pid, flush=True)\n"
+    "time.sleep(600)\n"
+)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
+def test_stopping_a_service_ends_processes_that_left_its_process_group(tmp_path: Path):
+    service = Service("escaping", [sys.executable, "-c", ESCAPING_CHILD], env={}, log_path=tmp_path / "escaping.log").start()
+    try:
+        parent, child = map(int, _wait_for_lines(tmp_path / "escaping.log", 2))
+        assert os.getpgid(child) != service.process.pid and set(service.members()) == {parent, child}
+        service.stop(graceful=0.5, forced=5)  # the child is not in the group, so SIGTERM never reached it
+        assert not _alive(child) and not _alive(parent) and service.members() == []
+    finally:
+        service.kill()
+
+
+def test_killing_a_service_kills_every_process_it_started_at_once(tmp_path: Path):
+    """As when the machine dies: the parent ignores SIGTERM and its child is in another group; both go."""
+    script = "import signal\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n" + ESCAPING_CHILD
+    service = Service("doomed", [sys.executable, "-c", script], env={}, log_path=tmp_path / "doomed.log").start()
+    bystander = Service("bystander", [sys.executable, "-c", ESCAPING_CHILD], env={}, log_path=tmp_path / "bystander.log").start()
+    try:
+        parent, child = map(int, _wait_for_lines(tmp_path / "doomed.log", 2))
+        others = set(map(int, _wait_for_lines(tmp_path / "bystander.log", 2)))
+        assert sorted(service.kill(timeout=5)) == sorted([parent, child])
+        assert service.process.wait(timeout=5) == -signal.SIGKILL and not _alive(child)
+        assert set(bystander.members()) == others  # only what the killed service started
+    finally:
+        service.kill()
+        bystander.kill()
+
+
 @pytest.mark.parametrize("sent", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=lambda s: s.name)
 def test_ctrl_c_a_closed_terminal_or_a_kill_stop_the_launcher_even_when_started_in_the_background(sent):
     """A shell starts background commands with SIGINT ignored; the launcher still stops on Ctrl-C."""
@@ -98,8 +153,8 @@ def test_ctrl_c_a_closed_terminal_or_a_kill_stop_the_launcher_even_when_started_
         "from synclane_demo.local import stop_on_signals\n"
         "signal.signal(signal.SIGINT, signal.SIG_IGN)  # as a background job inherits it\n"
         "stop_on_signals()\n"
-        "print('ready', flush=True)\n"
         "try:\n"
+        "    print('ready', flush=True)  # inside the try: the signal may come the moment it is read\n"
         "    time.sleep(60)\n"
         "except KeyboardInterrupt:\n"
         "    print('stopping what was started', flush=True)\n"
