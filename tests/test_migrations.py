@@ -8,11 +8,15 @@ release upgrades to exactly what a new install gets.
 
 from __future__ import annotations
 
+import atexit
+import functools
 import hashlib
 import logging
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -46,8 +50,11 @@ from tests.support.catalog import differences, snapshot
 from tests.support.released import SCHEMA_0_1_0, install_0_1_0
 
 SUPPORT = Path(__file__).parent / "support"
-TEST_MIGRATIONS = SUPPORT / "migrations"
-"""0002_probe and 0003_probe_index: migrations after the shipped ones, for tests only."""
+SHIPPED_VERSIONS = [(m.version, m.name) for m in shipped_migrations()]
+LATEST = len(SHIPPED_VERSIONS)
+SHIPPED_LABELS = ", ".join(m.label for m in shipped_migrations())
+PROBE, PROBE_INDEX = f"{LATEST + 1:04d}_probe", f"{LATEST + 2:04d}_probe_index"
+"""Two migrations after the shipped ones, for tests only (``tests/support/migrations``), numbered after them."""
 
 RELEASED = {
     "0001_initial": "c58004e74327975f8b697877b9e59deb04748d0c180eb1ca8b693f165cefaf83",
@@ -55,8 +62,19 @@ RELEASED = {
 """sha256 of every released migration file: a released migration is never edited."""
 
 
+@functools.cache
+def probe_directory() -> Path:
+    """The test-only migrations, named with the numbers that follow the shipped migrations."""
+    directory = Path(tempfile.mkdtemp(prefix="synclane-probe-migrations-"))
+    atexit.register(shutil.rmtree, directory, ignore_errors=True)
+    for label in (PROBE, PROBE_INDEX):
+        source = SUPPORT / "migrations" / f"{label.split('_', 1)[1]}.sql"
+        (directory / f"{label}.sql").write_text(source.read_text(encoding="utf-8"), encoding="utf-8")
+    return directory
+
+
 def with_probes():
-    return load_migrations(SHIPPED, TEST_MIGRATIONS)
+    return load_migrations(SHIPPED, probe_directory())
 
 
 @pytest.fixture
@@ -189,7 +207,7 @@ def test_a_table_made_by_0_1_0_upgrades_to_exactly_a_fresh_one(admin, database_u
     assert (
         read_status(admin, old)
         .describe()
-        .endswith("records no version (made by 0.1.0); this SyncLane needs version 1: 0001_initial pending")
+        .endswith(f"records no version (made by 0.1.0); this SyncLane needs version {LATEST}: {SHIPPED_LABELS} pending")
     )
 
     migrated(database_url, old)
@@ -223,7 +241,7 @@ def test_the_catalog_comparison_sees_a_changed_column_constraint_or_index_predic
 def test_processes_starting_at_once_apply_each_migration_once(admin, database_url, fresh_schema):
     """Four processes start the engine on a new schema at the same moment, with two migrations after the
     shipped ones that fail when run twice and count their runs."""
-    command = [sys.executable, str(SUPPORT / "start_engine.py"), database_url, fresh_schema, str(TEST_MIGRATIONS)]
+    command = [sys.executable, str(SUPPORT / "start_engine.py"), database_url, fresh_schema, str(probe_directory())]
     processes = [
         subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         for _ in range(4)
@@ -242,13 +260,13 @@ def test_processes_starting_at_once_apply_each_migration_once(admin, database_ur
                 process.wait()
     failures = [(p.returncode, err) for p, (_, err) in zip(processes, results, strict=True) if p.returncode != 0]
     assert failures == []
-    assert versions(admin, fresh_schema) == [(1, "initial"), (2, "probe"), (3, "probe_index")]
+    assert versions(admin, fresh_schema) == [*SHIPPED_VERSIONS, (LATEST + 1, "probe"), (LATEST + 2, "probe_index")]
     runs = admin.execute(
-        sql.SQL("SELECT version, count(*) AS runs FROM {}.probe_runs GROUP BY version ORDER BY 1").format(
+        sql.SQL("SELECT name, count(*) AS runs FROM {}.probe_runs GROUP BY name ORDER BY 1").format(
             sql.Identifier(fresh_schema)
         )
     ).fetchall()
-    assert [(r["version"], r["runs"]) for r in runs] == [(2, 1), (3, 1)]
+    assert [(r["name"], r["runs"]) for r in runs] == [("probe", 1), ("probe_index", 1)]
     assert read_status(admin, fresh_schema, with_probes()).ready
 
 
@@ -272,11 +290,13 @@ def test_a_schema_a_newer_release_migrated_is_used_as_it_is(admin, database_url,
     admin.execute(sql.SQL("DROP INDEX {}.jobs_waiting_by_time").format(sql.Identifier(fresh_schema)))
     caplog.set_level(logging.WARNING)
 
-    database = Database(database_url, schema=fresh_schema)  # knows only 0001: 2 and 3 are from the future
+    database = Database(database_url, schema=fresh_schema)  # knows only the shipped ones: the probes are from the future
     database.connect().close()
 
-    assert "version(s) 2, 3 that this SyncLane does not know" in caplog.text
-    assert read_status(admin, fresh_schema).describe().endswith("is at version 3, newer than this SyncLane knows")
+    assert f"version(s) {LATEST + 1}, {LATEST + 2} that this SyncLane does not know" in caplog.text
+    assert (
+        read_status(admin, fresh_schema).describe().endswith(f"is at version {LATEST + 2}, newer than this SyncLane knows")
+    )
     indexes = {i["name"] for i in snapshot(admin, fresh_schema)["indexes"]}
     assert "jobs_waiting_by_time" not in indexes  # a newer release may have dropped it on purpose
 
@@ -292,7 +312,10 @@ def test_with_create_schema_off_a_missing_schema_is_named_at_first_use_and_nothi
     with Operations(synclane, database) as ops, pytest.raises(SchemaNotReadyError) as raised:
         ops.plan("shops")
     message = str(raised.value)
-    assert f'schema "{fresh_schema}" has no jobs table; this SyncLane needs version 1: 0001_initial pending' in message
+    assert (
+        f'schema "{fresh_schema}" has no jobs table; this SyncLane needs version {LATEST}: {SHIPPED_LABELS} pending'
+        in message
+    )
     assert (
         f"create_schema is off. Apply it with `python -m synclane_provider.core.schema --schema {fresh_schema} apply "
         "--database-url URL` (or $SYNCLANE_DATABASE_URL), or turn create_schema on; "
@@ -325,16 +348,16 @@ def test_with_create_schema_off_a_0_1_0_table_or_a_pending_migration_is_named(ad
     with pytest.raises(
         SchemaNotReadyError,
         match=r"records no version \(made by 0.1.0\); this SyncLane needs "
-        r"version 1: 0001_initial pending, and create_schema is off",
+        rf"version {LATEST}: {SHIPPED_LABELS} pending, and create_schema is off",
     ):
         Database(database_url, schema=old, create_schema=False).connect()
     with pytest.raises(
         SchemaNotReadyError,
-        match=r"is at version 1; this SyncLane needs version 3: "
-        r"0002_probe, 0003_probe_index pending, and create_schema is off",
+        match=rf"is at version {LATEST}; this SyncLane needs version {LATEST + 2}: "
+        rf"{PROBE}, {PROBE_INDEX} pending, and create_schema is off",
     ):
         Database(database_url, schema=behind, create_schema=False, migrations=with_probes()).connect()
-    assert versions(admin, behind) == [(1, "initial")]
+    assert versions(admin, behind) == SHIPPED_VERSIONS
 
 
 # --- a role with data rights only ------------------------------------------------------------------------------
@@ -377,7 +400,7 @@ def test_a_role_that_may_not_read_the_version_is_told_what_it_needs(admin, datab
         (
             None,
             with_probes,
-            "needs migration 0002_probe, which the role {role!r} may not apply: "
+            f"needs migration {PROBE}, which the role {{role!r}} may not apply: "
             'it needs ownership of table "{schema}"."jobs" (server said: must be owner of table jobs)',
         ),
         (
@@ -453,7 +476,7 @@ def test_the_command_prints_every_migration_and_the_printed_sql_makes_the_same_s
     again = psycopg.connect(database_url, autocommit=True)
     with again, pytest.raises(psycopg.errors.UniqueViolation):  # a migration run twice changes nothing
         again.execute(printed.stdout.encode())
-    assert versions(admin, by_hand) == [(1, "initial")]
+    assert versions(admin, by_hand) == SHIPPED_VERSIONS
 
 
 def test_the_command_prints_what_is_pending_applies_it_and_reports(admin, database_url, schemas):
@@ -471,12 +494,14 @@ def test_the_command_prints_what_is_pending_applies_it_and_reports(admin, databa
 
     applied = command("--schema", old, "apply", url=database_url)
     assert applied.returncode == 0, applied.stderr
-    assert applied.stdout == f'applied 0001_initial\nschema "{old}" is at version 1, as this SyncLane needs\n'
-    assert versions(admin, old) == [(1, "initial")]
+    assert applied.stdout == "".join(f"applied {m.label}\n" for m in shipped_migrations()) + (
+        f'schema "{old}" is at version {LATEST}, as this SyncLane needs\n'
+    )
+    assert versions(admin, old) == SHIPPED_VERSIONS
 
     assert (
         command("apply", "--schema", old, url=database_url).stdout
-        == f'schema "{old}" is at version 1, as this SyncLane needs\n'
+        == f'schema "{old}" is at version {LATEST}, as this SyncLane needs\n'
     )
     assert "-- nothing to apply" in command("sql", "--schema", old, url=database_url).stdout
     status = command("status", "--schema", old, url=database_url).stdout

@@ -130,19 +130,54 @@ def test_requeue_touches_only_stopped_jobs_of_the_named_owner(ops, admin, schema
     assert ("acme", "orders", "completed") in statuses
 
 
-def test_cancel_abandons_what_has_not_started_with_the_reason(ops, admin, schema, clock, lane, database_url):
+def test_cancel_abandons_waiting_jobs_now_and_marks_the_running_one_to_stop(ops, admin, schema, clock, lane, database_url):
     ops.plan("shops", now=clock.now)
-    running = WorkerSlot(lane, lane.database(database_url), "shops", clock=clock).take()
+    with WorkerSlot(lane, lane.database(database_url), "shops", clock=clock) as slot:
+        running = slot.take()
     assert running.owner == "acme"
 
     cancelled = ops.cancel("shops", "acme", "account disconnected")
 
     acme = rows(admin, schema, "owner = 'acme'")
-    assert cancelled == len(acme) - 1
+    assert (cancelled.abandoned, cancelled.stopping, cancelled.total) == (len(acme) - 1, 1, len(acme))
     assert {r["status"] for r in acme if r["id"] != running.id} == {"abandoned"}
     assert {r["error"] for r in acme if r["id"] != running.id} == {"Cancelled: account disconnected"}
-    assert [r["status"] for r in acme if r["id"] == running.id] == ["running"]
+    [still] = [r for r in acme if r["id"] == running.id]
+    assert (still["status"], still["stop_reason"]) == ("running", "Cancelled: account disconnected")
     assert {r["status"] for r in rows(admin, schema, "owner = 'globex'")} == {"pending"}
+
+
+def test_cancel_of_one_type_leaves_the_owners_other_types(ops, admin, schema, clock):
+    ops.plan("shops", now=clock.now)
+    assert ops.cancel("shops", "acme", "orders API retired", type="orders").abandoned == 3
+    assert {(r["type"], r["status"]) for r in rows(admin, schema, "owner = 'acme'")} == {
+        ("products", "pending"), ("orders", "abandoned")}
+    with pytest.raises(UnknownJobTypeError):
+        ops.cancel("shops", "acme", "typo", type="order")
+
+
+def test_a_cancelled_running_job_stops_after_its_current_page_and_a_requeue_continues_it(schema, database_url, admin, clock):
+    cancel_during = {"cursor": "50"}
+
+    def handler(job):
+        if job.cursor == cancel_during["cursor"]:
+            cancel_during["cursor"] = None
+            with Operations(declaration, database) as other:
+                assert other.cancel("shops", "acme", "account disconnected").stopping == 1
+        return paged(200, 50)(job)
+
+    declaration = declare(schema, products(handler))
+    database = declaration.database(database_url)
+    with Operations(declaration, database) as ops, WorkerSlot(declaration, database, "shops", clock=clock) as slot:
+        ops.plan("shops", now=clock.now)
+        stopped = slot.run_one()
+        assert (stopped.outcome, stopped.pages, stopped.error) == (Outcome.ABANDONED, 2, "Cancelled: account disconnected")
+        [row] = rows(admin, schema)
+        assert (row["status"], row["cursor"], row["processed_count"], row["stop_reason"]) == ("abandoned", "100", 100, None)
+
+        assert ops.requeue("shops", owner="acme", now=clock.now) == 1
+        finished = slot.run_one()
+        assert (finished.outcome, finished.pages, finished.records) == (Outcome.COMPLETED, 2, 100)  # from cursor 100
 
 
 def test_list_jobs_by_owner_status_and_type(ops, clock):

@@ -320,18 +320,18 @@ def test_every_transition_the_engine_performs_is_allowed_and_every_allowed_one_i
         # cancel what failed, what is deferred, what was requeued; requeue failed and deferred jobs
         enqueue("gone-failed", RuntimeError("a"))
         run("gone-failed", "failed")
-        assert ops.cancel("shops", "gone-failed", "disconnected") == 1
+        assert ops.cancel("shops", "gone-failed", "disconnected").abandoned == 1
         enqueue("gone-deferred", RuntimeError("a"), RuntimeError("b"))
         run("gone-deferred", "failed")
         later(2)
         run("gone-deferred", "deferred")
-        assert ops.cancel("shops", "gone-deferred", "disconnected") == 1
+        assert ops.cancel("shops", "gone-deferred", "disconnected").abandoned == 1
         enqueue("requeued-deferred", RuntimeError("a"), RuntimeError("b"))
         run("requeued-deferred", "failed")
         later(2)
         run("requeued-deferred", "deferred")
         assert ops.requeue("shops", owner="requeued-deferred", now=clock()) == 1
-        assert ops.cancel("shops", "requeued-deferred", "disconnected") == 1
+        assert ops.cancel("shops", "requeued-deferred", "disconnected").abandoned == 1
         enqueue("requeued-failed", RuntimeError("a"), Page(None, 1))
         run("requeued-failed", "failed")
         assert ops.requeue("shops", owner="requeued-failed", now=clock()) == 1

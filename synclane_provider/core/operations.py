@@ -12,7 +12,7 @@ from synclane_provider.core.errors import DeclarationError
 from synclane_provider.core.outcomes import storable_text
 from synclane_provider.core.owners import resolve_owner
 from synclane_provider.core.planning import instant_key, instant_text, utc
-from synclane_provider.core.records import Job, Progress
+from synclane_provider.core.records import Cancelled, Job, Progress
 from synclane_provider.core.states import JobMode, JobStatus
 from synclane_provider.core.wakeups import notify
 
@@ -95,11 +95,21 @@ class Operations:
             notify(self.session, queue)
         return len(rows)
 
-    def cancel(self, queue: str, owner: str, reason: str) -> int:
-        """Abandon the owner's jobs that are not running (e.g. the account disconnected). Returns how many."""
-        self.synclane.queue(queue)
-        rows = self.session.run("cancel", queue=queue, owner=owner, error=storable_text(f"Cancelled: {reason}"))
-        return len(rows)
+    def cancel(self, queue: str, owner: str, reason: str, *, type: str | None = None) -> Cancelled:
+        """Stop the owner's work (of one type, or every type), e.g. because the account was disconnected.
+
+        Its waiting jobs (pending, failed, deferred) are abandoned now; its running job is abandoned by its
+        worker after the page in flight. Each keeps its cursor and gets ``Cancelled: <reason>`` as its error,
+        so a :meth:`requeue` after the account reconnects continues where it stopped. Completed jobs are left
+        as they are. The owner's next jobs are planned as long as the owner source lists it.
+        """
+        declared = self.synclane.queue(queue)
+        if type is not None:
+            declared.job_type(type)
+        row = self.session.one(
+            "cancel", queue=queue, owner=owner, type=type, error=storable_text(f"Cancelled: {reason}")
+        )
+        return Cancelled(abandoned=row["abandoned"], stopping=row["stopping"])
 
     def list_jobs(
         self,

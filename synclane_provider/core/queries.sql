@@ -43,7 +43,8 @@ finished AS (
         completed_at = CASE WHEN %(status)s = 'completed'
                             THEN coalesce(%(now)s::timestamptz, clock_timestamp()) END,
         leased_by = NULL,
-        lease_expires_at = NULL
+        lease_expires_at = NULL,
+        stop_reason = NULL
     FROM clock
     WHERE done.id = %(finished)s AND done.leased_by = %(worker)s AND done.status = 'running'
     RETURNING done.id
@@ -152,7 +153,8 @@ taken AS (
         attempt_count = CASE WHEN j.status = 'running' THEN j.attempt_count ELSE j.attempt_count + 1 END,
         started_at = CASE WHEN j.status = 'running' THEN j.started_at
                           ELSE coalesce(%(now)s::timestamptz, clock_timestamp()) END,
-        heartbeat_at = clock.now
+        heartbeat_at = clock.now,
+        stop_reason = CASE WHEN j.status = 'running' THEN j.stop_reason END
     FROM candidate, clock
     WHERE j.id = candidate.id
     RETURNING j.*, candidate.lost_worker
@@ -163,14 +165,15 @@ LEFT JOIN taken ON true;
 
 -- name: save_page
 -- After a page: store the cursor and the absolute record count, and renew the lease. Fenced on the lease:
--- zero rows means another worker holds the job now. Absolute values make a retried save harmless.
+-- zero rows means another worker holds the job now. Absolute values make a retried save harmless. Returns
+-- the stop reason a cancel may have set meanwhile: the worker then ends the job after this page.
 UPDATE {schema}.jobs
 SET cursor = %(cursor)s,
     processed_count = %(processed_count)s,
     heartbeat_at = coalesce(%(now)s::timestamptz, statement_timestamp()),
     lease_expires_at = coalesce(%(now)s::timestamptz, statement_timestamp()) + %(lease)s::interval
 WHERE id = %(id)s AND leased_by = %(worker)s AND status = 'running'
-RETURNING lease_expires_at;
+RETURNING lease_expires_at, stop_reason;
 
 -- name: renew_lease
 -- Heartbeat while a slow page is in flight. Fenced like save_page.
@@ -188,7 +191,8 @@ SET status = 'pending',
     attempt_count = greatest(attempt_count - 1, 0),
     next_run_at = coalesce(%(now)s::timestamptz, statement_timestamp()),
     leased_by = NULL,
-    lease_expires_at = NULL
+    lease_expires_at = NULL,
+    stop_reason = NULL
 WHERE id = %(id)s AND leased_by = %(worker)s AND status = 'running'
 RETURNING id;
 
@@ -277,14 +281,29 @@ WHERE queue = %(queue)s
 RETURNING id;
 
 -- name: cancel
--- Abandon what has not started for an owner (e.g. the account disconnected), saying why.
-UPDATE {schema}.jobs
-SET status = 'abandoned',
-    error = %(error)s
-WHERE queue = %(queue)s
-  AND owner = %(owner)s
-  AND status IN ('pending', 'failed', 'deferred')
-RETURNING id;
+-- Stop an owner's work (of one type, or all), saying why (e.g. the account disconnected): its waiting jobs
+-- are abandoned now, cursors kept; its running job is asked to stop after its current page (the worker
+-- reads stop_reason with its next cursor save and abandons the job with it). Returns how many of each.
+WITH waiting AS (
+    UPDATE {schema}.jobs
+    SET status = 'abandoned',
+        error = %(error)s
+    WHERE queue = %(queue)s
+      AND owner = %(owner)s
+      AND (%(type)s::text IS NULL OR type = %(type)s)
+      AND status IN ('pending', 'failed', 'deferred')
+    RETURNING id
+),
+running AS (
+    UPDATE {schema}.jobs
+    SET stop_reason = %(error)s
+    WHERE queue = %(queue)s
+      AND owner = %(owner)s
+      AND (%(type)s::text IS NULL OR type = %(type)s)
+      AND status = 'running'
+    RETURNING id
+)
+SELECT (SELECT count(*) FROM waiting)::int AS abandoned, (SELECT count(*) FROM running)::int AS stopping;
 
 -- name: list_jobs
 -- Jobs by queue, optionally one owner, status and type: newest first.

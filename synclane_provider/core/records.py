@@ -36,6 +36,7 @@ class Job:
     started_at: datetime | None
     heartbeat_at: datetime | None
     completed_at: datetime | None
+    stop_reason: str | None
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> "Job":
@@ -134,3 +135,15 @@ class Progress:
     @property
     def fraction(self) -> float:
         return self.completed / self.total if self.total else 0.0
+
+
+@dataclass(frozen=True)
+class Cancelled:
+    """What a cancel did: waiting jobs abandoned at once, and running jobs that stop after their current page."""
+
+    abandoned: int
+    stopping: int
+
+    @property
+    def total(self) -> int:
+        return self.abandoned + self.stopping

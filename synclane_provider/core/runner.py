@@ -89,6 +89,8 @@ class JobRunner:
         its delay like any other, rather than continued at once -- a page that kills its worker every time
         must end abandoned, not be taken over forever.
         """
+        if lost_worker is not None and job.stop_reason is not None:  # cancelled, then its worker was lost
+            return self._finish(job, JobStatus.ABANDONED, job.processed_count, 0, 0, error=job.stop_reason)
         if lost_worker is not None:
             lost = lost_attempt(job.error, worker=lost_worker, cursor=job.cursor)
             failure = decide_failure(self._queue, max(job.attempt_count, 1), lost)
@@ -148,6 +150,10 @@ class JobRunner:
                 current = dataclasses.replace(
                     current, cursor=page.next_cursor, processed_count=processed, lease_expires_at=saved["lease_expires_at"]
                 )
+                if saved["stop_reason"] is not None:  # cancelled while this page ran
+                    return self._finish(
+                        current, JobStatus.ABANDONED, processed, pages, processed - start_count, error=saved["stop_reason"]
+                    )
 
     def _finish(
         self,

@@ -81,7 +81,7 @@ def test_odd_names_round_trip_exactly_through_plan_run_and_operations(schema, da
         assert ops.progress(name, name, type=name).complete
         manual = ops.enqueue(name, name, name, key=name)
         assert (manual.dedup_key, manual.lane) == (f"manual:{name}", lane)
-        assert ops.cancel(name, name, reason=name) == 1
+        assert ops.cancel(name, name, reason=name).abandoned == 1
         [cancelled] = ops.list_jobs(name, owner=name, status="abandoned")
         assert cancelled.error == f"Cancelled: {name}"
         assert ops.requeue(name, owner=name, type=name) == 1
@@ -128,7 +128,7 @@ def test_a_cancel_reason_is_stored_bounded_and_safe(schema, database_url, admin)
     synclane = declare(schema, products())
     with Operations(synclane, synclane.database(database_url)) as ops:
         ops.plan("shops")
-        assert ops.cancel("shops", "acme", reason="gone\x00" + "y" * 100_000) == 1
+        assert ops.cancel("shops", "acme", reason="gone\x00" + "y" * 100_000).abandoned == 1
     [row] = rows(admin, schema)
     assert row["error"].startswith("Cancelled: gone\\0yyy") and len(row["error"]) == 2000
 

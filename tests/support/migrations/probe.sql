@@ -3,8 +3,8 @@
 ALTER TABLE {schema}.jobs ADD COLUMN probe integer;
 
 CREATE TABLE {schema}.probe_runs (
-    version integer NOT NULL,
+    name text NOT NULL,
     backend integer NOT NULL DEFAULT pg_backend_pid()
 );
 
-INSERT INTO {schema}.probe_runs (version) VALUES (2);
+INSERT INTO {schema}.probe_runs (name) VALUES ('probe');
