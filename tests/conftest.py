@@ -13,6 +13,8 @@ import psycopg
 import pytest
 from psycopg import sql
 
+from synclane_provider.core import PinnedClock
+
 LOCAL_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 DATABASE_URL = os.environ.get("SYNCLANE_TEST_DATABASE_URL", LOCAL_URL)
 
@@ -70,20 +72,6 @@ def fresh_schema(database_url: str) -> Iterator[str]:
     yield name
     with psycopg.connect(database_url, autocommit=True) as conn:
         conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
-
-
-class PinnedClock:
-    """A clock that only moves when a test moves it; passed to the engine, which hands it to SQL."""
-
-    def __init__(self, now: datetime) -> None:
-        self.now = now
-
-    def __call__(self) -> datetime:
-        return self.now
-
-    def advance(self, delta: timedelta) -> datetime:
-        self.now += delta
-        return self.now
 
 
 @pytest.fixture

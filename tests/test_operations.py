@@ -6,12 +6,16 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
+import psycopg
+
 from synclane_provider.core import (
+    Database,
     DeclarationError,
     JobStatus,
     Operations,
     Owner,
     Page,
+    PinnedClock,
     UnknownOwnerError,
     UnknownQueueError,
     WorkerSlot,
@@ -226,3 +230,39 @@ def test_errors_are_stored_bounded_and_safe(schema, database_url, admin, clock):
     [row] = rows(admin, schema)
     assert row["status"] == "failed"
     assert row["error"].startswith("RuntimeError: xxx") and len(row["error"]) == 2000
+
+
+def test_a_pinned_clock_given_to_operations_plans_and_schedules_at_its_time(lane, database_url, admin, schema):
+    clock = PinnedClock(datetime(2026, 11, 30, 10, 20, tzinfo=UTC))
+    database = lane.database(database_url)
+    with Operations(lane, database, clock=clock) as ops, WorkerSlot(lane, database, "shops", clock=clock) as slot:
+        assert ops.plan("shops").inserted == {"products": 2, "orders": 6}
+        while slot.run_one() is not None:
+            pass
+        assert ops.plan("shops").total == 0
+        clock.advance(timedelta(minutes=15))
+        assert ops.plan("shops").inserted == {"products": 0, "orders": 2}  # the next period, no waiting for it
+        [newest] = rows(admin, schema, "owner = 'acme' AND mode = 'recurring'", order="window_end DESC LIMIT 1")
+        assert (newest["window_start"], newest["window_end"], newest["next_run_at"]) == (
+            datetime(2026, 11, 30, 10, 10, tzinfo=UTC), datetime(2026, 11, 30, 10, 30, tzinfo=UTC), clock.now)
+        assert ops.activity("shops")["due"] and ops.activity("shops")["now"] == clock.now
+
+
+def test_list_jobs_refuses_a_limit_it_cannot_honour(ops):
+    for limit in (0, -1, 10_001, 2.5, True, "10"):
+        with pytest.raises(ValueError, match=f"limit must be an integer from 1 to 10000, got {limit!r}"):
+            ops.list_jobs("shops", limit=limit)
+
+
+def test_a_job_has_its_times_in_utc_whatever_the_session_time_zone(schema, database_url, clock):
+    declaration = declare(schema, products())
+    with Operations(declaration, declaration.database(database_url)) as ops:
+        ops.plan("shops", now=clock.now)
+    elsewhere = Database(
+        connect=lambda: psycopg.connect(database_url, options="-c TimeZone=America/New_York"), schema=schema
+    )
+    with Operations(declaration, elsewhere) as ops:
+        [job] = ops.list_jobs("shops")
+        assert ops.session.one("get_job", id=job.id)["created_at"].utcoffset() == timedelta(hours=-5)  # as read
+    assert job.created_at == clock.now and job.created_at.tzinfo is UTC
+    assert job.next_run_at.tzinfo is UTC

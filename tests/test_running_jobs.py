@@ -25,6 +25,7 @@ def setup(schema, database_url, clock):
         lane = declare(schema, *types, owner_source=owner_source, **settings)
         database = lane.database(database_url)
         ops = Operations(lane, database)
+        made.append(ops)
         if plan:
             ops.plan("shops", now=clock.now)
 
@@ -457,3 +458,34 @@ def test_an_idle_pool_starts_on_new_jobs_as_soon_as_it_is_woken(schema, database
         working.join()
         pool.close()
     assert outcome[0].outcomes == {"completed": 2}
+
+
+def test_drain_leaves_retries_waiting_and_run_until_settled_waits_them_out(schema, database_url, admin):
+    answers = {"acme": [JobThrottled("429", retry_after=0.3), RuntimeError("503")], "globex": [JobAbandoned("gone")]}
+
+    def handler(job):
+        if answers[job.owner]:
+            raise answers[job.owner].pop(0)
+        return Page(None, 1)
+
+    declaration = declare(schema, products(handler), owner_source=owners("acme", "globex"),
+                          retry_delay=timedelta(milliseconds=200))
+    database = declaration.database(database_url)
+    with Operations(declaration, database) as ops:
+        ops.plan("shops")
+    pool = WorkerPool(declaration, database, "shops", slots=2)
+
+    drained = pool.drain()
+    assert drained.outcomes == {"failed": 1, "abandoned": 1}  # nothing more was due at that moment
+    assert {r["owner"]: r["status"] for r in rows(admin, schema)} == {"acme": "failed", "globex": "abandoned"}
+
+    settled = pool.run_until_settled()
+    assert settled.outcomes == {"failed": 1, "completed": 1}
+    assert {r["owner"]: r["status"] for r in rows(admin, schema)} == {"acme": "completed", "globex": "abandoned"}
+
+
+def test_run_until_settled_needs_time_to_pass(setup, clock):
+    ops, _ = setup(products())
+    pool = WorkerPool(ops.synclane, ops.session.database, "shops", clock=clock)
+    with pytest.raises(ValueError, match="with a pinned clock use drain"):
+        pool.run_until_settled()

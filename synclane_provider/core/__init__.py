@@ -3,6 +3,7 @@
 This package imports nothing from Airflow; the Airflow adapters around it are thin.
 """
 
+from synclane_provider.core.clock import PinnedClock
 from synclane_provider.core.database import Database, Session
 from synclane_provider.core.declarations import Owner, Queue, SnapshotType, SyncLane, WindowedType
 from synclane_provider.core.errors import (
@@ -19,15 +20,18 @@ from synclane_provider.core.errors import (
     UnknownJobTypeError,
     UnknownOwnerError,
     UnknownQueueError,
+    WorkerLost,
 )
 from synclane_provider.core.operations import Operations
 from synclane_provider.core.planner import PlanSummary
-from synclane_provider.core.records import Job, Page, Progress
+from synclane_provider.core.records import Cancelled, Job, Page, Progress
+from synclane_provider.core.retry_after import parse_retry_after
 from synclane_provider.core.runner import Outcome, RunResult
 from synclane_provider.core.states import JobMode, JobStatus
 from synclane_provider.core.worker import Summary, WorkerPool, WorkerSlot
 
 __all__ = [
+    "Cancelled",
     "Database",
     "DatabaseUnavailableError",
     "DeclarationError",
@@ -44,6 +48,7 @@ __all__ = [
     "Owner",
     "OwnerSourceError",
     "Page",
+    "PinnedClock",
     "PlanSummary",
     "Progress",
     "Queue",
@@ -59,5 +64,7 @@ __all__ = [
     "UnknownQueueError",
     "WindowedType",
     "WorkerPool",
+    "WorkerLost",
     "WorkerSlot",
+    "parse_retry_after",
 ]

@@ -6,31 +6,42 @@ from datetime import datetime, timezone
 from typing import Any
 
 from synclane_provider.core import planner
+from synclane_provider.core.clock import Clock, database_clock
 from synclane_provider.core.database import Database, Session
 from synclane_provider.core.declarations import Owner, SyncLane, checked_name
 from synclane_provider.core.errors import DeclarationError
 from synclane_provider.core.outcomes import storable_text
 from synclane_provider.core.owners import resolve_owner
+from synclane_provider.core.planner import PlanSummary
 from synclane_provider.core.planning import instant_key, instant_text, utc
 from synclane_provider.core.records import Cancelled, Job, Progress
 from synclane_provider.core.states import JobMode, JobStatus
 from synclane_provider.core.wakeups import notify
 
 
-class Operations:
-    """The calls an application makes on its sync jobs. One connection, opened on first use.
+MAX_LIST = 10_000
+"""The most jobs one :meth:`Operations.list_jobs` call returns."""
 
-    Every call takes an optional ``now`` so that tests (and replays) can pin
-    the clock; by default the database's own time is used.
+
+class Operations:
+    """The calls an application makes on its sync jobs. One connection, opened on first use and closed by
+    :meth:`close` (or at the end of a ``with`` block).
+
+    Time comes from ``clock`` (see :mod:`~synclane_provider.core.clock`: by default the database's own);
+    every call that depends on it also takes ``now``, which wins over the clock for that call.
     """
 
-    def __init__(self, synclane: SyncLane, database: Database) -> None:
+    def __init__(self, synclane: SyncLane, database: Database, *, clock: Clock = database_clock) -> None:
         self.synclane = synclane
         self.session = Session(database)
+        self.clock = clock
 
-    def plan(self, queue: str, *, owner: str | Owner | None = None, now: datetime | None = None):
+    def _now(self, now: datetime | None) -> datetime | None:
+        return now if now is not None else self.clock()
+
+    def plan(self, queue: str, *, owner: str | Owner | None = None, now: datetime | None = None) -> PlanSummary:
         """Plan one queue now (every owner, or just ``owner``, e.g. right after an account connects)."""
-        return planner.plan(self.session, self.synclane.queue(queue), now=now, owner=owner)
+        return planner.plan(self.session, self.synclane.queue(queue), now=self._now(now), owner=owner)
 
     def enqueue(
         self,
@@ -55,6 +66,7 @@ class Operations:
         declared = self.synclane.queue(queue)
         priority = declared.priority_of(type)
         listed = resolve_owner(declared, owner, lane=lane)
+        now = self._now(now)
         if (window_start is None) != (window_end is None):
             raise DeclarationError(f"give both window_start and window_end, or neither (got {window_start!r}, {window_end!r})")
         if window_start is not None and window_end is not None and utc(window_start) >= utc(window_end):
@@ -90,7 +102,7 @@ class Operations:
     ) -> int:
         """Give failed, deferred and abandoned jobs fresh attempts from their cursors. Returns how many."""
         self.synclane.queue(queue)
-        rows = self.session.run("requeue", queue=queue, owner=owner, type=type, now=now)
+        rows = self.session.run("requeue", queue=queue, owner=owner, type=type, now=self._now(now))
         if rows:
             notify(self.session, queue)
         return len(rows)
@@ -120,8 +132,11 @@ class Operations:
         type: str | None = None,
         limit: int = 100,
     ) -> list[Job]:
-        """Jobs of a queue, newest first, optionally of one owner, status and type."""
+        """Jobs of a queue, the most recently created first (by id), optionally of one owner, status and type;
+        at most ``limit`` of them (1 to 10,000)."""
         self.synclane.queue(queue)
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIST:
+            raise ValueError(f"limit must be an integer from 1 to {MAX_LIST}, got {limit!r}")
         status_value = JobStatus(status).value if status is not None else None
         rows = self.session.run(
             "list_jobs", queue=queue, owner=owner, status=status_value, type=type, limit=limit
@@ -143,7 +158,7 @@ class Operations:
     def activity(self, queue: str, *, lane: str | None = None, now: datetime | None = None) -> dict[str, Any]:
         """Whether the queue (or lane) has work running or due, and when the next waiting job is due."""
         self.synclane.queue(queue)
-        return self.session.one("queue_activity", queue=queue, lane=lane, now=now)
+        return self.session.one("queue_activity", queue=queue, lane=lane, now=self._now(now))
 
     def close(self) -> None:
         self.session.close()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any, Mapping
 
 from synclane_provider.core.errors import HandlerResultError
@@ -40,9 +40,13 @@ class Job:
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> "Job":
+        """From a row of the table; times in UTC whatever the connection's ``TimeZone`` setting."""
         values = {f.name: row[f.name] for f in fields(cls)}
         values["mode"] = JobMode(values["mode"])
         values["status"] = JobStatus(values["status"])
+        for name in _TIMES:
+            if values[name] is not None:
+                values[name] = values[name].astimezone(timezone.utc)
         return cls(**values)
 
     def describe(self) -> str:
@@ -52,6 +56,10 @@ class Job:
         else:
             window = ""
         return f"{self.owner}/{self.type}{window} #{self.id}"
+
+
+_TIMES = ("window_start", "window_end", "next_run_at", "lease_expires_at", "created_at", "started_at",
+          "heartbeat_at", "completed_at")
 
 
 @dataclass(frozen=True)

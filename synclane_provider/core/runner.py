@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import Enum
 
+from synclane_provider.core.clock import Clock
 from synclane_provider.core.database import Session
 from synclane_provider.core.declarations import Queue
 from synclane_provider.core.errors import UnknownJobTypeError
@@ -19,7 +20,6 @@ from synclane_provider.core.records import Job, Page
 from synclane_provider.core.states import JobStatus
 from synclane_provider.core.wakeups import notify
 
-Clock = Callable[[], "datetime | None"]
 FinalWrite = Callable[[dict], bool]
 """Writes how a job ended (id, status, processed_count, error, delay, now); False if the lease was lost."""
 

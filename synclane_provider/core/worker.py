@@ -22,11 +22,12 @@ from typing import Any
 
 import psycopg.errors
 
+from synclane_provider.core.clock import Clock, database_clock
 from synclane_provider.core.database import Database, Session
 from synclane_provider.core.declarations import SyncLane
 from synclane_provider.core.lease import LeaseKeeper
 from synclane_provider.core.records import Job
-from synclane_provider.core.runner import Clock, JobRunner, Outcome, RunResult
+from synclane_provider.core.runner import JobRunner, Outcome, RunResult
 from synclane_provider.core.wakeups import notify
 
 log = logging.getLogger(__name__)
@@ -45,11 +46,6 @@ WORKER_SETTINGS = {
     # plans do not depend on the values (every search starts from the queue's own indexes).
     "plan_cache_mode": "force_generic_plan",
 }
-
-
-def database_clock() -> datetime | None:
-    """The default clock: ``None`` tells every statement to use the database's own time."""
-    return None
 
 
 def new_worker_id(label: str = "worker") -> str:

@@ -101,7 +101,8 @@ def test_every_account_syncs_and_the_broken_slice_ends_abandoned_at_cursor_50(de
         if row is broken:
             continue
         if row["type"] == "orders":
-            assert row["processed_count"] == shop_orders(shop, row) > 0
+            assert row["processed_count"] == shop_orders(shop, row)
+            assert row["mode"] != "initial" or row["processed_count"] > 0  # a recent recurring window may be empty
             assert stored(config.database_url, config.data_schema, "orders", row["owner"], row["window_start"], row["window_end"]) == row["processed_count"]
         else:
             assert row["processed_count"] == len(shop.shop.catalogue.products(row["owner"]))

@@ -19,7 +19,7 @@ import os
 import time
 import urllib.parse
 import uuid
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -236,11 +236,16 @@ def test_no_lane_ever_had_two_running_jobs(scenario):
         assert len(lanes) == len(set(lanes)), f"two running jobs in one lane: {sorted(lanes)}"
     assert max(sum(job["status"] == "running" for job in sample) for sample in scenario.samples) == SLOTS
     assert lane_overlaps(scenario.final) == []
-    # In the API's log, a lane's pages come job after job: once another job's page came, a job never came back.
+    # In the API's log, a lane's pages come job after job: once another job's page came, a job came back only
+    # if its worker was killed (its lost attempt is retried after a delay, and the lane goes on meanwhile).
+    taken_over = {held["id"] for held in scenario.held_at_kill}
     for lane in {job["lane"] for job in scenario.final}:
         order = [page["job_id"] for page in scenario.pages if page["lane"] == lane]
         blocks = [job for i, job in enumerate(order) if i == 0 or order[i - 1] != job]
-        assert len(blocks) == len(set(blocks)), f"lane {lane} switched back to a job: {blocks}"
+        came_back = Counter(blocks) - Counter(set(blocks))
+        assert set(came_back) <= taken_over and max(came_back.values(), default=0) <= 1, (
+            f"lane {lane} switched back to a job: {blocks}"
+        )
 
 
 def test_airflow_marked_the_lost_tasks_for_retry_and_reran_them_on_the_surviving_worker(scenario):
