@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterable
 from datetime import timedelta
 
@@ -139,3 +140,23 @@ def race(calls: Iterable[Callable[[], object]], *, timeout: float = 120.0) -> li
     if first_error is not None:
         raise first_error
     return outcomes
+
+
+def connections_open(admin: psycopg.Connection, *, database: str | None = None, application: str | None = None,
+                     settle: float = 2.0) -> list[dict]:
+    """The server's client connections to ``database`` or named ``application``, once closed ones are gone.
+
+    A client that closed its connection leaves ``pg_stat_activity`` a moment later, when its backend exits:
+    an empty answer comes as soon as it is seen, a non-empty one only after ``settle`` seconds.
+    """
+    deadline = time.monotonic() + settle
+    while True:
+        found = admin.execute(
+            "SELECT application_name, state, query FROM pg_stat_activity WHERE backend_type = 'client backend'"
+            " AND (%(database)s::text IS NULL OR datname = %(database)s)"
+            " AND (%(application)s::text IS NULL OR application_name = %(application)s)",
+            {"database": database, "application": application},
+        ).fetchall()
+        if not found or time.monotonic() > deadline:
+            return found
+        time.sleep(0.05)

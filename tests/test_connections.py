@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import pytest
 
 from synclane_provider.core import Operations, WorkerPool, WorkerSlot
-from tests.helpers import Background, declare, owners, paged, products
+from tests.helpers import Background, connections_open, declare, owners, paged, products
 
 
 @pytest.fixture
@@ -28,17 +28,7 @@ def named_url(database_url: str) -> str:
 def open_connections(admin, named_url: str):
     """How many connections of this test's application name the server has open now."""
     name = named_url.rsplit("application_name=", 1)[1]
-
-    def count() -> int:
-        # A closed client's backend may take a moment to leave pg_stat_activity.
-        deadline = time.monotonic() + 2
-        while True:
-            n = admin.execute("SELECT count(*) AS n FROM pg_stat_activity WHERE application_name = %s", [name]).fetchone()["n"]
-            if n == 0 or time.monotonic() > deadline:
-                return n
-            time.sleep(0.05)
-
-    return count
+    return lambda: len(connections_open(admin, application=name))
 
 
 @pytest.fixture(autouse=True)

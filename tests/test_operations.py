@@ -266,3 +266,31 @@ def test_a_job_has_its_times_in_utc_whatever_the_session_time_zone(schema, datab
         assert ops.session.one("get_job", id=job.id)["created_at"].utcoffset() == timedelta(hours=-5)  # as read
     assert job.created_at == clock.now and job.created_at.tzinfo is UTC
     assert job.next_run_at.tzinfo is UTC
+
+
+def test_a_cancelled_job_whose_worker_was_lost_is_abandoned_by_the_worker_that_takes_it_over(lane, database_url, admin, schema):
+    clock = PinnedClock(datetime(2026, 11, 30, 10, 20, tzinfo=UTC))
+    database = lane.database(database_url)
+    with Operations(lane, database, clock=clock) as ops, WorkerSlot(lane, database, "shops", clock=clock) as lost, \
+            WorkerSlot(lane, database, "shops", clock=clock) as taker:
+        ops.plan("shops", owner="acme")
+        job = lost.take()  # and its worker is never heard of again
+        assert ops.cancel("shops", "acme", "account disconnected").stopping == 1
+        clock.advance(timedelta(minutes=6))
+        result = taker.run_one()
+        assert (result.job.id, result.outcome, result.error) == (job.id, Outcome.ABANDONED, "Cancelled: account disconnected")
+
+
+def test_a_stop_request_does_not_outlive_its_attempt(database_url, admin, schema):
+    """An operator who puts a cancelled running job back by hand gets it run, not abandoned again."""
+    clock = PinnedClock(datetime(2026, 11, 30, 10, 20, tzinfo=UTC))
+    lane = declare(schema, products(paged(120)))
+    database = lane.database(database_url)
+    with Operations(lane, database, clock=clock) as ops, WorkerSlot(lane, database, "shops", clock=clock) as slot:
+        ops.plan("shops", owner="acme")
+        job = slot.take()
+        ops.cancel("shops", "acme", "by mistake", type=job.type)
+        execute(admin, schema, "UPDATE {jobs} SET status = 'pending', leased_by = NULL, lease_expires_at = NULL "
+                               "WHERE id = %s", [job.id])
+        again = slot.run_one()
+        assert (again.job.id, again.outcome, again.pages) == (job.id, Outcome.COMPLETED, 3)
