@@ -21,7 +21,8 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_a_killed_worker_is_taken_over_from_its_cursor_and_its_late_writes_are_refused(database_url, schema, admin):
     lane = crash_lane(schema)
     database = lane.database(database_url)
-    Operations(lane, database).plan("shops")
+    with Operations(lane, database) as ops:
+        ops.plan("shops")
     child = subprocess.Popen(
         [sys.executable, "-m", "tests.crash_worker", database_url, schema, "150"],
         cwd=ROOT,

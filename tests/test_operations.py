@@ -225,7 +225,8 @@ def test_errors_are_stored_bounded_and_safe(schema, database_url, admin, clock):
     huge = "x" * 100_000
     lane = declare(schema, products(failing(RuntimeError(huge + "\x00\udcff"))))
     database = lane.database(database_url)
-    Operations(lane, database).plan("shops", now=clock.now)
+    with Operations(lane, database) as ops:
+        ops.plan("shops", now=clock.now)
     WorkerSlot(lane, database, "shops", clock=clock).run_one()
     [row] = rows(admin, schema)
     assert row["status"] == "failed"

@@ -367,7 +367,8 @@ def test_a_heartbeat_keeps_the_lease_while_a_slow_page_is_in_flight(schema, data
 
     lane = declare(schema, products(slow_page), lease=timedelta(seconds=0.6))
     database = lane.database(database_url)
-    Operations(lane, database).plan("shops")
+    with Operations(lane, database) as ops:
+        ops.plan("shops")
     worker, rival = WorkerSlot(lane, database, "shops"), WorkerSlot(lane, database, "shops")
     outcome = {}
     thread = threading.Thread(target=lambda: outcome.setdefault("result", worker.run_one()))

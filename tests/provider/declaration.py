@@ -18,7 +18,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 
 from synclane_provider.core import Job, JobThrottled, Owner, Page, Queue, SnapshotType, SyncLane, WindowedType
 
@@ -108,13 +108,28 @@ def slow_export(job: Job) -> Page:
     return _page(job, total=500)
 
 
+ORDERS = WindowedType("orders", orders, horizon=timedelta(days=60), slice=timedelta(days=30), every=timedelta(minutes=15))
+
+
+def orders_per_owner() -> int:
+    """Order jobs a first plan gives an owner now: two 30-day slices, and the recurring window once the first
+    15-minute period of the day (UTC) has passed -- before that, the newest slice ends at midnight."""
+    now = datetime.now(timezone.utc)
+    return 2 + (now - now.replace(hour=0, minute=0, second=0, microsecond=0) >= ORDERS.every)
+
+
+def shop_jobs() -> int:
+    """Jobs a first plan gives the queue ``shops``: four owners' orders and one product snapshot each."""
+    return 4 * (orders_per_owner() + 1)
+
+
 synclane = SyncLane(
     queues=[
         Queue(
             "shops",
             owners=shops,
             types=[
-                WindowedType("orders", orders, horizon=timedelta(days=60), slice=timedelta(days=30), every=timedelta(minutes=15)),
+                ORDERS,
                 SnapshotType("products", products, every=timedelta(days=1)),
             ],
             concurrency=2,

@@ -16,7 +16,6 @@ from tests.provider.helpers import operations
 
 pytestmark = pytest.mark.airflow
 
-SHOP_JOBS = 16
 
 
 @pytest.mark.parametrize(
@@ -75,13 +74,14 @@ def task_instances(run) -> list:
 def test_the_planning_dag_inserts_the_planned_rows_once(dags, provider_schema, admin):
     first = dags["synclane_plan"].test()
     assert first.state == "success"
-    assert xcoms(first, "plan") == {-1: {"queue": "shops", "owners": 4, "inserted": {"orders": 12, "products": 4}, "total": 16}}
-    assert len(rows(admin, provider_schema)) == SHOP_JOBS
+    inserted = {"orders": 4 * decl.orders_per_owner(), "products": 4}
+    assert xcoms(first, "plan") == {-1: {"queue": "shops", "owners": 4, "inserted": inserted, "total": decl.shop_jobs()}}
+    assert len(rows(admin, provider_schema)) == decl.shop_jobs()
 
     again = dags["synclane_plan"].test()
     assert again.state == "success"
     assert xcoms(again, "plan")[-1]["total"] == 0
-    assert len(rows(admin, provider_schema)) == SHOP_JOBS
+    assert len(rows(admin, provider_schema)) == decl.shop_jobs()
 
 
 def test_the_worker_dag_drains_the_lanes_with_mapped_slots_deferring_until_a_job_is_due(dags, provider_schema, admin, capsys):
@@ -97,7 +97,7 @@ def test_the_worker_dag_drains_the_lanes_with_mapped_slots_deferring_until_a_job
     summaries = xcoms(run, "work")
     assert sorted(summaries) == [0, 1]
     total = {key: sum(s[key] for s in summaries.values()) for key in ("jobs", "completed", "failed", "released", "lease_lost")}
-    assert total == {"jobs": SHOP_JOBS + 1, "completed": SHOP_JOBS, "failed": 1, "released": 0, "lease_lost": 0}
+    assert total == {"jobs": decl.shop_jobs() + 1, "completed": decl.shop_jobs(), "failed": 1, "released": 0, "lease_lost": 0}
     # The slot that met the throttled job deferred, was woken when the job became due, ran it, and deferred again.
     assert max(s["deferrals"] for s in summaries.values()) >= 2
     assert all(s["ended"] == "idle_timeout" for s in summaries.values())

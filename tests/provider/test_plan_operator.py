@@ -8,6 +8,7 @@ from synclane_provider.core import DeclarationError, UnknownOwnerError, UnknownQ
 from synclane_provider.locate import locate_queue, locate_synclane
 from synclane_provider.operators.plan import SyncLanePlanOperator
 from tests.helpers import rows
+from tests.provider import declaration as decl
 from tests.provider.conftest import DECLARATION
 
 pytestmark = pytest.mark.airflow
@@ -18,20 +19,21 @@ def planner(**kwargs) -> SyncLanePlanOperator:
 
 
 def test_planning_inserts_the_planned_rows_once_and_reports_them_per_type(provider_schema, admin, capsys):
+    orders, total = 4 * decl.orders_per_owner(), decl.shop_jobs()
     first = planner().execute({})
-    assert first == {"queue": "shops", "owners": 4, "inserted": {"orders": 12, "products": 4}, "total": 16}
-    assert len(rows(admin, provider_schema)) == 16
+    assert first == {"queue": "shops", "owners": 4, "inserted": {"orders": orders, "products": 4}, "total": total}
+    assert len(rows(admin, provider_schema)) == total
     log = capsys.readouterr().out
-    assert "queue shops, type orders: 12 job(s) inserted for 4 owner(s)" in log
+    assert f"queue shops, type orders: {orders} job(s) inserted for 4 owner(s)" in log
     assert "queue shops, type products: 4 job(s) inserted for 4 owner(s)" in log
 
     again = planner().execute({})  # a retried or doubled run
     assert again["inserted"] == {"orders": 0, "products": 0} and again["total"] == 0
-    assert len(rows(admin, provider_schema)) == 16
+    assert len(rows(admin, provider_schema)) == total
 
 
 def test_planning_one_owner(provider_schema, admin):
-    assert planner(owner_id="globex").execute({})["total"] == 4
+    assert planner(owner_id="globex").execute({})["total"] == decl.orders_per_owner() + 1
     assert {row["owner"] for row in rows(admin, provider_schema)} == {"globex"}
     with pytest.raises(UnknownOwnerError, match="'umbrella'"):
         planner(owner_id="umbrella").execute({})

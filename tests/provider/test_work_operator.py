@@ -21,7 +21,6 @@ from tests.provider.helpers import first_event, operations
 
 pytestmark = pytest.mark.airflow
 
-SHOP_JOBS = 16  # 4 owners x (3 order windows + 1 product snapshot)
 
 
 def worker(**kwargs) -> SyncLaneWorkOperator:
@@ -50,7 +49,7 @@ def test_the_worker_drains_then_defers_and_resumes_when_a_job_becomes_due(provid
         operator.execute({})
 
     # Everything ran except the throttled job, which is due again in a moment: the task defers.
-    assert statuses(admin, provider_schema) == {"completed": SHOP_JOBS - 1, "failed": 1}
+    assert statuses(admin, provider_schema) == {"completed": decl.shop_jobs() - 1, "failed": 1}
     trigger = deferred.value.trigger
     assert isinstance(trigger, JobDueTrigger)
     assert deferred.value.method_name == "execute_complete"
@@ -65,37 +64,37 @@ def test_the_worker_drains_then_defers_and_resumes_when_a_job_becomes_due(provid
     assert before + timedelta(seconds=29) < kwargs["until"] <= datetime.now(timezone.utc) + timedelta(seconds=30)
     assert deferred.value.timeout > timedelta(seconds=29) + DEFER_GRACE - timedelta(seconds=1)
     carried = kwargs["carry"]
-    assert carried["summary"]["jobs"] == SHOP_JOBS and carried["summary"]["failed"] == 1 and carried["deferrals"] == 1
+    assert carried["summary"]["jobs"] == decl.shop_jobs() and carried["summary"]["failed"] == 1 and carried["deferrals"] == 1
 
     # The trigger fires when the throttled job is due; the task resumes, runs it, and defers again.
     event = first_event(trigger)
     assert event["status"] == "due"
     with pytest.raises(TaskDeferred) as again:
         operator.execute_complete({}, event)
-    assert statuses(admin, provider_schema) == {"completed": SHOP_JOBS}
+    assert statuses(admin, provider_schema) == {"completed": decl.shop_jobs()}
     later = again.value.trigger.serialize()[1]
-    assert later["carry"]["summary"]["completed"] == SHOP_JOBS and later["carry"]["deferrals"] == 2
+    assert later["carry"]["summary"]["completed"] == decl.shop_jobs() and later["carry"]["deferrals"] == 2
 
     # Nothing more comes: the trigger times out and the task ends with its totals.
     summary = operator.execute_complete({}, {**event, "status": "timeout", "carry": later["carry"]})
     assert summary == {
         "queue": "shops",
         "slot": 1,
-        "jobs": SHOP_JOBS + 1,
-        "completed": SHOP_JOBS,
+        "jobs": decl.shop_jobs() + 1,
+        "completed": decl.shop_jobs(),
         "failed": 1,
         "deferred": 0,
         "abandoned": 0,
         "released": 0,
         "lease_lost": 0,
-        "pages": 2 * SHOP_JOBS,
-        "records": 100 * SHOP_JOBS,
+        "pages": 2 * decl.shop_jobs(),
+        "records": 100 * decl.shop_jobs(),
         "deferrals": 2,
         "ended": "idle_timeout",
     }
     log = capsys.readouterr().out
     job_lines = [line for line in log.splitlines() if " page(s), " in line and "#" in line]
-    assert len(job_lines) == SHOP_JOBS + 1  # one line per job run
+    assert len(job_lines) == decl.shop_jobs() + 1  # one line per job run
     assert any("globex/products" in line and "failed after 0 page(s)" in line and "429" in line for line in job_lines)
     assert any("acme-us/orders [" in line and "completed after 2 page(s), 100 record(s)" in line for line in job_lines)
 
@@ -110,9 +109,9 @@ def test_a_trigger_error_fails_the_task_with_its_message(provider_schema):
 def test_without_deferral_the_worker_polls_and_ends_after_the_idle_timeout(provider_schema, admin):
     plan()
     summary = worker(deferrable=False, idle_timeout=decl.THROTTLE_SECONDS + 2).execute({})
-    assert summary["completed"] == SHOP_JOBS and summary["failed"] == 1  # the throttled job was picked up by polling
+    assert summary["completed"] == decl.shop_jobs() and summary["failed"] == 1  # the throttled job was picked up by polling
     assert (summary["deferrals"], summary["ended"]) == (0, "idle_timeout")
-    assert statuses(admin, provider_schema) == {"completed": SHOP_JOBS}
+    assert statuses(admin, provider_schema) == {"completed": decl.shop_jobs()}
 
 
 def test_two_slots_drain_the_queue_together_and_a_lane_never_runs_two_jobs(provider_schema, admin):
@@ -121,9 +120,9 @@ def test_two_slots_drain_the_queue_together_and_a_lane_never_runs_two_jobs(provi
         results = list(
             pool.map(lambda slot: worker(slot=slot, deferrable=False, idle_timeout=decl.THROTTLE_SECONDS + 2).execute({}), [0, 1])
         )
-    assert sum(r["completed"] for r in results) == SHOP_JOBS
+    assert sum(r["completed"] for r in results) == decl.shop_jobs()
     assert all(r["jobs"] > 0 for r in results)  # both slots took part
-    assert statuses(admin, provider_schema) == {"completed": SHOP_JOBS}
+    assert statuses(admin, provider_schema) == {"completed": decl.shop_jobs()}
     assert decl.PAGES and decl.overlapping_lane_pages() == []
 
 
