@@ -100,7 +100,7 @@ def lane_race(
                 [lanes, first, min(first + per_wave - 1, jobs)],
             )
             pool.wake()
-            while working.is_alive() and ((activity := ops.activity("race"))["running"] or activity["due"]):
+            while working.is_alive() and not ops.activity("race").drained:
                 time.sleep(0.01)
     finally:
         pool.shutdown()

@@ -64,7 +64,7 @@ def test_a_pool_run_until_shutdown_leaves_no_connection_open(declaration, named_
         ops.plan("shops")
         pool.wake()
         deadline = time.monotonic() + 30
-        while (activity := ops.activity("shops"))["running"] or activity["due"]:
+        while not ops.activity("shops").drained:
             assert time.monotonic() < deadline, "the pool did not work the queue"
             time.sleep(0.05)
     pool.shutdown()
@@ -91,7 +91,7 @@ def test_closing_the_database_closes_what_was_opened_through_it(declaration, nam
         slot.run_one(then_continue=False)
         assert open_connections() == 2
     assert open_connections() == 0
-    assert ops.activity("shops")["due"]  # a closed database opens a new connection when used again
+    assert ops.activity("shops").due  # a closed database opens a new connection when used again
     ops.close()
     slot.close()
     assert open_connections() == 0

@@ -60,8 +60,8 @@ def test_a_killed_worker_is_taken_over_from_its_cursor_and_its_late_writes_are_r
     [row] = rows(admin, schema)
     assert (row["status"], row["processed_count"], row["attempt_count"]) == ("completed", TOTAL_RECORDS, 2)
 
-    late = rescuer.session.one(
-        "save_page", id=row["id"], worker=dead_worker, cursor="0", processed_count=0, lease=timedelta(minutes=5), now=None
+    late = rescuer.store.save_page(
+        row["id"], worker=dead_worker, cursor="0", processed_count=0, lease=timedelta(minutes=5), now=None
     )
     assert late is None
     assert rows(admin, schema)[0]["processed_count"] == TOTAL_RECORDS

@@ -28,11 +28,11 @@ def test_defaults_are_the_documented_ones():
 @pytest.mark.parametrize(
     ("field", "value", "message"),
     [
-        ("horizon", timedelta(0), "horizon of job type 'orders' must be positive, got 0:00:00"),
+        ("horizon", timedelta(0), "horizon of job type 'orders' must be positive, got 0 s"),
         ("slice", -DAY, "slice of job type 'orders' must be positive"),
         ("every", timedelta(0), "every of job type 'orders' must be positive"),
-        ("slice", timedelta(days=61), "slice of job type 'orders' (61 days, 0:00:00) must not be longer than its horizon"),
-        ("overlap", timedelta(minutes=15), "overlap of job type 'orders' (0:15:00) must be shorter than its period"),
+        ("slice", timedelta(days=61), "slice of job type 'orders' (61 days) must not be longer than its horizon (60 days)"),
+        ("overlap", timedelta(minutes=15), "overlap of job type 'orders' (15 min) must be shorter than its period (15 min)"),
         ("overlap", -DAY, "overlap of job type 'orders' must be a timedelta of zero or more"),
         ("horizon", 60, "horizon of job type 'orders' must be a timedelta, got 60"),
     ],
@@ -54,7 +54,7 @@ def test_handler_must_be_callable():
 
 
 def test_duplicate_type_names():
-    with pytest.raises(DeclarationError, match="job type 'orders' is declared twice of queue 'shops'"):
+    with pytest.raises(DeclarationError, match="job type 'orders' is declared twice in queue 'shops'"):
         Queue("shops", owners=owners(), types=[orders(), orders()])
 
 
@@ -65,8 +65,8 @@ def test_duplicate_type_names():
         ({"max_attempts": -1}, "max_attempts of queue 'shops' must be a positive integer, got -1"),
         ({"max_attempts": True}, "max_attempts of queue 'shops' must be a positive integer, got True"),
         ({"lease": timedelta(0)}, "lease of queue 'shops' must be positive"),
-        ({"retry_delay": timedelta(hours=2)}, "retry_max_delay of queue 'shops' (1:00:00) is shorter than retry_delay"),
-        ({"throttle_max_delay": timedelta(minutes=1)}, "throttle_max_delay of queue 'shops' (0:01:00) is shorter"),
+        ({"retry_delay": timedelta(hours=2)}, "retry_max_delay of queue 'shops' (1 h) is shorter than retry_delay (2 h)"),
+        ({"throttle_max_delay": timedelta(minutes=1)}, "throttle_max_delay of queue 'shops' (1 min) is shorter than throttle_delay (5 min)"),
         ({"types": []}, "queue 'shops' declares no job types"),
         ({"owners": ["acme"]}, "owners of queue 'shops' must be callable"),
     ],

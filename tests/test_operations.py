@@ -9,6 +9,7 @@ import pytest
 import psycopg
 
 from synclane_provider.core import (
+    Activity,
     Database,
     DeclarationError,
     JobStatus,
@@ -88,9 +89,16 @@ def test_a_hand_job_never_runs_beside_a_job_of_its_lane(schema, database_url, cl
         ({"window_start": datetime(2026, 1, 2, tzinfo=UTC), "window_end": datetime(2026, 1, 1, tzinfo=UTC)},
          DeclarationError, "must be before window_end"),
         ({"window_start": datetime(2026, 1, 2, tzinfo=UTC)}, DeclarationError, "give both window_start and window_end"),
+        ({"window_start": datetime(2026, 1, 1), "window_end": datetime(2026, 1, 2)}, DeclarationError,
+         "window_start must be a timezone-aware datetime, got datetime.datetime.2026, 1, 1, 0, 0."),
+        ({"key": "k", "run_at": datetime(2026, 1, 1)}, DeclarationError, "run_at must be a timezone-aware datetime"),
+        ({"key": "no-window"}, DeclarationError, "job type 'orders' is windowed: give the window_start and window_end"),
+        ({"type": "products", "window_start": datetime(2026, 1, 1, tzinfo=UTC), "window_end": datetime(2026, 1, 2, tzinfo=UTC)},
+         DeclarationError, "job type 'products' is a snapshot: its jobs have no window"),
     ],
 )
 def test_enqueue_refuses_bad_input_by_name(ops, admin, schema, arguments, error, message):
+    ops.activity("shops")  # the table exists, and stays empty
     call = {"queue": "shops", "owner": "acme", "type": "orders", **arguments}
     with pytest.raises(error, match=message):
         ops.enqueue(call.pop("queue"), call.pop("owner"), call.pop("type"), **call)
@@ -211,14 +219,14 @@ def test_progress_of_an_owners_first_load(ops, admin, schema, clock):
 
 
 def test_activity_says_what_is_due_running_and_next(ops, admin, schema, clock):
-    assert ops.activity("shops", now=clock.now) == {
-        "running": False, "due": False, "next_run_at": None, "lease_expires_at": None, "now": clock.now}
+    assert ops.activity("shops", now=clock.now) == Activity(
+        running=False, due=False, next_run_at=None, lease_expires_at=None, now=clock.now)
     ops.plan("shops", now=clock.now)
     execute(admin, schema, "UPDATE {jobs} SET next_run_at = %s", [clock.now + timedelta(minutes=3)])
     activity = ops.activity("shops", now=clock.now)
-    assert (activity["due"], activity["next_run_at"]) == (False, clock.now + timedelta(minutes=3))
-    assert ops.activity("shops", now=clock.now + timedelta(minutes=3))["due"] is True
-    assert ops.activity("shops", lane="initech", now=clock.now + timedelta(minutes=3))["due"] is False
+    assert (activity.due, activity.next_run_at) == (False, clock.now + timedelta(minutes=3))
+    assert ops.activity("shops", now=clock.now + timedelta(minutes=3)).due is True
+    assert ops.activity("shops", lane="initech", now=clock.now + timedelta(minutes=3)).due is False
 
 
 def test_errors_are_stored_bounded_and_safe(schema, database_url, admin, clock):
@@ -246,7 +254,7 @@ def test_a_pinned_clock_given_to_operations_plans_and_schedules_at_its_time(lane
         [newest] = rows(admin, schema, "owner = 'acme' AND mode = 'recurring'", order="window_end DESC LIMIT 1")
         assert (newest["window_start"], newest["window_end"], newest["next_run_at"]) == (
             datetime(2026, 11, 30, 10, 10, tzinfo=UTC), datetime(2026, 11, 30, 10, 30, tzinfo=UTC), clock.now)
-        assert ops.activity("shops")["due"] and ops.activity("shops")["now"] == clock.now
+        assert ops.activity("shops").due and ops.activity("shops").now == clock.now
 
 
 def test_list_jobs_refuses_a_limit_it_cannot_honour(ops):
@@ -255,19 +263,25 @@ def test_list_jobs_refuses_a_limit_it_cannot_honour(ops):
             ops.list_jobs("shops", limit=limit)
 
 
-def test_a_job_has_its_times_in_utc_whatever_the_session_time_zone(schema, database_url, clock):
-    declaration = declare(schema, products())
-    with Operations(declaration, declaration.database(database_url)) as ops:
-        ops.plan("shops", now=clock.now)
+def test_times_are_in_utc_whatever_the_session_time_zone(schema, database_url, clock):
+    seen = []
+
+    def handler(job):
+        seen.append(job)
+        return paged(100)(job)
+
+    declaration = declare(schema, products(handler))
     elsewhere = Database(
         connect=lambda: psycopg.connect(database_url, options="-c TimeZone=America/New_York"), schema=schema
     )
-    with Operations(declaration, elsewhere) as ops:
+    with Operations(declaration, elsewhere, clock=clock) as ops, WorkerSlot(declaration, elsewhere, "shops") as slot:
+        ops.plan("shops")
+        slot.run_one()
         [job] = ops.list_jobs("shops")
-        assert ops.session.one("get_job", id=job.id)["created_at"].utcoffset() == timedelta(hours=-5)  # as read
-    assert job.created_at == clock.now and job.created_at.tzinfo is UTC
-    assert job.next_run_at.tzinfo is UTC
-
+        activity = ops.activity("shops", now=None)
+    times = [job.created_at, job.next_run_at, job.completed_at, activity.now, *(j.lease_expires_at for j in seen)]
+    assert len(times) == 6 and all(t.tzinfo is UTC for t in times)
+    assert job.created_at == clock.now
 
 def test_a_cancelled_job_whose_worker_was_lost_is_abandoned_by_the_worker_that_takes_it_over(lane, database_url, admin, schema):
     clock = PinnedClock(datetime(2026, 11, 30, 10, 20, tzinfo=UTC))

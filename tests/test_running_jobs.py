@@ -8,8 +8,9 @@ from datetime import timedelta
 
 import pytest
 
-from synclane_provider.core import JobAbandoned, JobThrottled, Operations, Owner, Page, WorkerPool, WorkerSlot
+from synclane_provider.core import JobAbandoned, JobStatus, JobThrottled, Operations, Owner, Page, WorkerPool, WorkerSlot
 from synclane_provider.core.runner import Outcome
+from synclane_provider.core.store import Finish
 from tests.helpers import Recorder, declare, execute, failing, orders, owners, paged, products, rows
 
 MINUTE = timedelta(minutes=1)
@@ -337,14 +338,12 @@ def test_a_late_write_by_an_old_lease_is_refused(setup, admin, schema, clock):
     clock.advance(timedelta(minutes=6))
     new = slot().take()
     assert new.id == job.id and new.leased_by != job.leased_by
-    for statement, params in [
-        ("save_page", dict(cursor="999", processed_count=999, lease=MINUTE)),
-        ("renew_lease", dict(lease=MINUTE)),
-        ("release", dict(processed_count=999)),
-    ]:
-        assert old.session.one(statement, id=job.id, worker=old.worker_id, now=clock.now, **params) is None
-    finish = dict(finished=job.id, status="completed", processed_count=999, error=None, delay=timedelta(0), now=clock.now)
-    assert old._finish_and_take(finish, take=False)["finished"] is False
+    late = dict(worker=old.worker_id, now=clock.now)
+    assert old.store.save_page(job.id, cursor="999", processed_count=999, lease=MINUTE, **late) is None
+    assert old.store.renew_lease(job.id, lease=MINUTE, **late) is None
+    assert old.store.release(job.id, processed_count=999, **late) is False
+    finish = Finish(job.id, JobStatus.COMPLETED, processed_count=999)
+    assert old.store.finish_and_take(queue="shops", lease=MINUTE, finish=finish, take=False, **late).finished is False
     row = job_row(admin, schema, job.id)
     assert (row["status"], row["leased_by"], row["cursor"], row["processed_count"]) == ("running", new.leased_by, None, 0)
 
@@ -451,7 +450,7 @@ def test_an_idle_pool_starts_on_new_jobs_as_soon_as_it_is_woken(schema, database
             ops.plan("shops")
             pool.wake()
             deadline = time.monotonic() + 20
-            while (activity := ops.activity("shops"))["running"] or activity["due"]:
+            while not ops.activity("shops").drained:
                 assert time.monotonic() < deadline, "the woken slots did not start on the new jobs"
                 time.sleep(0.05)
     finally:

@@ -9,14 +9,15 @@ import psycopg
 from psycopg import sql
 
 from synclane_provider.core import Operations, Owner, WorkerSlot
+from synclane_provider.core.records import Wakeup
 from synclane_provider.core.wakeups import channel
 from tests.helpers import declare, execute, orders, owners, paged, products
 
 MINUTE = timedelta(minutes=1)
 
 
-def wakeup(ops: Operations, clock) -> dict:
-    return ops.session.one("worker_wakeup", queue="shops", now=clock.now)
+def wakeup(ops: Operations, clock) -> Wakeup:
+    return ops.store.wakeup("shops", now=clock.now)
 
 
 def test_a_due_job_in_a_free_lane_can_be_taken_but_not_in_a_busy_lane(schema, database_url, clock):
@@ -24,17 +25,17 @@ def test_a_due_job_in_a_free_lane_can_be_taken_but_not_in_a_busy_lane(schema, da
     database = lane.database(database_url)
     with Operations(lane, database) as ops:
         ops.plan("shops", now=clock.now)
-        assert wakeup(ops, clock)["takeable"] is True
+        assert wakeup(ops, clock).takeable is True
         holder = WorkerSlot(lane, database, "shops", clock=clock)
         try:
             assert holder.take() is not None
             state = wakeup(ops, clock)
             # The other job of lane acme is due, but its lane is busy: an idle worker could not take it.
-            assert state["takeable"] is False
+            assert state.takeable is False
             # It wakes again when the holder's lease would run out (the holder may have died).
-            assert state["wake_at"] == clock.now + timedelta(minutes=5)
+            assert state.wake_at == clock.now + timedelta(minutes=5)
             clock.advance(timedelta(minutes=6))
-            assert wakeup(ops, clock)["takeable"] is True  # an expired lease is taken over
+            assert wakeup(ops, clock).takeable is True  # an expired lease is taken over
         finally:
             holder.close()
 
@@ -42,13 +43,13 @@ def test_a_due_job_in_a_free_lane_can_be_taken_but_not_in_a_busy_lane(schema, da
 def test_the_wakeup_names_the_earliest_waiting_job(schema, database_url, clock):
     lane = declare(schema, products())
     with Operations(lane, lane.database(database_url)) as ops:
-        assert wakeup(ops, clock) == {"takeable": False, "wake_at": None, "now": clock.now}
+        assert wakeup(ops, clock) == Wakeup(takeable=False, wake_at=None, now=clock.now)
         ops.enqueue("shops", "acme", "products", key="later", run_at=clock.now + 3 * MINUTE, now=clock.now)
         ops.enqueue("shops", "acme", "products", key="sooner", run_at=clock.now + MINUTE, now=clock.now)
         state = wakeup(ops, clock)
-        assert (state["takeable"], state["wake_at"]) == (False, clock.now + MINUTE)
+        assert (state.takeable, state.wake_at) == (False, clock.now + MINUTE)
         clock.advance(MINUTE)
-        assert wakeup(ops, clock)["takeable"] is True
+        assert wakeup(ops, clock).takeable is True
 
 
 def test_initial_load_waiting_lists_owners_not_complete(schema, database_url, admin, clock):
@@ -57,10 +58,7 @@ def test_initial_load_waiting_lists_owners_not_complete(schema, database_url, ad
         ops.plan("shops", now=clock.now, owner="acme")
 
         def waiting(type=None, settled=False):
-            rows = ops.session.run(
-                "initial_load_waiting", queue="shops", owners=["acme", "globex"], type=type, settled=settled
-            )
-            return [row["owner"] for row in rows]
+            return ops.owners_still_loading("shops", ["acme", "globex"], type=type, settled=settled)
 
         assert waiting() == ["acme", "globex"]  # globex has nothing planned yet
         execute(admin, schema, "UPDATE {jobs} SET status = 'completed' WHERE owner = 'acme' AND type = 'products'")

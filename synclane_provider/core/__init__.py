@@ -24,13 +24,14 @@ from synclane_provider.core.errors import (
 )
 from synclane_provider.core.operations import Operations
 from synclane_provider.core.planner import PlanSummary
-from synclane_provider.core.records import Cancelled, Job, Page, Progress
+from synclane_provider.core.records import Activity, Cancelled, Job, Page, Progress
 from synclane_provider.core.retry_after import parse_retry_after
 from synclane_provider.core.runner import Outcome, RunResult
 from synclane_provider.core.states import JobMode, JobStatus
 from synclane_provider.core.worker import Summary, WorkerPool, WorkerSlot
 
 __all__ = [
+    "Activity",
     "Cancelled",
     "Database",
     "DatabaseUnavailableError",

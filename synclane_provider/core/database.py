@@ -12,7 +12,6 @@ privilege) fails at once: repeating it would only hide the error for minutes.
 from __future__ import annotations
 
 import logging
-import random
 import threading
 import time
 import weakref
@@ -27,30 +26,12 @@ from psycopg.rows import dict_row
 
 from synclane_provider.core.errors import DatabaseUnavailableError
 from synclane_provider.core.queries import statement
+from synclane_provider.core.transient import Backoff, passes
 from synclane_provider.core.schema_versions import Migration, ensure_schema
 
 log = logging.getLogger(__name__)
 
 ConnectionFactory = Callable[[], psycopg.Connection]
-
-CONNECTION_ERRORS = (psycopg.OperationalError, psycopg.InterfaceError)
-"""What the driver raises when a connection cannot be opened or breaks (and for some statement errors too:
-:func:`worth_repeating` tells them apart once a statement failed)."""
-
-PASSING_ERROR_CLASSES = frozenset({"08", "40", "53", "57", "58"})
-"""SQLSTATE classes worth another try: connection exception, transaction rollback (deadlock, serialization),
-insufficient resources, operator intervention (statement timeout, cancel, shutdown), system error."""
-PASSING_ERRORS = frozenset({"55P03"})
-"""Single SQLSTATEs worth another try: lock_not_available (``lock_timeout``)."""
-
-
-def worth_repeating(error: psycopg.Error, conn: psycopg.Connection) -> bool:
-    """Whether a failed statement may succeed if sent again: its connection broke, or the cause passes."""
-    if conn.closed:
-        return True
-    sqlstate = error.sqlstate or ""
-    return sqlstate[:2] in PASSING_ERROR_CLASSES or sqlstate in PASSING_ERRORS
-
 
 class Database:
     """Where the jobs table lives: a conninfo string, or a function that opens a psycopg connection.
@@ -104,6 +85,8 @@ class Database:
         try:
             conn.row_factory = dict_row
             conn.cursor_factory = psycopg.RawCursor
+            # Times come back in UTC (as timezone.utc), and interval arithmetic never crosses a DST change.
+            conn.execute("SET TIME ZONE 'UTC'")
             self._ensure_schema(conn)
         except BaseException:
             conn.close()
@@ -187,8 +170,7 @@ class Session:
 
     def _with_connection(self, label: str, work: Callable[[psycopg.Connection], Any]) -> Any:
         """Do ``work`` on this session's connection; when the connection breaks, back off, reconnect, repeat."""
-        deadline = time.monotonic() + self.give_up_after.total_seconds()
-        delay = self.first_backoff
+        backoff = Backoff(self.first_backoff, self.max_backoff, self.give_up_after.total_seconds())
         failures = 0
         while True:
             with self._lock:
@@ -200,7 +182,7 @@ class Session:
                     try:
                         return work(conn)
                     except psycopg.Error as exc:
-                        if not worth_repeating(exc, conn):
+                        if not passes(exc, connection_closed=conn.closed):
                             raise
                         if conn.closed:
                             self._discard()
@@ -209,13 +191,13 @@ class Session:
             failures += 1
             if self._stopping() and failures > 1:
                 raise DatabaseUnavailableError(f"gave up running {label!r} while stopping: {error}") from error
-            if time.monotonic() + delay > deadline:
+            wait = backoff.next()
+            if wait is None:
                 raise DatabaseUnavailableError(
                     f"database unreachable for {self.give_up_after} while running {label!r}: {error}"
                 ) from error
-            log.warning("database error during %s (%s); retrying in %.1fs", label, error, delay)
-            self._sleep(delay * random.uniform(0.5, 1.0))
-            delay = min(delay * 2, self.max_backoff)
+            log.warning("database error during %s (%s); retrying in %.1fs", label, error, wait)
+            self._sleep(wait)
 
     def one(self, name: str, **params: Any) -> dict[str, Any] | None:
         rows = self.run(name, **params)

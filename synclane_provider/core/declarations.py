@@ -28,11 +28,29 @@ OwnerSource = Callable[[str], Iterable[Union["Owner", str]]]
 _SCHEMA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]{0,62}$")
 
 
+def duration_text(value: timedelta) -> str:
+    """A duration the way people write it, for messages: ``30 days``, ``1 h 30 min``, ``-1 s``, ``0.25 s``.
+
+    >>> duration_text(timedelta(days=1, minutes=90)), duration_text(timedelta(seconds=-1))
+    ('1 day 1 h 30 min', '-1 s')
+    """
+    seconds = value.total_seconds()
+    sign, seconds = ("-" if seconds < 0 else ""), abs(seconds)
+    parts = []
+    for unit, size in (("day", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            count, seconds = divmod(seconds, size)
+            parts.append(f"{count:.0f} {unit}" + ("s" if unit == "day" and count != 1 else ""))
+    if seconds or not parts:
+        parts.append(f"{seconds:g} s")
+    return sign + " ".join(parts)
+
+
 def _positive(name: str, value: object) -> timedelta:
     if not isinstance(value, timedelta):
         raise DeclarationError(f"{name} must be a timedelta, got {value!r}")
     if value <= timedelta(0):
-        raise DeclarationError(f"{name} must be positive, got {value}")
+        raise DeclarationError(f"{name} must be positive, got {duration_text(value)}")
     return value
 
 
@@ -122,9 +140,15 @@ class WindowedType:
         if not isinstance(self.overlap, timedelta) or self.overlap < timedelta(0):
             raise DeclarationError(f"overlap {label} must be a timedelta of zero or more, got {self.overlap!r}")
         if self.slice > self.horizon:
-            raise DeclarationError(f"slice {label} ({self.slice}) must not be longer than its horizon ({self.horizon})")
+            raise DeclarationError(
+                f"slice {label} ({duration_text(self.slice)}) must not be longer than its horizon "
+                f"({duration_text(self.horizon)})"
+            )
         if self.overlap >= self.every:
-            raise DeclarationError(f"overlap {label} ({self.overlap}) must be shorter than its period every={self.every}")
+            raise DeclarationError(
+                f"overlap {label} ({duration_text(self.overlap)}) must be shorter than its period "
+                f"({duration_text(self.every)})"
+            )
 
 
 JobType = Union[SnapshotType, WindowedType]
@@ -162,7 +186,7 @@ class Queue:
             if not isinstance(job_type, (SnapshotType, WindowedType)):
                 raise DeclarationError(f"job type {job_type!r} {label} must be a SnapshotType or WindowedType")
             if job_type.name in seen:
-                raise DeclarationError(f"job type {job_type.name!r} is declared twice {label}")
+                raise DeclarationError(f"job type {job_type.name!r} is declared twice in queue {self.name!r}")
             seen.add(job_type.name)
         for setting in ("concurrency", "max_attempts"):
             value = getattr(self, setting)
@@ -171,10 +195,14 @@ class Queue:
         for setting in ("lease", "retry_delay", "retry_max_delay", "throttle_delay", "throttle_max_delay"):
             _positive(f"{setting} {label}", getattr(self, setting))
         if self.retry_max_delay < self.retry_delay:
-            raise DeclarationError(f"retry_max_delay {label} ({self.retry_max_delay}) is shorter than retry_delay ({self.retry_delay})")
+            raise DeclarationError(
+                f"retry_max_delay {label} ({duration_text(self.retry_max_delay)}) is shorter than retry_delay "
+                f"({duration_text(self.retry_delay)})"
+            )
         if self.throttle_max_delay < self.throttle_delay:
             raise DeclarationError(
-                f"throttle_max_delay {label} ({self.throttle_max_delay}) is shorter than throttle_delay ({self.throttle_delay})"
+                f"throttle_max_delay {label} ({duration_text(self.throttle_max_delay)}) is shorter than throttle_delay "
+                f"({duration_text(self.throttle_delay)})"
             )
 
     def job_type(self, name: str) -> JobType:

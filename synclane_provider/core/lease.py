@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 
-from synclane_provider.core.database import Session
+from synclane_provider.core.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -27,13 +27,13 @@ class LeaseKeeper:
 
     def __init__(
         self,
-        session: Session,
+        store: Store,
         *,
         worker: str,
         lease: timedelta,
         clock: Callable[[], datetime | None],
     ) -> None:
-        self._session = session
+        self._store = store
         self._worker = worker
         self._lease = lease
         self._clock = clock
@@ -96,14 +96,14 @@ class LeaseKeeper:
 
     def _renew(self, job_id: int, generation: int) -> None:
         try:
-            row = self._session.one("renew_lease", id=job_id, worker=self._worker, lease=self._lease, now=self._clock())
+            renewed = self._store.renew_lease(job_id, worker=self._worker, lease=self._lease, now=self._clock())
         except Exception as exc:  # noqa: BLE001 - a failed renewal must not end the thread; the next one may work
             log.warning("could not renew the lease of job %s: %s", job_id, exc)
             return
         with self._lock:
             if generation != self._generation:
                 return  # the job finished while the renewal was in flight
-            if row is None:
+            if renewed is None:
                 self._taken_over = True
                 log.warning("lease of job %s was taken over; this worker stops writing to it", job_id)
             else:

@@ -3,20 +3,20 @@
 from __future__ import annotations
 
 from datetime import datetime, timezone
-from typing import Any
+from collections.abc import Sequence
 
 from synclane_provider.core import planner
 from synclane_provider.core.clock import Clock, database_clock
 from synclane_provider.core.database import Database, Session
-from synclane_provider.core.declarations import Owner, SyncLane, checked_name
+from synclane_provider.core.declarations import Owner, SyncLane, WindowedType, checked_name
 from synclane_provider.core.errors import DeclarationError
 from synclane_provider.core.outcomes import storable_text
 from synclane_provider.core.owners import resolve_owner
 from synclane_provider.core.planner import PlanSummary
 from synclane_provider.core.planning import instant_key, instant_text, utc
-from synclane_provider.core.records import Cancelled, Job, Progress
+from synclane_provider.core.records import Activity, Cancelled, Job, Progress
+from synclane_provider.core.store import Store
 from synclane_provider.core.states import JobMode, JobStatus
-from synclane_provider.core.wakeups import notify
 
 
 MAX_LIST = 10_000
@@ -34,6 +34,7 @@ class Operations:
     def __init__(self, synclane: SyncLane, database: Database, *, clock: Clock = database_clock) -> None:
         self.synclane = synclane
         self.session = Session(database)
+        self.store = Store(self.session)
         self.clock = clock
 
     def _now(self, now: datetime | None) -> datetime | None:
@@ -41,7 +42,7 @@ class Operations:
 
     def plan(self, queue: str, *, owner: str | Owner | None = None, now: datetime | None = None) -> PlanSummary:
         """Plan one queue now (every owner, or just ``owner``, e.g. right after an account connects)."""
-        return planner.plan(self.session, self.synclane.queue(queue), now=self._now(now), owner=owner)
+        return planner.plan(self.store, self.synclane.queue(queue), now=self._now(now), owner=owner)
 
     def enqueue(
         self,
@@ -67,8 +68,16 @@ class Operations:
         priority = declared.priority_of(type)
         listed = resolve_owner(declared, owner, lane=lane)
         now = self._now(now)
+        for name, value in (("window_start", window_start), ("window_end", window_end), ("run_at", run_at), ("now", now)):
+            if value is not None and (not isinstance(value, datetime) or value.utcoffset() is None):
+                raise DeclarationError(f"{name} must be a timezone-aware datetime, got {value!r}")
         if (window_start is None) != (window_end is None):
             raise DeclarationError(f"give both window_start and window_end, or neither (got {window_start!r}, {window_end!r})")
+        windowed = isinstance(declared.job_type(type), WindowedType)
+        if windowed and window_start is None:
+            raise DeclarationError(f"job type {type!r} is windowed: give the window_start and window_end of the job")
+        if not windowed and window_start is not None:
+            raise DeclarationError(f"job type {type!r} is a snapshot: its jobs have no window")
         if window_start is not None and window_end is not None and utc(window_start) >= utc(window_end):
             raise DeclarationError(f"window_start {window_start} must be before window_end {window_end}")
         if key is not None:
@@ -78,8 +87,7 @@ class Operations:
                 key = f"{instant_key(JobMode.MANUAL, window_start)}/{instant_text(window_end)}"
             else:
                 key = f"{JobMode.MANUAL.value}:{utc(now or datetime.now(timezone.utc)):%Y-%m-%dT%H:%M:%SZ}"
-        row = self.session.one(
-            "enqueue",
+        job = self.store.enqueue(
             queue=queue,
             owner=listed.id,
             lane=listed.lane_or_id,
@@ -92,20 +100,19 @@ class Operations:
             run_at=run_at,
             now=now,
         )
-        if row is None:
-            return None
-        notify(self.session, queue)
-        return Job.from_row(row)
+        if job is not None:
+            self.store.notify(queue)
+        return job
 
     def requeue(
         self, queue: str, *, owner: str | None = None, type: str | None = None, now: datetime | None = None
     ) -> int:
         """Give failed, deferred and abandoned jobs fresh attempts from their cursors. Returns how many."""
         self.synclane.queue(queue)
-        rows = self.session.run("requeue", queue=queue, owner=owner, type=type, now=self._now(now))
-        if rows:
-            notify(self.session, queue)
-        return len(rows)
+        requeued = self.store.requeue(queue, owner=owner, type=type, now=self._now(now))
+        if requeued:
+            self.store.notify(queue)
+        return requeued
 
     def cancel(self, queue: str, owner: str, reason: str, *, type: str | None = None) -> Cancelled:
         """Stop the owner's work (of one type, or every type), e.g. because the account was disconnected.
@@ -118,10 +125,7 @@ class Operations:
         declared = self.synclane.queue(queue)
         if type is not None:
             declared.job_type(type)
-        row = self.session.one(
-            "cancel", queue=queue, owner=owner, type=type, error=storable_text(f"Cancelled: {reason}")
-        )
-        return Cancelled(abandoned=row["abandoned"], stopping=row["stopping"])
+        return self.store.cancel(queue, owner, type=type, error=storable_text(f"Cancelled: {reason}"))
 
     def list_jobs(
         self,
@@ -138,27 +142,32 @@ class Operations:
         if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIST:
             raise ValueError(f"limit must be an integer from 1 to {MAX_LIST}, got {limit!r}")
         status_value = JobStatus(status).value if status is not None else None
-        rows = self.session.run(
-            "list_jobs", queue=queue, owner=owner, status=status_value, type=type, limit=limit
-        )
-        return [Job.from_row(row) for row in rows]
+        return self.store.list_jobs(queue, owner=owner, status=status_value, type=type, limit=limit)
 
     def job(self, job_id: int) -> Job | None:
-        row = self.session.one("get_job", id=job_id)
-        return Job.from_row(row) if row else None
+        return self.store.job(job_id)
 
     def progress(self, queue: str, owner: str, *, type: str | None = None) -> Progress:
         """How far the owner's first load is, e.g. to show "connecting…" without a status of your own."""
         declared = self.synclane.queue(queue)
         if type is not None:
             declared.job_type(type)
-        row = self.session.one("initial_progress", queue=queue, owner=owner, type=type)
-        return Progress(queue=queue, owner=owner, **row)
+        return self.store.initial_progress(queue, owner, type=type)
 
-    def activity(self, queue: str, *, lane: str | None = None, now: datetime | None = None) -> dict[str, Any]:
+    def owners_still_loading(
+        self, queue: str, owners: Sequence[str], *, type: str | None = None, settled: bool = False
+    ) -> list[str]:
+        """Of ``owners``, those whose initial load (of ``type``, or every type) is not complete yet: nothing
+        initial planned, or an initial job not completed (with ``settled``: an abandoned one counts as done)."""
+        declared = self.synclane.queue(queue)
+        if type is not None:
+            declared.job_type(type)
+        return self.store.owners_still_loading(queue, owners, type=type, settled=settled)
+
+    def activity(self, queue: str, *, lane: str | None = None, now: datetime | None = None) -> Activity:
         """Whether the queue (or lane) has work running or due, and when the next waiting job is due."""
         self.synclane.queue(queue)
-        return self.session.one("queue_activity", queue=queue, lane=lane, now=self._now(now))
+        return self.store.activity(queue, lane=lane, now=self._now(now))
 
     def close(self) -> None:
         self.session.close()

@@ -9,11 +9,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
-from synclane_provider.core.database import Session
 from synclane_provider.core.declarations import Owner, Queue
 from synclane_provider.core.owners import owners_of, resolve_owner
-from synclane_provider.core.planning import Coverage, PlannedJob, coverage_wanted, plan_type, utc
-from synclane_provider.core.wakeups import notify
+from synclane_provider.core.planning import PlannedJob, coverage_wanted, plan_type, utc
+from synclane_provider.core.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +36,7 @@ class PlanSummary:
 
 
 def plan(
-    session: Session,
+    store: Store,
     queue: Queue,
     *,
     now: datetime | None = None,
@@ -54,54 +53,42 @@ def plan(
     moved = 0
     for start in range(0, len(owners), OWNER_BATCH):
         batch = owners[start : start + OWNER_BATCH]
-        moved += _move_lanes(session, queue, batch)
-        inserted.update(_plan_batch(session, queue, batch, now))
+        moved += _move_lanes(store, queue, batch)
+        inserted.update(_plan_batch(store, queue, batch, now))
     if inserted or moved:
-        notify(session, queue.name)
+        store.notify(queue.name)
     return PlanSummary(queue.name, len(owners), {t.name: inserted.get(t.name, 0) for t in queue.types}, moved)
 
 
-def _move_lanes(session: Session, queue: Queue, owners: Sequence[Owner]) -> int:
-    moved = session.run(
-        "move_lanes", queue=queue.name, owners=[o.id for o in owners], lanes=[o.lane_or_id for o in owners]
-    )
+def _move_lanes(store: Store, queue: Queue, owners: Sequence[Owner]) -> int:
+    moved = store.move_lanes(queue.name, [o.id for o in owners], [o.lane_or_id for o in owners])
     if moved:
-        log.info("queue %s: %s waiting job(s) moved to the lane their owner has now", queue.name, len(moved))
-    return len(moved)
+        log.info("queue %s: %s waiting job(s) moved to the lane their owner has now", queue.name, moved)
+    return moved
 
 
-def _plan_batch(session: Session, queue: Queue, owners: Sequence[Owner], now: datetime) -> Counter:
+def _plan_batch(store: Store, queue: Queue, owners: Sequence[Owner], now: datetime) -> Counter:
     reach = [coverage_wanted(job_type, now) for job_type in queue.types]
-    rows = session.run(
-        "read_coverage",
-        queue=queue.name,
-        owners=[o.id for o in owners],
-        types=[t.name for t in queue.types],
-        horizon_starts=[horizon_start for horizon_start, _ in reach],
-        period_starts=[period for _, period in reach],
+    found = store.read_coverage(
+        queue.name,
+        [o.id for o in owners],
+        [t.name for t in queue.types],
+        [horizon_start for horizon_start, _ in reach],
+        [period for _, period in reach],
     )
     by_id = {owner.id: owner for owner in owners}
     priority = {job_type.name: position for position, job_type in enumerate(queue.types)}
     wanted = [
-        (by_id[row["owner"]], priority[row["type"]], job)
-        for row in rows
-        for job in plan_type(
-            queue.job_type(row["type"]),
-            Coverage(
-                has_initial=bool(row["has_initial"]),
-                initial_start=row["initial_start"],
-                covered_until=row["covered_until"],
-                first_created_at=row["first_created_at"],
-            ),
-            now,
-        )
+        (by_id[row.owner], priority[row.type], job)
+        for row in found
+        for job in plan_type(queue.job_type(row.type), row.coverage, now)
     ]
     if not wanted:
         return Counter()
-    return _insert(session, queue, wanted, now)
+    return _insert(store, queue, wanted, now)
 
 
-def _insert(session: Session, queue: Queue, wanted: Iterable[tuple[Owner, int, PlannedJob]], now: datetime) -> Counter:
+def _insert(store: Store, queue: Queue, wanted: Iterable[tuple[Owner, int, PlannedJob]], now: datetime) -> Counter:
     iso: dict[datetime | None, str | None] = {None: None}  # every owner shares the same few windows
 
     def text(instant: datetime | None) -> str | None:
@@ -124,5 +111,4 @@ def _insert(session: Session, queue: Queue, wanted: Iterable[tuple[Owner, int, P
             for owner, priority, job in wanted
         ]
     )
-    inserted = session.run("insert_planned", queue=queue.name, now=now, rows=rows)
-    return Counter({row["type"]: row["inserted"] for row in inserted})
+    return store.insert_planned(queue.name, rows, now=now)

@@ -155,3 +155,36 @@ class Cancelled:
     @property
     def total(self) -> int:
         return self.abandoned + self.stopping
+
+
+@dataclass(frozen=True)
+class Activity:
+    """Whether a queue (or one lane of it) has work running or due, and when that changes next."""
+
+    running: bool
+    due: bool
+    next_run_at: datetime | None
+    """When the first waiting job is (or was) due; None when nothing waits."""
+    lease_expires_at: datetime | None
+    """When the first running job's lease lapses, unless renewed."""
+    now: datetime
+    """The clock the answer was given at (the database's, or the pinned one)."""
+
+    @property
+    def drained(self) -> bool:
+        """Nothing running and nothing due now (jobs may still wait for a later time)."""
+        return not (self.running or self.due)
+
+    @property
+    def settled(self) -> bool:
+        """Nothing running and nothing waiting at all: every job completed or abandoned."""
+        return not self.running and self.next_run_at is None
+
+
+@dataclass(frozen=True)
+class Wakeup:
+    """What an idle worker waits for: whether a take would find a job now, else when that could change."""
+
+    takeable: bool
+    wake_at: datetime | None
+    now: datetime

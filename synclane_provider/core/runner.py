@@ -11,17 +11,16 @@ from datetime import datetime, timedelta
 from enum import Enum
 
 from synclane_provider.core.clock import Clock
-from synclane_provider.core.database import Session
 from synclane_provider.core.declarations import Queue
 from synclane_provider.core.errors import UnknownJobTypeError
 from synclane_provider.core.lease import LeaseKeeper
 from synclane_provider.core.outcomes import decide_failure, describe_error, lost_attempt
 from synclane_provider.core.records import Job, Page
 from synclane_provider.core.states import JobStatus
-from synclane_provider.core.wakeups import notify
+from synclane_provider.core.store import Finish, Store
 
-FinalWrite = Callable[[dict], bool]
-"""Writes how a job ended (id, status, processed_count, error, delay, now); False if the lease was lost."""
+FinalWrite = Callable[[Finish], bool]
+"""Writes how a job ended; False if the lease was lost."""
 
 
 class Outcome(str, Enum):
@@ -62,7 +61,7 @@ class JobRunner:
 
     def __init__(
         self,
-        session: Session,
+        store: Store,
         queue: Queue,
         *,
         worker: str,
@@ -74,7 +73,7 @@ class JobRunner:
     ) -> None:
         self._lease = lease
         self._final_write = final_write
-        self._session = session
+        self._store = store
         self._queue = queue
         self._worker = worker
         self._clock = clock
@@ -135,9 +134,8 @@ class JobRunner:
                     return self._lost(current, pages, processed - start_count)
                 if page.next_cursor is None:
                     return self._finish(current, JobStatus.COMPLETED, processed, pages, processed - start_count)
-                saved = self._session.one(
-                    "save_page",
-                    id=job.id,
+                saved = self._store.save_page(
+                    job.id,
                     worker=self._worker,
                     cursor=page.next_cursor,
                     processed_count=processed,
@@ -148,11 +146,11 @@ class JobRunner:
                     return self._lost(current, pages, processed - start_count)
                 lease.renewed()
                 current = dataclasses.replace(
-                    current, cursor=page.next_cursor, processed_count=processed, lease_expires_at=saved["lease_expires_at"]
+                    current, cursor=page.next_cursor, processed_count=processed, lease_expires_at=saved.lease_expires_at
                 )
-                if saved["stop_reason"] is not None:  # cancelled while this page ran
+                if saved.stop_reason is not None:  # cancelled while this page ran
                     return self._finish(
-                        current, JobStatus.ABANDONED, processed, pages, processed - start_count, error=saved["stop_reason"]
+                        current, JobStatus.ABANDONED, processed, pages, processed - start_count, error=saved.stop_reason
                     )
 
     def _finish(
@@ -166,24 +164,20 @@ class JobRunner:
         error: str | None = None,
         delay: timedelta = timedelta(0),
     ) -> RunResult:
-        resent = self._session.resent
-        written = self._final_write(
-            dict(finished=job.id, status=status.value, processed_count=processed, error=error, delay=delay, now=self._clock())
-        )
-        if not written and not self._landed(job, resent, status=status.value, processed_count=processed, error=error):
+        resent = self._store.session.resent
+        written = self._final_write(Finish(job.id, status, processed, error, delay))
+        if not written and not self._landed(job, resent, status=status, processed_count=processed, error=error):
             return self._lost(job, pages, records)
         result = RunResult(job, Outcome(status.value), pages, records, error)
         self._log.info("%s", result)
         return result
 
     def _release(self, job: Job, pages: int, records: int) -> RunResult:
-        resent = self._session.resent
-        row = self._session.one(
-            "release", id=job.id, worker=self._worker, processed_count=job.processed_count, now=self._clock()
-        )
-        if row is None and not self._landed(job, resent, status="pending", processed_count=job.processed_count):
+        resent = self._store.session.resent
+        released = self._store.release(job.id, worker=self._worker, processed_count=job.processed_count, now=self._clock())
+        if not released and not self._landed(job, resent, status=JobStatus.PENDING, processed_count=job.processed_count):
             return self._lost(job, pages, records)
-        notify(self._session, self._queue.name)  # the job is due again: wake an idle worker to take it over
+        self._store.notify(self._queue.name)  # the job is due again: wake an idle worker to take it over
         result = RunResult(job, Outcome.RELEASED, pages, records)
         self._log.info("%s (handed back at cursor %s)", result, job.cursor)
         return result
@@ -197,10 +191,10 @@ class JobRunner:
         session resent something since ``resent``) is the row read back; it
         shows our write when it holds exactly what we wrote.
         """
-        if self._session.resent == resent:
+        if self._store.session.resent == resent:
             return False
-        row = self._session.one("get_job", id=job.id)
-        return row is not None and row["leased_by"] is None and all(row[k] == v for k, v in written.items())
+        now = self._store.job(job.id)
+        return now is not None and now.leased_by is None and all(getattr(now, k) == v for k, v in written.items())
 
     def _lost(self, job: Job, pages: int, records: int) -> RunResult:
         result = RunResult(job, Outcome.LEASE_LOST, pages, records)

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import hashlib
 
-from synclane_provider.core.database import Session
-
 MAX_PAYLOAD_BYTES = 7000  # PostgreSQL refuses payloads of 8000 bytes or more
 MAX_CHANNEL_BYTES = 63  # PostgreSQL refuses longer channel names in pg_notify (and cuts them in LISTEN)
 
@@ -36,7 +34,3 @@ def payload(queue: str) -> str:
 def concerns(received: str, queue: str) -> bool:
     """Whether a notification's payload may be about ``queue``."""
     return received in ("", queue)
-
-
-def notify(session: Session, queue: str) -> None:
-    session.run("notify", channel=channel(session.database.schema), payload=payload(queue))

@@ -18,7 +18,6 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
 
 import psycopg.errors
 
@@ -26,9 +25,9 @@ from synclane_provider.core.clock import Clock, database_clock
 from synclane_provider.core.database import Database, Session
 from synclane_provider.core.declarations import SyncLane
 from synclane_provider.core.lease import LeaseKeeper
-from synclane_provider.core.records import Job
+from synclane_provider.core.records import Activity, Job
 from synclane_provider.core.runner import JobRunner, Outcome, RunResult
-from synclane_provider.core.wakeups import notify
+from synclane_provider.core.store import Finish, FinishAndTake, Store, Taken
 
 log = logging.getLogger(__name__)
 
@@ -90,19 +89,6 @@ class Summary:
         return summary
 
 
-@dataclass(frozen=True)
-class Taken:
-    """A job a slot has just leased, and the worker it was taken over from (None: it was waiting)."""
-
-    job: Job
-    lost_worker: str | None = None
-
-    @classmethod
-    def from_row(cls, row: dict) -> "Taken | None":
-        """From a ``finish_and_take`` row; None when it took nothing."""
-        return None if row["id"] is None else cls(Job.from_row(row), row["lost_worker"])
-
-
 class WorkerSlot:
     """One unit of concurrency of a queue: its own connection, one job at a time."""
 
@@ -125,9 +111,10 @@ class WorkerSlot:
         self.session = Session(
             database, stop=self.stop, give_up_after=give_up_after, settings=WORKER_SETTINGS, prepare_threshold=0
         )
-        self.lease = LeaseKeeper(self.session, worker=self.worker_id, lease=self.queue.lease, clock=clock)
+        self.store = Store(self.session)
+        self.lease = LeaseKeeper(self.store, worker=self.worker_id, lease=self.queue.lease, clock=clock)
         self.runner = JobRunner(
-            self.session,
+            self.store,
             self.queue,
             worker=self.worker_id,
             clock=clock,
@@ -142,18 +129,17 @@ class WorkerSlot:
         self.found_nothing = False
         """Whether the take that came with the last finish found nothing to do."""
 
-    def _finish_and_take(self, finish: dict | None, *, take: bool) -> dict:
-        """Run the ``finish_and_take`` statement: finish the last job (if any), lease the next (if ``take``)."""
-        nothing = {"finished": None, "status": None, "processed_count": None, "error": None, "delay": None}
-        params = {**nothing, **(finish or {}), "queue": self.queue.name, "worker": self.worker_id,
-                  "lease": self.queue.lease, "take": take}
-        params["now"] = params.get("now") or self.clock()
-        row = self.session.one("finish_and_take", **params)
-        if take and row["id"] is None:
+    def _finish_and_take(self, finish: Finish | None, *, take: bool) -> FinishAndTake:
+        """Finish the last job (if any) and lease the next (if ``take``), in one statement."""
+        done = self.store.finish_and_take(
+            queue=self.queue.name, worker=self.worker_id, lease=self.queue.lease, finish=finish, take=take,
+            now=self.clock(),
+        )
+        if take and done.taken is None:
             self.summary.empty_takes += 1
-        return row
+        return done
 
-    def _finish_and_take_next(self, finish: dict) -> bool:
+    def _finish_and_take_next(self, finish: Finish) -> bool:
         """Write how a job ended and, unless the slot is stopping, take its next job in the same statement.
 
         Other workers never see the lane free between the two, so a lane whose
@@ -164,16 +150,16 @@ class WorkerSlot:
         """
         take = self._hand_over and not self.stop.is_set()
         try:
-            row = self._finish_and_take(finish, take=take)
+            done = self._finish_and_take(finish, take=take)
         except psycopg.errors.UniqueViolation as exc:
             if exc.diag.constraint_name != LANE_INDEX:
                 raise
             self.summary.lane_races += 1  # the finish was undone too: finish alone, take again later
-            row = self._finish_and_take(finish, take=False)
+            done = self._finish_and_take(finish, take=False)
         if take:
-            self._next = Taken.from_row(row)
-        self.found_nothing = take and row["id"] is None
-        return row["finished"]
+            self._next = done.taken
+        self.found_nothing = take and done.taken is None
+        return bool(done.finished)
 
     def take(self) -> Job | None:
         """Lease the next job this slot should run, without running it; None when nothing is due in a free lane.
@@ -187,13 +173,11 @@ class WorkerSlot:
     def _take(self) -> Taken | None:
         for _ in range(MAX_LANE_RACES):
             try:
-                row = self._finish_and_take(None, take=True)
+                return self._finish_and_take(None, take=True).taken
             except psycopg.errors.UniqueViolation as exc:
                 if exc.diag.constraint_name != LANE_INDEX:
                     raise
                 self.summary.lane_races += 1  # another worker took this lane first; ask again
-                continue
-            return Taken.from_row(row)
         return None
 
     def run_one(self, *, then_continue: bool = True) -> RunResult | None:
@@ -231,11 +215,8 @@ class WorkerSlot:
             self.summary.add(self.runner.run(taken.job, lost_worker=taken.lost_worker))
         elif taken is not None:
             job = taken.job
-            released = self.session.one(
-                "release", id=job.id, worker=self.worker_id, processed_count=job.processed_count, now=self.clock()
-            )
-            if released is not None:
-                notify(self.session, self.queue.name)  # due again: wake an idle worker to take it
+            if self.store.release(job.id, worker=self.worker_id, processed_count=job.processed_count, now=self.clock()):
+                self.store.notify(self.queue.name)  # due again: wake an idle worker to take it
 
     def drain(self, *, max_jobs: int | None = None, until: float | None = None) -> Summary:
         """Run jobs until nothing is due, the slot is stopped, ``max_jobs`` ran or ``until`` (monotonic) passed."""
@@ -274,14 +255,6 @@ class WorkerSlot:
 
 MIN_IDLE_SECONDS = 0.01
 """The shortest sleep of an idle pool slot: a job due "now" by the clock may still be a moment from due."""
-
-
-def _nothing_due(activity: dict[str, Any]) -> bool:
-    return not (activity["running"] or activity["due"])
-
-
-def _settled(activity: dict[str, Any]) -> bool:
-    return not activity["running"] and activity["next_run_at"] is None
 
 
 class WorkerPool:
@@ -328,7 +301,7 @@ class WorkerPool:
         Jobs due later (a retry, a throttle, the next recurring window) stay waiting. The slots'
         connections are closed when it returns.
         """
-        return self._on_threads(lambda slot: self._work(slot, ends=_nothing_due))
+        return self._on_threads(lambda slot: self._work(slot, ends=lambda activity: activity.drained))
 
     def run_until_settled(self) -> Summary:
         """Run until no job of the queue is running or waiting: each one completed or abandoned.
@@ -340,7 +313,7 @@ class WorkerPool:
         """
         if self.clock() is not None:
             raise ValueError("run_until_settled() waits for time to pass; with a pinned clock use drain() and advance it")
-        return self._on_threads(lambda slot: self._work(slot, ends=_settled))
+        return self._on_threads(lambda slot: self._work(slot, ends=lambda activity: activity.settled))
 
     def run(self) -> Summary:
         """Keep running jobs until :meth:`shutdown` (running jobs are then handed back with their cursors).
@@ -363,7 +336,7 @@ class WorkerPool:
         """
         self._wake(everyone=True)
 
-    def _work(self, slot: WorkerSlot, *, ends: Callable[[dict[str, Any]], bool] | None) -> None:
+    def _work(self, slot: WorkerSlot, *, ends: Callable[[Activity], bool] | None) -> None:
         try:
             while not self.stop.is_set():
                 result = slot.run_one()
@@ -373,7 +346,7 @@ class WorkerPool:
                         self._wake()  # this slot left a lane that may still have work
                     if following is not None or not slot.found_nothing:
                         continue
-                activity = slot.session.one("queue_activity", queue=self.queue.name, lane=None, now=slot.clock())
+                activity = slot.store.activity(self.queue.name, now=slot.clock())
                 if ends is not None and ends(activity):
                     self._wake(everyone=True)
                     return
@@ -383,13 +356,13 @@ class WorkerPool:
         finally:
             slot.hand_back()
 
-    def _idle_seconds(self, activity: dict[str, Any]) -> float:
+    def _idle_seconds(self, activity: Activity) -> float:
         """How long an idle slot sleeps: a poll interval, or less when a waiting job is due or a lease lapses
         sooner (another slot finishing a job wakes it earlier)."""
         seconds = self.poll_interval.total_seconds()
-        for instant in (activity["next_run_at"], activity["lease_expires_at"]):
+        for instant in (activity.next_run_at, activity.lease_expires_at):
             if instant is not None:
-                seconds = min(seconds, (instant - activity["now"]).total_seconds())
+                seconds = min(seconds, (instant - activity.now).total_seconds())
         return max(seconds, MIN_IDLE_SECONDS)
 
     def _wake(self, *, everyone: bool = False) -> None:

@@ -37,8 +37,8 @@ class SyncLaneDrainedSensor(TableSensor):
     def poke(self, context: Context) -> bool:
         with self.operations() as (operations, queue):
             activity = operations.activity(queue.name, lane=self.lane or None)
-        if activity["running"] or activity["due"]:
-            self.log.info("not drained yet: %s (running=%s, due=%s)", self.waiting_for(), activity["running"], activity["due"])
+        if not activity.drained:
+            self.log.info("not drained yet: %s (running=%s, due=%s)", self.waiting_for(), activity.running, activity.due)
             return False
         self.log.info("drained: %s", self.waiting_for())
         return True

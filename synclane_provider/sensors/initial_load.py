@@ -56,14 +56,9 @@ class SyncLaneInitialLoadSensor(TableSensor):
     def poke(self, context: Context) -> bool:
         with self.operations() as (operations, queue):
             owners = self._owners(queue)
-            rows = operations.session.run(
-                "initial_load_waiting",
-                queue=queue.name,
-                owners=owners,
-                type=self.job_type or None,
-                settled=self.allow_abandoned,
+            waiting = operations.owners_still_loading(
+                queue.name, owners, type=self.job_type or None, settled=self.allow_abandoned
             )
-        waiting = [row["owner"] for row in rows]
         if waiting:
             shown = ", ".join(waiting[:5]) + (", …" if len(waiting) > 5 else "")
             self.log.info("initial load of queue %s not complete for %s of %s owner(s): %s", queue.name, len(waiting), len(owners), shown)

@@ -7,7 +7,8 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from synclane_provider.triggers.watch import TableWatch
+from synclane_provider.core.watch import TableWatch
+from synclane_provider.hooks.synclane import SyncLaneHook
 
 
 class TableTrigger(BaseTrigger):
@@ -79,7 +80,7 @@ class TableTrigger(BaseTrigger):
     async def _wait(self) -> dict[str, Any]:
         try:
             async with TableWatch(
-                conn_id=self.synclane_conn_id,
+                connect=SyncLaneHook(synclane_conn_id=self.synclane_conn_id).connect_async,
                 schema=self.schema,
                 queue=self.queue,
                 listen=self.listens,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from synclane_provider.triggers.base import TableTrigger
-from synclane_provider.triggers.watch import TableWatch
+from synclane_provider.core.watch import TableWatch
 
 
 class DrainedTrigger(TableTrigger):
@@ -30,8 +30,6 @@ class DrainedTrigger(TableTrigger):
         return {"queue": self.queue, "lane": self.lane}
 
     async def look(self, watch: TableWatch) -> tuple[dict[str, Any] | None, float]:
-        activity = await watch.one("queue_activity", queue=self.queue, lane=self.lane, now=None)
-        assert activity is not None
-        if not (activity["running"] or activity["due"]):
+        if (await watch.activity(lane=self.lane)).drained:
             return {"status": "success"}, 0.0
         return None, self.poll_interval

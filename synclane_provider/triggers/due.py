@@ -6,7 +6,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from synclane_provider.triggers.base import TableTrigger
-from synclane_provider.triggers.watch import TableWatch
+from synclane_provider.core.watch import TableWatch
 
 
 class JobDueTrigger(TableTrigger):
@@ -46,14 +46,13 @@ class JobDueTrigger(TableTrigger):
         return {"queue": self.queue, "carry": self.carry}
 
     async def look(self, watch: TableWatch) -> tuple[dict[str, Any] | None, float]:
-        state = await watch.one("worker_wakeup", queue=self.queue, now=None)
-        assert state is not None
-        if state["takeable"]:
+        state = await watch.wakeup()
+        if state.takeable:
             return {"status": "due"}, 0.0
         left = (self.until - datetime.now(timezone.utc)).total_seconds()
         if left <= 0:
             return {"status": "timeout"}, 0.0
         sleep = min(left, self.poll_interval)
-        if state["wake_at"] is not None:
-            sleep = min(sleep, (state["wake_at"] - state["now"]) / timedelta(seconds=1))
+        if state.wake_at is not None:
+            sleep = min(sleep, (state.wake_at - state.now) / timedelta(seconds=1))
         return None, sleep

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from synclane_provider.triggers.base import TableTrigger
-from synclane_provider.triggers.watch import TableWatch
+from synclane_provider.core.watch import TableWatch
 
 
 class InitialLoadTrigger(TableTrigger):
@@ -42,9 +42,7 @@ class InitialLoadTrigger(TableTrigger):
         return {"queue": self.queue, "owners": len(self.owners)}
 
     async def look(self, watch: TableWatch) -> tuple[dict[str, Any] | None, float]:
-        waiting = await watch.all(
-            "initial_load_waiting", queue=self.queue, owners=self.owners, type=self.job_type, settled=self.settled
-        )
+        waiting = await watch.owners_still_loading(self.owners, type=self.job_type, settled=self.settled)
         if not waiting:
             return {"status": "success"}, 0.0
         return None, self.poll_interval

@@ -18,25 +18,16 @@ from psycopg.rows import dict_row
 from synclane_provider.core import Operations, WorkerPool, WorkerSlot
 from synclane_demo.store import Store
 from synclane_demo.sync import build
+from tests.helpers import Background
 
 
 def settle(synclane, database, queue="shops", timeout=60.0) -> None:
-    """Drain the queue, waiting out retry delays, until no job will run again without help."""
-    ops = Operations(synclane, database)
+    """Run the queue until no job will run again without help (waiting out retry delays), within ``timeout``."""
     pool = WorkerPool(synclane, database, queue, slots=3)
-    deadline = time.monotonic() + timeout
     try:
-        while True:
-            pool.drain()
-            activity = ops.activity(queue)
-            if not activity["running"] and activity["next_run_at"] is None:
-                return
-            assert time.monotonic() < deadline, f"queue {queue} did not settle in {timeout}s: {activity}"
-            wait = (activity["next_run_at"] - activity["now"]).total_seconds() if activity["next_run_at"] else 0.05
-            time.sleep(min(max(wait, 0.01), 0.5))
+        Background(pool.run_until_settled, name="settle").result(timeout)
     finally:
-        pool.close()
-        ops.close()
+        pool.shutdown()
 
 
 @pytest.fixture

@@ -18,6 +18,7 @@ from psycopg import sql
 
 from synclane_provider.core import Database, Job, Operations, Owner, Page, Session, WorkerPool, WorkerSlot
 from synclane_provider.core import planner
+from synclane_provider.core.store import Store
 from synclane_provider.core.runner import Outcome
 from tests.faults.tools import PATIENCE, PageLog, application_name, wait_for, waiting_on_a_lock
 from tests.helpers import declare, execute, owners, paged, products, rows
@@ -182,7 +183,7 @@ def test_a_statement_the_server_refuses_for_what_it_is_fails_at_once_without_ret
     try:
         session = Session(lane.database(database_url), give_up_after=timedelta(seconds=3))
         with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState, match="read-only during maintenance"):
-            planner.plan(session, lane.queue("shops"))
+            planner.plan(Store(session), lane.queue("shops"))
         session.close()
         [attempts] = admin.execute(
             sql.SQL("SELECT last_value FROM {}.jobs_refusals").format(sql.Identifier(schema))

@@ -35,7 +35,7 @@ def test_the_default_connection_is_synclane_default_given_as_a_url(provider_sche
     assert hook.get_conn_id() == "synclane_default"
     assert hook.connection.conn_type == "postgres"
     with Operations(decl.synclane, hook.get_database(decl.synclane)) as ops:
-        assert ops.activity("shops")["due"] is False
+        assert ops.activity("shops").due is False
 
 
 def test_making_the_hook_and_the_database_opens_nothing():

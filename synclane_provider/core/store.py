@@ -1,0 +1,225 @@
+"""Every statement the engine runs against the jobs table, as a typed method returning frozen records.
+
+This is the one place that names statements of ``queries.sql``: the worker, the runner, the planner and the
+operations call these methods, never a statement by its name. A :class:`Store` runs on one
+:class:`~synclane_provider.core.database.Session` (one connection, reopened with backoff when it breaks);
+:mod:`~synclane_provider.core.watch` is its async counterpart for triggers.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from synclane_provider.core.database import Session
+from synclane_provider.core.planning import Coverage
+from synclane_provider.core.records import Activity, Cancelled, Job, Progress, Wakeup
+from synclane_provider.core.states import JobStatus
+from synclane_provider.core.wakeups import channel, payload
+
+
+@dataclass(frozen=True)
+class Finish:
+    """How a worker's attempt at a job ended: what it writes, fenced on its lease, as it lets go of the job."""
+
+    job_id: int
+    status: JobStatus
+    processed_count: int
+    error: str | None = None
+    delay: timedelta = timedelta(0)
+    """How long from now until the job is due again (failed, deferred)."""
+
+
+@dataclass(frozen=True)
+class Taken:
+    """A job a worker has just leased, and the worker it was taken over from (None: it was waiting)."""
+
+    job: Job
+    lost_worker: str | None = None
+
+
+@dataclass(frozen=True)
+class FinishAndTake:
+    """What one ``finish_and_take`` did: whether the finish was written (None: there was none), what was taken."""
+
+    finished: bool | None
+    taken: Taken | None
+
+
+@dataclass(frozen=True)
+class SavedPage:
+    """A cursor save (or lease renewal) that found the lease still this worker's."""
+
+    lease_expires_at: datetime
+    stop_reason: str | None
+    """Set when a cancel asked the job to stop: the worker ends it after this page."""
+
+
+@dataclass(frozen=True)
+class CoverageRow:
+    """What exists for one owner and type that the planner may have to add to."""
+
+    owner: str
+    type: str
+    coverage: Coverage
+
+
+class Store:
+    """The jobs table through one session. Every method is one statement, safe to repeat after a lost reply."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    @property
+    def schema(self) -> str:
+        return self.session.database.schema
+
+    # -- a worker's life with a job -------------------------------------------------------------------------
+
+    def finish_and_take(
+        self,
+        *,
+        queue: str,
+        worker: str,
+        lease: timedelta,
+        finish: Finish | None,
+        take: bool,
+        now: datetime | None,
+    ) -> FinishAndTake:
+        """Write how the last job ended (when ``finish``), then lease the next one (when ``take``), in one statement.
+
+        Raises ``UniqueViolation`` on ``jobs_one_running_per_lane`` when another worker won the lane; the
+        finish is then undone too.
+        """
+        row = self.session.one(
+            "finish_and_take",
+            finished=finish.job_id if finish else None,
+            status=finish.status.value if finish else None,
+            processed_count=finish.processed_count if finish else None,
+            error=finish.error if finish else None,
+            delay=finish.delay if finish else None,
+            queue=queue,
+            worker=worker,
+            lease=lease,
+            take=take,
+            now=now,
+        )
+        assert row is not None
+        taken = None if row["id"] is None else Taken(Job.from_row(row), row["lost_worker"])
+        return FinishAndTake(finished=row["finished"] if finish else None, taken=taken)
+
+    def save_page(
+        self, job_id: int, *, worker: str, cursor: str, processed_count: int, lease: timedelta, now: datetime | None
+    ) -> SavedPage | None:
+        """Store the cursor and absolute count after a page and renew the lease; None when the lease is lost."""
+        row = self.session.one(
+            "save_page", id=job_id, worker=worker, cursor=cursor, processed_count=processed_count, lease=lease, now=now
+        )
+        return SavedPage(row["lease_expires_at"], row["stop_reason"]) if row else None
+
+    def renew_lease(self, job_id: int, *, worker: str, lease: timedelta, now: datetime | None) -> datetime | None:
+        """Extend the lease while a slow page is in flight; None when the lease is lost."""
+        row = self.session.one("renew_lease", id=job_id, worker=worker, lease=lease, now=now)
+        return row["lease_expires_at"] if row else None
+
+    def release(self, job_id: int, *, worker: str, processed_count: int, now: datetime | None) -> bool:
+        """Hand the job back as pending at its cursor, the attempt not counted; False when the lease is lost."""
+        return bool(self.session.run("release", id=job_id, worker=worker, processed_count=processed_count, now=now))
+
+    # -- planning ---------------------------------------------------------------------------------------------
+
+    def move_lanes(self, queue: str, owners: Sequence[str], lanes: Sequence[str]) -> int:
+        """Move the owners' waiting jobs into the lanes given (pairwise); returns how many moved."""
+        return len(self.session.run("move_lanes", queue=queue, owners=list(owners), lanes=list(lanes)))
+
+    def read_coverage(
+        self,
+        queue: str,
+        owners: Sequence[str],
+        types: Sequence[str],
+        horizon_starts: Sequence[datetime | None],
+        period_starts: Sequence[datetime],
+    ) -> list[CoverageRow]:
+        """What exists per owner and type, for the owner-types that may lack something (see queries.sql)."""
+        rows = self.session.run(
+            "read_coverage",
+            queue=queue,
+            owners=list(owners),
+            types=list(types),
+            horizon_starts=list(horizon_starts),
+            period_starts=list(period_starts),
+        )
+        return [
+            CoverageRow(
+                row["owner"],
+                row["type"],
+                Coverage(
+                    has_initial=bool(row["has_initial"]),
+                    initial_start=row["initial_start"],
+                    covered_until=row["covered_until"],
+                    first_created_at=row["first_created_at"],
+                ),
+            )
+            for row in rows
+        ]
+
+    def insert_planned(self, queue: str, rows_json: str, *, now: datetime | None) -> Counter[str]:
+        """Insert planned jobs given as a JSON array, skipping existing keys; returns how many per type."""
+        inserted = self.session.run("insert_planned", queue=queue, now=now, rows=rows_json)
+        return Counter({row["type"]: row["inserted"] for row in inserted})
+
+    # -- operations -------------------------------------------------------------------------------------------
+
+    def enqueue(self, **values: Any) -> Job | None:
+        """Insert one job by hand (columns as in queries.sql); None when a job with its key exists."""
+        row = self.session.one("enqueue", **values)
+        return Job.from_row(row) if row else None
+
+    def requeue(self, queue: str, *, owner: str | None, type: str | None, now: datetime | None) -> int:
+        return len(self.session.run("requeue", queue=queue, owner=owner, type=type, now=now))
+
+    def cancel(self, queue: str, owner: str, *, type: str | None, error: str) -> Cancelled:
+        row = self.session.one("cancel", queue=queue, owner=owner, type=type, error=error)
+        assert row is not None
+        return Cancelled(abandoned=row["abandoned"], stopping=row["stopping"])
+
+    def list_jobs(
+        self, queue: str, *, owner: str | None, status: str | None, type: str | None, limit: int
+    ) -> list[Job]:
+        rows = self.session.run("list_jobs", queue=queue, owner=owner, status=status, type=type, limit=limit)
+        return [Job.from_row(row) for row in rows]
+
+    def job(self, job_id: int) -> Job | None:
+        row = self.session.one("get_job", id=job_id)
+        return Job.from_row(row) if row else None
+
+    def initial_progress(self, queue: str, owner: str, *, type: str | None) -> Progress:
+        row = self.session.one("initial_progress", queue=queue, owner=owner, type=type)
+        assert row is not None
+        return Progress(queue=queue, owner=owner, **row)
+
+    def activity(self, queue: str, *, lane: str | None = None, now: datetime | None = None) -> Activity:
+        row = self.session.one("queue_activity", queue=queue, lane=lane, now=now)
+        assert row is not None
+        return Activity(**row)
+
+    def wakeup(self, queue: str, *, now: datetime | None = None) -> Wakeup:
+        row = self.session.one("worker_wakeup", queue=queue, now=now)
+        assert row is not None
+        return Wakeup(**row)
+
+    def owners_still_loading(
+        self, queue: str, owners: Sequence[str], *, type: str | None, settled: bool
+    ) -> list[str]:
+        """Of ``owners``, those whose initial load is not complete (with ``settled``: not settled)."""
+        rows = self.session.run(
+            "initial_load_waiting", queue=queue, owners=list(owners), type=type, settled=settled
+        )
+        return [row["owner"] for row in rows]
+
+    def notify(self, queue: str) -> None:
+        """Wake the idle workers of ``queue`` (their triggers LISTEN on the table's channel)."""
+        self.session.run("notify", channel=channel(self.schema), payload=payload(queue))

@@ -1,0 +1,71 @@
+"""Which database errors pass, and how long to wait before trying again: one policy for every connection.
+
+Worker sessions (sync) and the triggers' watches (async) both use it, so a deadlock, a statement timeout or
+a server restart is survived the same way wherever it happens. Every statement the engine sends is safe to
+repeat (see :mod:`~synclane_provider.core.database`), so an error that passes is simply waited out.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass, field
+
+import psycopg
+
+CONNECTION_ERRORS = (psycopg.OperationalError, psycopg.InterfaceError)
+"""What the driver raises when a connection cannot be opened or breaks (and for some statement errors too:
+:func:`passes` tells them apart once a statement failed)."""
+
+PASSING_ERROR_CLASSES = frozenset({"08", "40", "53", "57", "58"})
+"""SQLSTATE classes worth another try: connection exception, transaction rollback (deadlock, serialization),
+insufficient resources, operator intervention (statement timeout, cancel, shutdown), system error."""
+PASSING_ERRORS = frozenset({"55P03"})
+"""Single SQLSTATEs worth another try: lock_not_available (``lock_timeout``)."""
+
+
+def passes(error: BaseException, *, connection_closed: bool) -> bool:
+    """Whether a statement that failed with ``error`` may succeed if sent again.
+
+    Yes when its connection broke (whatever the error says), or when the server turned it down for a passing
+    reason; no for what the statement is (a constraint, a privilege, a value too large for an index):
+    repeating those would only hide the error for minutes.
+
+    >>> passes(psycopg.errors.DeadlockDetected(), connection_closed=False)
+    True
+    >>> passes(psycopg.errors.UniqueViolation(), connection_closed=False)
+    False
+    """
+    if not isinstance(error, psycopg.Error):
+        return False
+    if connection_closed:
+        return True
+    sqlstate = error.sqlstate or ""
+    return sqlstate[:2] in PASSING_ERROR_CLASSES or sqlstate in PASSING_ERRORS
+
+
+@dataclass
+class Backoff:
+    """Waits that double from ``first`` up to ``cap`` seconds, each jittered, until ``give_up_after`` seconds.
+
+    Jitter (each wait drawn from its upper half) keeps many workers that lost the database together from
+    all coming back in the same instant.
+    """
+
+    first: float = 0.1
+    cap: float = 5.0
+    give_up_after: float = 300.0
+    _delay: float = field(init=False)
+    _deadline: float = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._delay = self.first
+        self._deadline = time.monotonic() + self.give_up_after
+
+    def next(self) -> float | None:
+        """The wait before the next try, or None when it would end after the deadline (time to give up)."""
+        delay = self._delay
+        if time.monotonic() + delay > self._deadline:
+            return None
+        self._delay = min(delay * 2, self.cap)
+        return delay * random.uniform(0.5, 1.0)
