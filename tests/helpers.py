@@ -11,6 +11,8 @@ import psycopg
 from psycopg import sql
 
 from synclane_provider.core import Job, Owner, Page, Queue, SnapshotType, SyncLane, WindowedType
+from synclane_provider.core.declarations import RETRY_SETTINGS
+from synclane_provider.core.retry import Jitter, RetryPolicy
 
 
 def paged(total: int, size: int = 50) -> Callable[[Job], Page]:
@@ -51,9 +53,14 @@ def owners(*specs: str | Owner) -> Callable[[str], list]:
     return lambda queue: listed
 
 
-def declare(schema: str, *types, queue: str = "shops", owner_source=None, **settings) -> SyncLane:
+def declare(schema: str, *types, queue: str = "shops", owner_source=None, jitter=Jitter.NONE, **settings) -> SyncLane:
+    """One queue of ``types`` in ``schema``. Its retry delays are exact unless a test asks for ``jitter``, so that
+    tests can say how long a job waits; the retry settings are given the way a user gives them one by one."""
+    retry = settings.pop("retry", None) or RetryPolicy(
+        jitter=jitter, **{name: settings.pop(name) for name in RETRY_SETTINGS if name in settings}
+    )
     return SyncLane(
-        queues=[Queue(queue, owners=owner_source or owners("acme"), types=list(types), **settings)],
+        queues=[Queue(queue, owners=owner_source or owners("acme"), types=list(types), retry=retry, **settings)],
         schema=schema,
     )
 

@@ -23,4 +23,4 @@ def test_the_docstring_examples_of_each_core_module_hold(name):
 def test_the_modules_with_examples_are_found():
     finder = doctest.DocTestFinder()
     with_examples = {name for name in CORE_MODULES if any(test.examples for test in finder.find(importlib.import_module(name)))}
-    assert {"synclane_provider.core.delays", "synclane_provider.core.retry_after"} <= with_examples
+    assert {"synclane_provider.core.retry", "synclane_provider.core.retry_after", "synclane_provider.core.durations"} <= with_examples

@@ -13,7 +13,9 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Union
 
+from synclane_provider.core.durations import duration_text
 from synclane_provider.core.errors import DeclarationError, UnknownJobTypeError, UnknownQueueError
+from synclane_provider.core.retry import RetryPolicy
 
 if TYPE_CHECKING:
     from synclane_provider.core.database import Database
@@ -26,24 +28,6 @@ OwnerSource = Callable[[str], Iterable[Union["Owner", str]]]
 """Lists the connected owners of a queue (given the queue's name)."""
 
 _SCHEMA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]{0,62}$")
-
-
-def duration_text(value: timedelta) -> str:
-    """A duration the way people write it, for messages: ``30 days``, ``1 h 30 min``, ``-1 s``, ``0.25 s``.
-
-    >>> duration_text(timedelta(days=1, minutes=90)), duration_text(timedelta(seconds=-1))
-    ('1 day 1 h 30 min', '-1 s')
-    """
-    seconds = value.total_seconds()
-    sign, seconds = ("-" if seconds < 0 else ""), abs(seconds)
-    parts = []
-    for unit, size in (("day", 86400), ("h", 3600), ("min", 60)):
-        if seconds >= size:
-            count, seconds = divmod(seconds, size)
-            parts.append(f"{count:.0f} {unit}" + ("s" if unit == "day" and count != 1 else ""))
-    if seconds or not parts:
-        parts.append(f"{seconds:g} s")
-    return sign + " ".join(parts)
 
 
 def _positive(name: str, value: object) -> timedelta:
@@ -154,24 +138,30 @@ class WindowedType:
 JobType = Union[SnapshotType, WindowedType]
 
 
+RETRY_SETTINGS = ("max_attempts", "retry_delay", "retry_max_delay", "throttle_delay", "throttle_max_delay")
+"""The :class:`RetryPolicy` settings a queue also takes one by one."""
+
+
 @dataclass(frozen=True)
 class Queue:
     """A named group of job types sharing a concurrency budget and retry policy.
 
-    ``types`` are run in the order given: an earlier type's due jobs are taken
-    before a later type's.
+    ``types`` are run in the order given: an earlier type's due jobs are taken before a later type's.
+    ``retry`` is the queue's :class:`~synclane_provider.core.retry.RetryPolicy`; its settings may also be
+    given one by one (``max_attempts=3, retry_delay=...``), and are readable that way whichever form was used.
     """
 
     name: str
     owners: OwnerSource
     types: Sequence[JobType]
     concurrency: int = 1
-    max_attempts: int = 5
     lease: timedelta = timedelta(minutes=5)
-    retry_delay: timedelta = timedelta(minutes=1)
-    retry_max_delay: timedelta = timedelta(hours=1)
-    throttle_delay: timedelta = timedelta(minutes=5)
-    throttle_max_delay: timedelta = timedelta(minutes=30)
+    retry: RetryPolicy | None = None
+    max_attempts: int = None  # type: ignore[assignment]  # from ``retry`` unless given
+    retry_delay: timedelta = None  # type: ignore[assignment]
+    retry_max_delay: timedelta = None  # type: ignore[assignment]
+    throttle_delay: timedelta = None  # type: ignore[assignment]
+    throttle_max_delay: timedelta = None  # type: ignore[assignment]
 
     def __post_init__(self) -> None:
         checked_name("queue name", self.name)
@@ -188,22 +178,28 @@ class Queue:
             if job_type.name in seen:
                 raise DeclarationError(f"job type {job_type.name!r} is declared twice in queue {self.name!r}")
             seen.add(job_type.name)
-        for setting in ("concurrency", "max_attempts"):
-            value = getattr(self, setting)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise DeclarationError(f"{setting} {label} must be a positive integer, got {value!r}")
-        for setting in ("lease", "retry_delay", "retry_max_delay", "throttle_delay", "throttle_max_delay"):
-            _positive(f"{setting} {label}", getattr(self, setting))
-        if self.retry_max_delay < self.retry_delay:
-            raise DeclarationError(
-                f"retry_max_delay {label} ({duration_text(self.retry_max_delay)}) is shorter than retry_delay "
-                f"({duration_text(self.retry_delay)})"
-            )
-        if self.throttle_max_delay < self.throttle_delay:
-            raise DeclarationError(
-                f"throttle_max_delay {label} ({duration_text(self.throttle_max_delay)}) is shorter than throttle_delay "
-                f"({duration_text(self.throttle_delay)})"
-            )
+        if isinstance(self.concurrency, bool) or not isinstance(self.concurrency, int) or self.concurrency < 1:
+            raise DeclarationError(f"concurrency {label} must be a positive integer, got {self.concurrency!r}")
+        _positive(f"lease {label}", self.lease)
+        object.__setattr__(self, "retry", self._retry_policy())
+        for setting in RETRY_SETTINGS:
+            object.__setattr__(self, setting, getattr(self.retry, setting))
+
+    def _retry_policy(self) -> RetryPolicy:
+        given = {setting: getattr(self, setting) for setting in RETRY_SETTINGS if getattr(self, setting) is not None}
+        if self.retry is not None:
+            if not isinstance(self.retry, RetryPolicy):
+                raise DeclarationError(f"retry of queue {self.name!r} must be a RetryPolicy, got {self.retry!r}")
+            differing = [name for name, value in given.items() if value != getattr(self.retry, name)]
+            if differing:  # (equal ones come from copying a queue, e.g. with dataclasses.replace)
+                raise DeclarationError(
+                    f"queue {self.name!r} takes retry= or the settings {', '.join(differing)}, not both"
+                )
+            return self.retry
+        try:
+            return RetryPolicy(**given)
+        except DeclarationError as exc:
+            raise DeclarationError(f"queue {self.name!r}: {exc}") from None
 
     def job_type(self, name: str) -> JobType:
         for job_type in self.types:

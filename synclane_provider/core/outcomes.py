@@ -1,52 +1,13 @@
-"""What happens to a job after an attempt fails: the retry, throttle, defer and abandon policy."""
+"""How an attempt's failure is written on the row: the error text, and a lost worker's attempt."""
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
-from datetime import timedelta
 
-from synclane_provider.core.declarations import Queue
-from synclane_provider.core.delays import backoff
-from synclane_provider.core.errors import JobAbandoned, JobThrottled, WorkerLost
-from synclane_provider.core.states import JobStatus
+from synclane_provider.core.errors import WorkerLost
 
 MAX_ERROR_LENGTH = 2000
 """Stored errors are cut to this many characters: the row is for reading, not for full tracebacks."""
-
-
-@dataclass(frozen=True)
-class Failure:
-    """The state a failed attempt leaves its job in."""
-
-    status: JobStatus
-    delay: timedelta
-    error: str
-
-
-def decide_failure(queue: Queue, attempt: int, exc: BaseException) -> Failure:
-    """Where a job goes after attempt number ``attempt`` raised ``exc``.
-
-    Attempts below ``max_attempts`` fail and wait (doubling, capped; throttles
-    use their own delay, or exactly the wait the server named). The attempt that
-    uses up ``max_attempts`` defers the job: it waits the same way and then only
-    runs when nothing else in its lane is due. The attempt after that, or an
-    explicit :class:`JobAbandoned`, abandons it until a person requeues it --
-    unless that last attempt was throttled: the server only said "not now",
-    so the job stays deferred and keeps its last attempt for later.
-    """
-    error = describe_error(exc)
-    throttled = isinstance(exc, JobThrottled)
-    if isinstance(exc, JobAbandoned) or (attempt > queue.max_attempts and not throttled):
-        return Failure(JobStatus.ABANDONED, timedelta(0), error)
-    if throttled:
-        delay = exc.retry_after if exc.retry_after is not None else backoff(
-            attempt, queue.throttle_delay, queue.throttle_max_delay
-        )
-    else:
-        delay = backoff(attempt, queue.retry_delay, queue.retry_max_delay)
-    status = JobStatus.DEFERRED if attempt >= queue.max_attempts else JobStatus.FAILED
-    return Failure(status, delay, error)
 
 
 def describe_error(exc: BaseException) -> str:

@@ -14,7 +14,7 @@ from synclane_provider.core.clock import Clock
 from synclane_provider.core.declarations import Queue
 from synclane_provider.core.errors import UnknownJobTypeError
 from synclane_provider.core.lease import LeaseKeeper
-from synclane_provider.core.outcomes import decide_failure, describe_error, lost_attempt
+from synclane_provider.core.outcomes import describe_error, lost_attempt
 from synclane_provider.core.records import Job, Page
 from synclane_provider.core.states import JobStatus
 from synclane_provider.core.store import Finish, Store
@@ -92,9 +92,9 @@ class JobRunner:
             return self._finish(job, JobStatus.ABANDONED, job.processed_count, 0, 0, error=job.stop_reason)
         if lost_worker is not None:
             lost = lost_attempt(job.error, worker=lost_worker, cursor=job.cursor)
-            failure = decide_failure(self._queue, max(job.attempt_count, 1), lost)
+            failure = self._queue.retry.after_failure(max(job.attempt_count, 1), lost)
             return self._finish(
-                job, failure.status, job.processed_count, 0, 0, error=failure.error, delay=failure.delay
+                job, failure.status, job.processed_count, 0, 0, error=describe_error(lost), delay=failure.delay
             )
         try:
             handler = self._queue.job_type(job.type).handler
@@ -113,14 +113,14 @@ class JobRunner:
                 except Exception as exc:  # noqa: BLE001 - any handler failure is recorded on the row
                     if lease.lost:
                         return self._lost(current, pages, current.processed_count - start_count)
-                    failure = decide_failure(self._queue, job.attempt_count, exc)
+                    failure = self._queue.retry.after_failure(job.attempt_count, exc)
                     return self._finish(
                         current,
                         failure.status,
                         current.processed_count,
                         pages,
                         current.processed_count - start_count,
-                        error=failure.error,
+                        error=describe_error(exc),
                         delay=failure.delay,
                     )
                 except BaseException:
