@@ -20,21 +20,18 @@ Durations are written ``90s``, ``5m``, ``2h`` or ``730d`` (a bare number is seco
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from datetime import timedelta
 
+from synclane_provider.core.durations import parse_duration
+
 PREFIX = "SYNCLANE_DEMO_"
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
-_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
 def duration(text: str) -> timedelta:
-    match = _DURATION.match(text)
-    if not match:
-        raise ValueError(f"not a duration: {text!r} (write e.g. 90s, 5m, 2h or 730d)")
-    return timedelta(seconds=float(match.group(1)) * _UNITS[match.group(2)])
+    """A duration written ``90s``, ``5m``, ``2h``, ``730d`` or a bare number of seconds (zero allowed)."""
+    return parse_duration("duration", text, positive=False)
 
 
 @dataclass(frozen=True)
@@ -50,7 +47,8 @@ class DemoSettings:
     overlap: timedelta = timedelta(minutes=1)
     products_every: timedelta = timedelta(hours=1)
     concurrency: int = 3
-    max_attempts: int = 5
+    max_attempts: int | None = None
+    """None: the engine's own default (five)."""
     lease: timedelta = timedelta(minutes=1)
     retry_delay: timedelta = timedelta(seconds=10)
     retry_max_delay: timedelta = timedelta(minutes=2)
@@ -71,7 +69,7 @@ class DemoSettings:
             try:
                 if field.type == "timedelta":
                     values[field.name] = duration(raw)
-                elif field.type == "int":
+                elif field.type in ("int", "int | None"):
                     values[field.name] = int(raw)
                 else:
                     values[field.name] = raw

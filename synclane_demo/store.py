@@ -9,14 +9,12 @@ SyncLane retries it from its cursor.
 from __future__ import annotations
 
 import functools
-import re
 import threading
-from importlib import resources
 
 import psycopg
 from psycopg import sql
 
-_HEADER = re.compile(r"^-- name: (?P<name>\w+)\s*$", re.MULTILINE)
+from synclane_provider.core.queries import named_statements
 
 DEMO_ACCOUNTS = (("acme-us", "acme"), ("acme-eu", "acme"), ("globex", None), ("initech", None))
 """The four accounts the demo connects: acme-us and acme-eu share acme's rate limit, so they share a lane."""
@@ -24,9 +22,7 @@ DEMO_ACCOUNTS = (("acme-us", "acme"), ("acme-eu", "acme"), ("globex", None), ("i
 
 @functools.cache
 def _statements() -> dict[str, str]:
-    text = resources.files(__package__).joinpath("store.sql").read_text(encoding="utf-8")
-    parts = _HEADER.split(text)
-    return {name: body.strip() for name, body in zip(parts[1::2], parts[2::2])}
+    return named_statements(__package__, "store.sql")
 
 
 class Store:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 
-from synclane_provider.core import Queue, SnapshotType, SyncLane, WindowedType
+from synclane_provider.core import Queue, RetryPolicy, SnapshotType, SyncLane, WindowedType
 
 from synclane_demo.client import ShopClient
 from synclane_demo.handlers import OrdersHandler, ProductsHandler
@@ -40,12 +40,14 @@ def build(settings: DemoSettings) -> SyncLane:
                     ),
                 ],
                 concurrency=settings.concurrency,
-                max_attempts=settings.max_attempts,
                 lease=settings.lease,
-                retry_delay=settings.retry_delay,
-                retry_max_delay=settings.retry_max_delay,
-                throttle_delay=settings.throttle_delay,
-                throttle_max_delay=settings.throttle_max_delay,
+                retry=RetryPolicy(
+                    **({"max_attempts": settings.max_attempts} if settings.max_attempts is not None else {}),
+                    retry_delay=settings.retry_delay,
+                    retry_max_delay=settings.retry_max_delay,
+                    throttle_delay=settings.throttle_delay,
+                    throttle_max_delay=settings.throttle_max_delay,
+                ),
             )
         ],
         schema=settings.schema,

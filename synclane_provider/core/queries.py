@@ -14,17 +14,25 @@ from psycopg import sql
 _HEADER = re.compile(r"^-- name: (?P<name>\w+)\s*$", re.MULTILINE)
 
 
-@functools.cache
-def _texts(source: str = "queries.sql") -> dict[str, str]:
-    text = resources.files(__package__).joinpath(source).read_text(encoding="utf-8")
+def named_statements(package: str, source: str) -> dict[str, str]:
+    """The statements of a file ``source`` in ``package``, each under its ``-- name: <name>`` header.
+
+    A name given twice is an error: the second would silently win. The demo's own tables use the same format.
+    """
+    text = resources.files(package).joinpath(source).read_text(encoding="utf-8")
     parts = _HEADER.split(text)
     # parts: [preamble, name1, body1, name2, body2, ...]
-    statements = {}
+    statements: dict[str, str] = {}
     for name, body in zip(parts[1::2], parts[2::2], strict=True):
         if name in statements:
             raise RuntimeError(f"{source} names {name!r} twice")
         statements[name] = body.strip().rstrip(";")
     return statements
+
+
+@functools.cache
+def _texts(source: str = "queries.sql") -> dict[str, str]:
+    return named_statements(__package__, source)
 
 
 @dataclass(frozen=True)
@@ -69,7 +77,3 @@ def statement(name: str, schema: str, source: str = "queries.sql") -> Statement:
         raise RuntimeError(f"statement {name!r} has a placeholder other than %(name)s")
     text = sql.SQL(numbered).format(schema=sql.Identifier(schema)).as_bytes(None)
     return Statement(name, text, tuple(parameters))
-
-
-def names() -> frozenset[str]:
-    return frozenset(_texts())

@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator, conf
 from airflow.sdk.exceptions import AirflowException
 
-from synclane_provider.core import DeclarationError, Summary, WorkerSlot
+from synclane_provider.core import Summary, WorkerSlot
+from synclane_provider.core.durations import parse_duration
 from synclane_provider.core.worker import new_worker_id
 from synclane_provider.hooks.synclane import SyncLaneHook
 from synclane_provider.locate import locate_queue
@@ -22,22 +23,6 @@ if TYPE_CHECKING:
 
 DEFER_GRACE = timedelta(minutes=1)
 """How much longer than the trigger's own deadline the deferral may last before Airflow calls it a timeout."""
-
-
-def as_duration(name: str, value: object) -> timedelta:
-    """A positive duration from a timedelta or a number of seconds (a rendered template gives a string)."""
-    if isinstance(value, timedelta):
-        duration = value
-    elif isinstance(value, (int, float, str)) and not isinstance(value, bool):
-        try:
-            duration = timedelta(seconds=float(value))
-        except ValueError:
-            raise DeclarationError(f"{name} must be a timedelta or a number of seconds, got {value!r}") from None
-    else:
-        raise DeclarationError(f"{name} must be a timedelta or a number of seconds, got {value!r}")
-    if duration <= timedelta(0):
-        raise DeclarationError(f"{name} must be positive, got {value!r}")
-    return duration
 
 
 def _templated(value: object) -> bool:
@@ -135,14 +120,14 @@ class SyncLaneWorkOperator(BaseOperator):
         super().__init__(**kwargs)
         for name, value in (("idle_timeout", idle_timeout), ("max_run_time", max_run_time)):
             if not _templated(value):
-                as_duration(name, value)  # a bad value fails when the DAG is parsed, not hours later
+                parse_duration(name, value)  # a bad value fails when the DAG is parsed, not hours later
         self.synclane = synclane
         self.synclane_queue = synclane_queue
         self.slot = slot
         self.synclane_conn_id = synclane_conn_id
         self.idle_timeout = idle_timeout
         self.max_run_time = max_run_time
-        self.give_up_after = as_duration("give_up_after", give_up_after)
+        self.give_up_after = parse_duration("give_up_after", give_up_after)
         self.deferrable = deferrable
         self._worker: WorkerSlot | None = None
         self._stop_requested = False
@@ -172,8 +157,8 @@ class SyncLaneWorkOperator(BaseOperator):
 
     def _work(self, state: WorkState) -> dict[str, Any]:
         declaration, queue = locate_queue(self.synclane, self.synclane_queue)
-        idle_timeout = as_duration("idle_timeout", self.idle_timeout)
-        run_until = state.started_at + as_duration("max_run_time", self.max_run_time)
+        idle_timeout = parse_duration("idle_timeout", self.idle_timeout)
+        run_until = state.started_at + parse_duration("max_run_time", self.max_run_time)
         worker = WorkerSlot(
             declaration,
             SyncLaneHook(synclane_conn_id=self.synclane_conn_id).get_database(declaration),
@@ -234,7 +219,7 @@ class SyncLaneWorkOperator(BaseOperator):
 
     def _finish(self, state: WorkState) -> dict[str, Any]:
         now = _utcnow()
-        run_until = state.started_at + as_duration("max_run_time", self.max_run_time)
+        run_until = state.started_at + parse_duration("max_run_time", self.max_run_time)
         reason = "max_run_time" if now >= run_until else "idle_timeout"
         totals = state.summary.as_dict()
         self.log.info(

@@ -85,7 +85,7 @@ def test_every_account_syncs_and_the_broken_slice_ends_abandoned_at_cursor_50(de
     [broken] = [r for r in rows if r["status"] != "completed"]
     assert is_broken_slice(shop, broken)
     assert (broken["status"], broken["cursor"], broken["processed_count"]) == ("abandoned", "50", 50)
-    assert broken["attempt_count"] == config.max_attempts + 1  # five regular attempts, then the deferred one
+    assert broken["attempt_count"] == synclane.queue("shops").max_attempts + 1  # the regular attempts, then the deferred one
     assert broken["error"].startswith("UnreadablePage: the shop returned a page that could not be read")
 
     for row in rows:

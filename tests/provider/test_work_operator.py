@@ -197,7 +197,7 @@ def test_the_task_fails_when_the_database_stays_unreachable(provider_schema, con
     ("settings", "message"),
     [
         (dict(idle_timeout=0), "idle_timeout must be positive"),
-        (dict(max_run_time="soon"), "max_run_time must be a timedelta or a number of seconds"),
+        (dict(max_run_time="soon"), "max_run_time must be a duration: a timedelta, a number of seconds, or text like 90s"),
     ],
 )
 def test_bad_durations_fail_when_the_dag_is_parsed(settings, message):
