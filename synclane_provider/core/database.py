@@ -17,7 +17,7 @@ import time
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import psycopg
 from psycopg import sql
@@ -31,7 +31,9 @@ from synclane_provider.core.schema_versions import Migration, ensure_schema
 
 log = logging.getLogger(__name__)
 
-ConnectionFactory = Callable[[], psycopg.Connection]
+T = TypeVar("T")
+
+ConnectionFactory = Callable[[], "psycopg.Connection[Any]"]
 
 class Database:
     """Where the jobs table lives: a conninfo string, or a function that opens a psycopg connection.
@@ -68,20 +70,22 @@ class Database:
         self._sessions: weakref.WeakSet[Session] = weakref.WeakSet()
         self._sessions_lock = threading.Lock()
 
-    def connect(self) -> psycopg.Connection:
+    def connect(self) -> psycopg.Connection[Any]:
         """A new autocommit connection returning rows as dicts, taking statements with ``$n`` placeholders
         (see :class:`~synclane_provider.core.queries.Statement`). The first one checks the schema's version, and
         applies what is pending when ``create_schema`` is on (see :mod:`~synclane_provider.core.schema_versions`).
 
         The caller owns the connection and closes it; sessions do (see :class:`Session`).
         """
+        conn: psycopg.Connection[Any]
         if self._connect is not None:
             conn = self._connect()
             conn.autocommit = True
         else:
-            named = "application_name" in conninfo_to_dict(self._conninfo or "")
-            extra = {} if named else {"application_name": self.application_name}
-            conn = psycopg.connect(self._conninfo, autocommit=True, connect_timeout=10, **extra)
+            assert self._conninfo is not None
+            named = "application_name" in conninfo_to_dict(self._conninfo)
+            name = None if named else self.application_name
+            conn = psycopg.connect(self._conninfo, autocommit=True, connect_timeout=10, application_name=name)
         try:
             conn.row_factory = dict_row
             conn.cursor_factory = psycopg.RawCursor
@@ -93,7 +97,7 @@ class Database:
             raise
         return conn
 
-    def _ensure_schema(self, conn: psycopg.Connection) -> None:
+    def _ensure_schema(self, conn: psycopg.Connection[Any]) -> None:
         """Once per Database: read the schema's version (SELECTs only), and bring it up to date when something
         is pending and ``create_schema`` is on; otherwise say what is missing. A failed check is made again by
         the next connection, so a worker started before its schema was migrated recovers once it is."""
@@ -151,7 +155,7 @@ class Session:
         self.first_backoff = first_backoff
         self.max_backoff = max_backoff
         self._stop = stop
-        self._conn: psycopg.Connection | None = None
+        self._conn: psycopg.Connection[Any] | None = None
         self._lock = threading.RLock()
         self.reconnects = 0
         self.resent = 0
@@ -163,15 +167,16 @@ class Session:
         query = statement(name, self.database.schema)
         arguments = query.arguments(params)
 
-        def work(conn: psycopg.Connection) -> list[dict[str, Any]]:
-            return conn.execute(query.text, arguments).fetchall()
+        def work(conn: psycopg.Connection[Any]) -> list[dict[str, Any]]:
+            return cast(list[dict[str, Any]], conn.execute(query.text, arguments).fetchall())
 
         return self._with_connection(name, work)
 
-    def _with_connection(self, label: str, work: Callable[[psycopg.Connection], Any]) -> Any:
+    def _with_connection(self, label: str, work: Callable[[psycopg.Connection[Any]], T]) -> T:
         """Do ``work`` on this session's connection; when the connection breaks, back off, reconnect, repeat."""
         backoff = Backoff(self.first_backoff, self.max_backoff, self.give_up_after.total_seconds())
         failures = 0
+        error: psycopg.Error
         while True:
             with self._lock:
                 try:
@@ -203,7 +208,7 @@ class Session:
         rows = self.run(name, **params)
         return rows[0] if rows else None
 
-    def _connection(self) -> psycopg.Connection:
+    def _connection(self) -> psycopg.Connection[Any]:
         if self._conn is None or self._conn.closed:
             self.database._opened(self)
             conn = self.database.connect()

@@ -18,7 +18,7 @@ from synclane_provider.core.errors import DeclarationError, UnknownJobTypeError,
 from synclane_provider.core.retry import RetryPolicy
 
 if TYPE_CHECKING:
-    from synclane_provider.core.database import Database
+    from synclane_provider.core.database import ConnectionFactory, Database
     from synclane_provider.core.records import Job, Page
 
 Handler = Callable[["Job"], "Page"]
@@ -156,7 +156,7 @@ class Queue:
     types: Sequence[JobType]
     concurrency: int = 1
     lease: timedelta = timedelta(minutes=5)
-    retry: RetryPolicy | None = None
+    retry: RetryPolicy = None  # type: ignore[assignment]  # built from the settings below unless given
     max_attempts: int = None  # type: ignore[assignment]  # from ``retry`` unless given
     retry_delay: timedelta = None  # type: ignore[assignment]
     retry_max_delay: timedelta = None  # type: ignore[assignment]
@@ -245,7 +245,7 @@ class SyncLane:
             by_name[queue.name] = queue
         object.__setattr__(self, "_by_name", by_name)
 
-    def database(self, conninfo: str | None = None, *, connect=None) -> "Database":
+    def database(self, conninfo: str | None = None, *, connect: ConnectionFactory | None = None) -> Database:
         """Where this declaration's table lives: a conninfo string or a function returning a psycopg connection."""
         from synclane_provider.core.database import Database
 

@@ -90,8 +90,8 @@ class LeaseKeeper:
         while not closed.wait(self._interval):
             with self._lock:
                 job_id, generation = self._job_id, self._generation
-                due = job_id is not None and time.monotonic() - self._renewed_at >= self._interval
-            if due:
+                due = time.monotonic() - self._renewed_at >= self._interval
+            if job_id is not None and due:
                 self._renew(job_id, generation)
 
     def _renew(self, job_id: int, generation: int) -> None:

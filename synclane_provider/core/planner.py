@@ -49,7 +49,7 @@ def plan(
     """
     now = utc(now) if now is not None else datetime.now(timezone.utc)
     owners = owners_of(queue) if owner is None else [resolve_owner(queue, owner)]
-    inserted: Counter = Counter()
+    inserted: Counter[str] = Counter()
     moved = 0
     for start in range(0, len(owners), OWNER_BATCH):
         batch = owners[start : start + OWNER_BATCH]
@@ -67,7 +67,7 @@ def _move_lanes(store: Store, queue: Queue, owners: Sequence[Owner]) -> int:
     return moved
 
 
-def _plan_batch(store: Store, queue: Queue, owners: Sequence[Owner], now: datetime) -> Counter:
+def _plan_batch(store: Store, queue: Queue, owners: Sequence[Owner], now: datetime) -> Counter[str]:
     reach = [coverage_wanted(job_type, now) for job_type in queue.types]
     found = store.read_coverage(
         queue.name,
@@ -88,12 +88,12 @@ def _plan_batch(store: Store, queue: Queue, owners: Sequence[Owner], now: dateti
     return _insert(store, queue, wanted, now)
 
 
-def _insert(store: Store, queue: Queue, wanted: Iterable[tuple[Owner, int, PlannedJob]], now: datetime) -> Counter:
+def _insert(store: Store, queue: Queue, wanted: Iterable[tuple[Owner, int, PlannedJob]], now: datetime) -> Counter[str]:
     iso: dict[datetime | None, str | None] = {None: None}  # every owner shares the same few windows
 
     def text(instant: datetime | None) -> str | None:
         if instant not in iso:
-            iso[instant] = instant.isoformat()
+            iso[instant] = instant.isoformat() if instant is not None else None
         return iso[instant]
 
     rows = json.dumps(

@@ -69,7 +69,7 @@ class JobRunner:
         stop: threading.Event,
         lease: LeaseKeeper,
         final_write: FinalWrite,
-        log: logging.Logger | logging.LoggerAdapter | None = None,
+        log: logging.Logger | logging.LoggerAdapter[logging.Logger] | None = None,
     ) -> None:
         self._lease = lease
         self._final_write = final_write

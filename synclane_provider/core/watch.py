@@ -15,7 +15,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import psycopg
 from psycopg import sql
@@ -27,7 +27,7 @@ from synclane_provider.core.records import Activity, Wakeup
 from synclane_provider.core.transient import CONNECTION_ERRORS, Backoff, passes
 from synclane_provider.core.wakeups import channel, concerns
 
-AsyncConnect = Callable[[], Awaitable[psycopg.AsyncConnection]]
+AsyncConnect = Callable[[], Awaitable["psycopg.AsyncConnection[Any]"]]
 """Opens a new autocommit async connection to the database of the jobs table."""
 
 
@@ -47,7 +47,7 @@ class TableWatch:
         queue: str,
         listen: bool,
         give_up_after: float,
-        log: logging.Logger | logging.LoggerAdapter | None = None,
+        log: logging.Logger | logging.LoggerAdapter[logging.Logger] | None = None,
     ) -> None:
         self._connect = connect
         self._schema = schema
@@ -55,7 +55,7 @@ class TableWatch:
         self._listen = listen
         self._give_up_after = give_up_after
         self._log = log or logging.getLogger(__name__)
-        self._conn: psycopg.AsyncConnection | None = None
+        self._conn: psycopg.AsyncConnection[Any] | None = None
 
     async def __aenter__(self) -> "TableWatch":
         await self._open(Backoff(give_up_after=self._give_up_after))
@@ -88,7 +88,7 @@ class TableWatch:
             assert conn is not None
             try:
                 cur = await conn.execute(query.text, arguments)
-                return await cur.fetchall()
+                return cast(list[dict[str, Any]], await cur.fetchall())
             except psycopg.Error as exc:
                 if not passes(exc, connection_closed=conn.closed):
                     raise

@@ -56,7 +56,7 @@ def new_worker_id(label: str = "worker") -> str:
 class Summary:
     """What a worker did: jobs by outcome, pages and records. Adds up across slots and resumes."""
 
-    outcomes: Counter = field(default_factory=Counter)
+    outcomes: Counter[str] = field(default_factory=Counter)
     pages: int = 0
     records: int = 0
     empty_takes: int = 0
@@ -101,7 +101,7 @@ class WorkerSlot:
         worker_id: str | None = None,
         clock: Clock = database_clock,
         stop: threading.Event | None = None,
-        logger: logging.Logger | logging.LoggerAdapter | None = None,
+        logger: logging.Logger | logging.LoggerAdapter[logging.Logger] | None = None,
         give_up_after: timedelta = timedelta(minutes=5),
     ) -> None:
         self.queue = synclane.queue(queue)
@@ -372,7 +372,7 @@ class WorkerPool:
             else:
                 self._idle.notify()
 
-    def _on_threads(self, work) -> Summary:
+    def _on_threads(self, work: Callable[[WorkerSlot], None]) -> Summary:
         errors: list[BaseException] = []
 
         def guarded(slot: WorkerSlot) -> None:
