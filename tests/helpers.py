@@ -71,8 +71,8 @@ def orders(handler=None, **overrides) -> WindowedType:
     return WindowedType("orders", handler or paged(0), **settings)
 
 
-def products(handler=None, every=timedelta(days=1)) -> SnapshotType:
-    return SnapshotType("products", handler or paged(0), every=every)
+def products(handler=None, every=timedelta(days=1), **settings) -> SnapshotType:
+    return SnapshotType("products", handler or paged(0), every=every, **settings)
 
 
 def rows(

@@ -43,7 +43,7 @@ from synclane_provider.core import (
 )
 from synclane_provider.core.queries import statement
 from synclane_provider.core.schema_versions import ensure_schema, shipped_migrations
-from synclane_provider.core.states import ALLOWED_TRANSITIONS, STOPPED, WAITING, WAITING_IN_TURN
+from synclane_provider.core.states import ALLOWED_TRANSITIONS, STOPPED, UNSETTLED, WAITING, WAITING_IN_TURN
 from tests.helpers import declare, owners, products
 
 STATUSES = {s.value for s in JobStatus}
@@ -52,8 +52,13 @@ NAMED_SETS = {
     "WAITING": frozenset(s.value for s in WAITING),
     "WAITING_IN_TURN": frozenset(s.value for s in WAITING_IN_TURN),
     "STOPPED": frozenset(s.value for s in STOPPED),
+    "UNSETTLED": frozenset(s.value for s in UNSETTLED),
 }
-LIST_MEANINGS = {"requeue": {"STOPPED"}, "finish_and_take": {"WAITING", "WAITING_IN_TURN"}}
+LIST_MEANINGS = {
+    "requeue": {"STOPPED"},
+    "finish_and_take": {"WAITING", "WAITING_IN_TURN"},
+    "abandon_job": {"UNSETTLED"},
+}
 """The named sets a statement's status lists may be; every other statement's lists are ``WAITING``."""
 
 
@@ -358,6 +363,16 @@ def test_every_transition_the_engine_performs_is_allowed_and_every_allowed_one_i
         taken_over = slot.take()
         assert taken_over.owner == "orphan"
         assert slot.runner.run(taken_over).outcome.value == "completed"
+        # an operator hands back a running job, and gives up on another
+        held = WorkerSlot(synclane, database, "shops", clock=clock)
+        slots.append(held)
+        enqueue("stuck", Page(None, 1))
+        stuck = held.take()
+        assert stuck.owner == "stuck" and ops.release("shops", stuck.id, now=clock())
+        run("stuck", "completed")
+        enqueue("hopeless")
+        hopeless = held.take()
+        assert hopeless.owner == "hopeless" and ops.abandon("shops", hopeless.id, "the account is gone")
         # a job of a type no longer declared is abandoned
         admin.execute(
             sql.SQL(

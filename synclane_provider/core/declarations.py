@@ -38,6 +38,9 @@ def _positive(name: str, value: object) -> timedelta:
     return value
 
 
+DEFAULT_PAGE_TIMEOUT = timedelta(minutes=10)
+"""How long one page may run before its attempt fails: longer than any sane API call with its retries."""
+
 MAX_NAME_BYTES = 512
 """Longest queue, type, owner or lane name (and manual job key), in UTF-8 bytes. The unique indexes hold
 several names in one entry, and PostgreSQL refuses an index entry of more than about 2.7 kB."""
@@ -87,16 +90,21 @@ def _check_handler(type_name: str, handler: object) -> None:
 
 @dataclass(frozen=True)
 class SnapshotType:
-    """A whole-state job type (e.g. a product catalogue): one initial load, then one refresh per period."""
+    """A whole-state job type (e.g. a product catalogue): one initial load, then one refresh per period.
+
+    ``page_timeout``: a page that has not returned after this long fails its attempt (``PageTimeout``).
+    """
 
     name: str
     handler: Handler
     every: timedelta
+    page_timeout: timedelta = DEFAULT_PAGE_TIMEOUT
 
     def __post_init__(self) -> None:
         checked_name("job type name", self.name)
         _check_handler(self.name, self.handler)
         _positive(f"every of job type {self.name!r}", self.every)
+        _positive(f"page_timeout of job type {self.name!r}", self.page_timeout)
 
 
 @dataclass(frozen=True)
@@ -113,6 +121,8 @@ class WindowedType:
     slice: timedelta
     every: timedelta
     overlap: timedelta = timedelta(0)
+    page_timeout: timedelta = DEFAULT_PAGE_TIMEOUT
+    """A page that has not returned after this long fails its attempt (``PageTimeout``)."""
 
     def __post_init__(self) -> None:
         checked_name("job type name", self.name)
@@ -121,6 +131,7 @@ class WindowedType:
         _positive(f"horizon {label}", self.horizon)
         _positive(f"slice {label}", self.slice)
         _positive(f"every {label}", self.every)
+        _positive(f"page_timeout {label}", self.page_timeout)
         if not isinstance(self.overlap, timedelta) or self.overlap < timedelta(0):
             raise DeclarationError(f"overlap {label} must be a timedelta of zero or more, got {self.overlap!r}")
         if self.slice > self.horizon:

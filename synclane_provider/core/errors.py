@@ -70,6 +70,11 @@ class WorkerLost(SyncLaneError):
     """
 
 
+class PageTimeout(SyncLaneError):
+    """A page did not return within its job type's ``page_timeout``: the attempt fails at its cursor, and the
+    thread running the page is left behind (it cannot be stopped from outside)."""
+
+
 class JobAbandoned(SyncLaneError):
     """Raised by a handler when a retry cannot help (access revoked, account gone)."""
 

@@ -91,7 +91,7 @@ class LeaseKeeper:
             with self._lock:
                 job_id, generation = self._job_id, self._generation
                 due = time.monotonic() - self._renewed_at >= self._interval
-            if job_id is not None and due:
+            if job_id is not None and due and not self._taken_over:  # a lost lease is not renewed, nor logged again
                 self._renew(job_id, generation)
 
     def _renew(self, job_id: int, generation: int) -> None:
@@ -103,8 +103,21 @@ class LeaseKeeper:
         with self._lock:
             if generation != self._generation:
                 return  # the job finished while the renewal was in flight
-            if renewed is None:
-                self._taken_over = True
-                log.warning("lease of job %s was taken over; this worker stops writing to it", job_id)
-            else:
+            if renewed is not None:
                 self._renewed_at = time.monotonic()
+                return
+            self._taken_over = True
+        log.warning("job %s: %s; this worker stops writing to it", job_id, why_lost(self._store, job_id))
+
+
+def why_lost(store: Store, job_id: int) -> str:
+    """Why a fenced write found the job no longer this worker's, as the row tells it now (for the log)."""
+    try:
+        job = store.job(job_id)
+    except Exception as exc:  # noqa: BLE001 - only a better log line was at stake
+        return f"the lease is no longer this worker's (the row could not be read: {exc})"
+    if job is None:
+        return "the job was deleted"
+    if job.leased_by is not None:
+        return f"the job was taken over by worker {job.leased_by}"
+    return f"the job is {job.status.value} and leased by no one: handed back by hand (or a take of ours was rolled back)"

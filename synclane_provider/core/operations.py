@@ -127,6 +127,26 @@ class Operations:
             declared.job_type(type)
         return self.store.cancel(queue, owner, type=type, error=storable_text(f"Cancelled: {reason}"))
 
+    def release(self, queue: str, job_id: int, *, now: datetime | None = None) -> bool:
+        """Hand a running job back now: pending at its cursor, due at once, the attempt not counted.
+
+        For a worker that is stuck (a page that hangs) or gone, when waiting for its lease to lapse is too
+        slow: its next write finds the job no longer its own and it stops. A page it still has in flight may
+        run on beside the job's next run. Returns False when the job was not running.
+        """
+        self.synclane.queue(queue)
+        released = self.store.release_running(queue, job_id, now=self._now(now))
+        if released:
+            self.store.notify(queue)
+        return released
+
+    def abandon(self, queue: str, job_id: int, reason: str) -> bool:
+        """Give up on one job, running or waiting: ``abandoned`` at its cursor with ``Abandoned: <reason>`` as
+        its error, until a :meth:`requeue`. A worker running it stops at its next write. False when the job was
+        already completed or abandoned."""
+        self.synclane.queue(queue)
+        return self.store.abandon_job(queue, job_id, error=storable_text(f"Abandoned: {reason}"))
+
     def list_jobs(
         self,
         queue: str,

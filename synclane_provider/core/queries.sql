@@ -305,6 +305,32 @@ running AS (
 )
 SELECT (SELECT count(*) FROM waiting)::int AS abandoned, (SELECT count(*) FROM running)::int AS stopping;
 
+-- name: release_running
+-- An operator hands a running job back: pending at its cursor, due now, the attempt not counted. Its worker's
+-- next fenced write finds the job gone and it stops; a page it still has in flight may run on (this is for a
+-- worker that is stuck or gone). Returns the job.
+UPDATE {schema}.jobs
+SET status = 'pending',
+    attempt_count = greatest(attempt_count - 1, 0),
+    next_run_at = coalesce(%(now)s::timestamptz, statement_timestamp()),
+    leased_by = NULL,
+    lease_expires_at = NULL,
+    stop_reason = NULL
+WHERE id = %(id)s AND queue = %(queue)s AND status = 'running'
+RETURNING id;
+
+-- name: abandon_job
+-- An operator gives up on one job, running or waiting: abandoned at its cursor with the reason as its error,
+-- until a requeue. A worker running it stops at its next fenced write. Returns the job.
+UPDATE {schema}.jobs
+SET status = 'abandoned',
+    error = %(error)s,
+    leased_by = NULL,
+    lease_expires_at = NULL,
+    stop_reason = NULL
+WHERE id = %(id)s AND queue = %(queue)s AND status IN ('pending', 'running', 'failed', 'deferred')
+RETURNING id;
+
 -- name: list_jobs
 -- Jobs by queue, optionally one owner, status and type: newest first.
 SELECT *

@@ -13,11 +13,17 @@ from enum import Enum
 from synclane_provider.core.clock import Clock
 from synclane_provider.core.declarations import Queue
 from synclane_provider.core.errors import UnknownJobTypeError
-from synclane_provider.core.lease import LeaseKeeper
+from synclane_provider.core.lease import LeaseKeeper, why_lost
+from synclane_provider.core.pages import PageLeftBehind, PageThread
 from synclane_provider.core.outcomes import describe_error, lost_attempt
 from synclane_provider.core.records import Job, Page
 from synclane_provider.core.states import JobStatus
 from synclane_provider.core.store import Finish, Store
+
+DEFAULT_STOP_GRACE = timedelta(seconds=30)
+"""How long a stopping worker waits for a page in flight before it leaves the job to lapse to another worker."""
+INTERRUPT_GRACE = timedelta(seconds=5)
+"""How long an interrupted worker waits for the page in flight before it hands the job back (else it lapses)."""
 
 FinalWrite = Callable[[Finish], bool]
 """Writes how a job ended; False if the lease was lost."""
@@ -31,7 +37,8 @@ class Outcome(str, Enum):
     DEFERRED = "deferred"
     ABANDONED = "abandoned"
     RELEASED = "released"  # handed back as pending on a graceful stop
-    LEASE_LOST = "lease_lost"  # another worker took the job over; nothing more was written
+    LEASE_LOST = "lease_lost"  # the job is no longer this worker's (taken over, handed back); nothing more was written
+    LEFT_RUNNING = "left_running"  # stopping, the worker gave up waiting for a page: the job's lease lapses
 
     def __str__(self) -> str:
         return self.value
@@ -68,10 +75,14 @@ class JobRunner:
         clock: Clock,
         stop: threading.Event,
         lease: LeaseKeeper,
+        pages: PageThread,
         final_write: FinalWrite,
+        stop_grace: timedelta = DEFAULT_STOP_GRACE,
         log: logging.Logger | logging.LoggerAdapter[logging.Logger] | None = None,
     ) -> None:
         self._lease = lease
+        self._pages = pages
+        self._stop_grace = stop_grace
         self._final_write = final_write
         self._store = store
         self._queue = queue
@@ -97,7 +108,7 @@ class JobRunner:
                 job, failure.status, job.processed_count, 0, 0, error=describe_error(lost), delay=failure.delay
             )
         try:
-            handler = self._queue.job_type(job.type).handler
+            job_type = self._queue.job_type(job.type)
         except UnknownJobTypeError as exc:
             return self._finish(job, JobStatus.ABANDONED, job.processed_count, 0, 0, error=describe_error(exc))
 
@@ -109,8 +120,22 @@ class JobRunner:
                 if self._stop.is_set():
                     return self._release(current, pages, current.processed_count - start_count)
                 try:
-                    page = Page.check(handler(current), job_type=job.type, counted=current.processed_count)
-                except Exception as exc:  # noqa: BLE001 - any handler failure is recorded on the row
+                    answer = self._pages.call(
+                        job_type.handler,
+                        current,
+                        timeout=job_type.page_timeout.total_seconds(),
+                        describe=current.describe(),
+                        lease_lost=lambda: lease.lost,
+                        stop=self._stop,
+                        stop_grace=self._stop_grace.total_seconds(),
+                    )
+                    page = Page.check(answer, job_type=job.type, counted=current.processed_count)
+                except PageLeftBehind as left:
+                    records = current.processed_count - start_count
+                    if lease.lost:
+                        return self._lost(current, pages, records)
+                    return self._left_running(current, pages, records, str(left))
+                except Exception as exc:  # noqa: BLE001 - any handler failure (or a page timeout) is recorded on the row
                     if lease.lost:
                         return self._lost(current, pages, current.processed_count - start_count)
                     failure = self._queue.retry.after_failure(job.attempt_count, exc)
@@ -124,9 +149,11 @@ class JobRunner:
                         delay=failure.delay,
                     )
                 except BaseException:
-                    # An interrupt (Ctrl-C, SystemExit, a task timeout raised into the page): hand the job back
-                    # with its cursor rather than leave it running until its lease lapses.
-                    self._release(current, pages, current.processed_count - start_count)
+                    # An interrupt (Ctrl-C, SystemExit, a task timeout, raised by the handler or into this thread
+                    # while it waited): hand the job back with its cursor rather than leave it running until its
+                    # lease lapses -- once the page is over, so that no other worker runs beside it.
+                    if self._pages.finish_current(within=INTERRUPT_GRACE.total_seconds()):
+                        self._release(current, pages, current.processed_count - start_count)
                     raise
                 pages += 1
                 processed = current.processed_count + page.count
@@ -198,5 +225,12 @@ class JobRunner:
 
     def _lost(self, job: Job, pages: int, records: int) -> RunResult:
         result = RunResult(job, Outcome.LEASE_LOST, pages, records)
-        self._log.warning("%s: the lease was taken over; stopped without writing", result)
+        self._log.warning("%s: %s; stopped without writing", result, why_lost(self._store, job.id))
+        return result
+
+    def _left_running(self, job: Job, pages: int, records: int, why: str) -> RunResult:
+        result = RunResult(job, Outcome.LEFT_RUNNING, pages, records)
+        self._log.warning(
+            "%s: %s; left running at cursor %r, to be taken over once its lease lapses", result, why, job.cursor
+        )
         return result

@@ -13,9 +13,12 @@
     running --lease expired, another worker takes it over--> running
     failed, deferred, abandoned --requeue--> pending
     pending, failed, deferred --cancel--> abandoned
+    running --released by an operator--> pending
+    pending, running, failed, deferred --abandoned by an operator--> abandoned
 
 Every transition out of ``running`` is written by the worker holding the lease and is fenced on it; the
-others are the take (``finish_and_take``) or operations (requeue, cancel).
+others are the take (``finish_and_take``) or operations (requeue, cancel, release, abandon); an operator's
+release or abandon of a running job takes it from its worker, whose next fenced write then finds it gone.
 
 The SQL is checked against this module, not the other way round: ``tests/test_states.py`` compares the
 table's CHECK constraints and partial indexes with these sets, every status literal and ``IN`` list in the
@@ -88,3 +91,6 @@ has none of these due."""
 
 STOPPED = (JobStatus.FAILED, JobStatus.DEFERRED, JobStatus.ABANDONED)
 """States a requeue gives fresh attempts to."""
+
+UNSETTLED = (*WAITING, JobStatus.RUNNING)
+"""States of a job that is running or will run again: what an operator's abandon gives up on."""

@@ -186,6 +186,12 @@ class Store:
         assert row is not None
         return Cancelled(abandoned=row["abandoned"], stopping=row["stopping"])
 
+    def release_running(self, queue: str, job_id: int, *, now: datetime | None) -> bool:
+        return bool(self.session.run("release_running", queue=queue, id=job_id, now=now))
+
+    def abandon_job(self, queue: str, job_id: int, *, error: str) -> bool:
+        return bool(self.session.run("abandon_job", queue=queue, id=job_id, error=error))
+
     def list_jobs(
         self, queue: str, *, owner: str | None, status: str | None, type: str | None, limit: int
     ) -> list[Job]:

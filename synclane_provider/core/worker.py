@@ -26,7 +26,8 @@ from synclane_provider.core.database import Database, Session
 from synclane_provider.core.declarations import SyncLane
 from synclane_provider.core.lease import LeaseKeeper
 from synclane_provider.core.records import Activity, Job
-from synclane_provider.core.runner import JobRunner, Outcome, RunResult
+from synclane_provider.core.pages import PageThread
+from synclane_provider.core.runner import DEFAULT_STOP_GRACE, JobRunner, Outcome, RunResult
 from synclane_provider.core.store import Finish, FinishAndTake, Store, Taken
 
 log = logging.getLogger(__name__)
@@ -103,6 +104,7 @@ class WorkerSlot:
         stop: threading.Event | None = None,
         logger: logging.Logger | logging.LoggerAdapter[logging.Logger] | None = None,
         give_up_after: timedelta = timedelta(minutes=5),
+        stop_grace: timedelta = DEFAULT_STOP_GRACE,
     ) -> None:
         self.queue = synclane.queue(queue)
         self.worker_id = worker_id or new_worker_id(queue)
@@ -113,6 +115,7 @@ class WorkerSlot:
         )
         self.store = Store(self.session)
         self.lease = LeaseKeeper(self.store, worker=self.worker_id, lease=self.queue.lease, clock=clock)
+        self.pages = PageThread(self.worker_id, logger or log)
         self.runner = JobRunner(
             self.store,
             self.queue,
@@ -120,8 +123,10 @@ class WorkerSlot:
             clock=clock,
             stop=self.stop,
             lease=self.lease,
+            pages=self.pages,
             final_write=self._finish_and_take_next,
             log=logger or log,
+            stop_grace=stop_grace,
         )
         self.summary = Summary()
         self._next: Taken | None = None
@@ -243,6 +248,7 @@ class WorkerSlot:
         try:
             self.hand_back()
         finally:
+            self.pages.close()
             self.lease.close()
             self.session.close()
 
@@ -281,6 +287,7 @@ class WorkerPool:
         slots: int | None = None,
         clock: Clock = database_clock,
         poll_interval: timedelta | None = None,
+        stop_grace: timedelta = DEFAULT_STOP_GRACE,
     ) -> None:
         self.queue = synclane.queue(queue)
         self.slots = slots if slots is not None else self.queue.concurrency
@@ -291,7 +298,15 @@ class WorkerPool:
         self.stop = threading.Event()
         self._idle = threading.Condition()
         self._slots = [
-            WorkerSlot(synclane, database, queue, worker_id=new_worker_id(f"{queue}-{i}"), clock=clock, stop=self.stop)
+            WorkerSlot(
+                synclane,
+                database,
+                queue,
+                worker_id=new_worker_id(f"{queue}-{i}"),
+                clock=clock,
+                stop=self.stop,
+                stop_grace=stop_grace,
+            )
             for i in range(self.slots)
         ]
 
@@ -323,7 +338,12 @@ class WorkerPool:
         return self._on_threads(lambda slot: self._work(slot, ends=None))
 
     def shutdown(self) -> None:
-        """Ask every slot to stop after its current page; safe to call from any thread."""
+        """Ask every slot to stop after its current page; safe to call from any thread.
+
+        A slot whose page is still running ``stop_grace`` later (30 s by default) stops waiting for it: the
+        job stays running until its lease lapses, and another worker then takes it over from its cursor. So
+        :meth:`run` returns within about ``stop_grace`` even when a page hangs.
+        """
         self.stop.set()
         self._wake(everyone=True)
 

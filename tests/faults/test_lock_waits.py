@@ -148,7 +148,7 @@ def test_a_worker_whose_own_row_is_held_waits_for_it_alone_while_other_lanes_run
         [held] = rows(admin, schema, "owner = 'a-1'")
         assert (held["status"], held["cursor"]) == ("running", "50")
         if timeout is None:
-            assert waiting_on_a_lock(admin, name)
+            wait_for(lambda: waiting_on_a_lock(admin, name), "the held page's cursor save to wait on the row lock")
         else:
             wait_for(
                 lambda: sum("database error during" in r.getMessage() for r in caplog.records) >= 2,
