@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import time
 from datetime import datetime, timedelta, timezone
+
+import psycopg
 
 import pytest
 
@@ -208,3 +211,26 @@ def test_deleted_recurring_job_is_planned_again_in_its_period(ops, admin, schema
     operations.plan("shops", now=clock.now)
     execute(admin, schema, "DELETE FROM {jobs} WHERE mode = 'recurring'")
     assert operations.plan("shops", now=clock.now).inserted == {"orders": 1}
+
+
+def test_planning_waits_out_a_passing_error_of_the_owner_source_and_not_a_bug(ops, admin, schema, clock):
+    failures: list[Exception] = [psycopg.errors.TooManyConnections("sorry, too many clients already"),
+                                 psycopg.OperationalError("Connection refused")]
+
+    def accounts(queue):
+        if failures:
+            raise failures.pop(0)
+        return ["acme"]
+
+    assert ops(products(), owner_source=accounts).plan("shops", now=clock.now).total == 1
+    assert failures == []
+
+    failures[:] = [psycopg.errors.TooManyConnections("sorry, too many clients already")] * 100
+    started = time.monotonic()
+    with pytest.raises(psycopg.errors.TooManyConnections):
+        ops(products(), owner_source=accounts).plan("shops", now=clock.now, give_up_after=timedelta(seconds=1))
+    assert time.monotonic() - started < 3  # bounded
+
+    failures[:] = [psycopg.errors.UndefinedTable("relation accounts does not exist")]
+    with pytest.raises(psycopg.errors.UndefinedTable):  # what the statement is, not a passing error: at once
+        ops(products(), owner_source=accounts).plan("shops", now=clock.now)

@@ -15,7 +15,8 @@ import logging
 import threading
 import time
 import weakref
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any, TypeVar, cast
 
@@ -203,6 +204,15 @@ class Session:
                 ) from error
             log.warning("database error during %s (%s); retrying in %.1fs", label, error, wait)
             self._sleep(wait)
+
+    @contextmanager
+    def giving_up_after(self, limit: timedelta) -> Iterator[None]:
+        """Within the block, give up on an unreachable database after ``limit`` at most."""
+        before, self.give_up_after = self.give_up_after, min(limit, self.give_up_after)
+        try:
+            yield
+        finally:
+            self.give_up_after = before
 
     def one(self, name: str, **params: Any) -> dict[str, Any] | None:
         rows = self.run(name, **params)

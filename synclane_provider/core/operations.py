@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+import logging
+import time
+from datetime import datetime, timedelta, timezone
 from collections.abc import Sequence
 
 from synclane_provider.core import planner
@@ -16,8 +18,11 @@ from synclane_provider.core.planner import PlanSummary
 from synclane_provider.core.planning import instant_key, instant_text, utc
 from synclane_provider.core.records import Activity, Cancelled, Job, Progress
 from synclane_provider.core.store import Store
+from synclane_provider.core.transient import Backoff, passes_from_anywhere
 from synclane_provider.core.states import JobMode, JobStatus
 
+
+log = logging.getLogger(__name__)
 
 MAX_LIST = 10_000
 """The most jobs one :meth:`Operations.list_jobs` call returns."""
@@ -40,9 +45,34 @@ class Operations:
     def _now(self, now: datetime | None) -> datetime | None:
         return now if now is not None else self.clock()
 
-    def plan(self, queue: str, *, owner: str | Owner | None = None, now: datetime | None = None) -> PlanSummary:
-        """Plan one queue now (every owner, or just ``owner``, e.g. right after an account connects)."""
-        return planner.plan(self.store, self.synclane.queue(queue), now=self._now(now), owner=owner)
+    def plan(
+        self,
+        queue: str,
+        *,
+        owner: str | Owner | None = None,
+        now: datetime | None = None,
+        give_up_after: timedelta | None = None,
+    ) -> PlanSummary:
+        """Plan one queue now (every owner, or just ``owner``, e.g. right after an account connects).
+
+        A database error that passes -- in the jobs table, or in the owner source reading its accounts (the
+        server out of connections, a restart) -- is waited out with the workers' backoff for up to
+        ``give_up_after`` (default: this object's session's, five minutes), then raised. Planning is
+        repeatable, so a try cut short changes nothing.
+        """
+        declared = self.synclane.queue(queue)
+        limit = give_up_after or self.session.give_up_after
+        backoff = Backoff(give_up_after=limit.total_seconds())
+        while True:
+            try:
+                with self.session.giving_up_after(limit):
+                    return planner.plan(self.store, declared, now=self._now(now), owner=owner)
+            except Exception as exc:
+                wait = backoff.next() if passes_from_anywhere(exc) else None
+                if wait is None:
+                    raise
+                log.warning("planning queue %s failed (%s); trying again in %.1fs", queue, exc, wait)
+                time.sleep(wait)
 
     def enqueue(
         self,

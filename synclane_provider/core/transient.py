@@ -44,6 +44,17 @@ def passes(error: BaseException, *, connection_closed: bool) -> bool:
     return sqlstate[:2] in PASSING_ERROR_CLASSES or sqlstate in PASSING_ERRORS
 
 
+def passes_from_anywhere(error: BaseException) -> bool:
+    """Whether a database error raised by code that is not ours (an owner source reading its accounts) passes.
+
+    Its connection cannot be looked at, so a connection error with no SQLSTATE (refused, reset, timed out)
+    counts as a broken connection; anything else is judged by its SQLSTATE, as our own statements are.
+    """
+    if not isinstance(error, psycopg.Error):
+        return False
+    return passes(error, connection_closed=isinstance(error, CONNECTION_ERRORS) and not error.sqlstate)
+
+
 @dataclass
 class Backoff:
     """Waits that double from ``first`` up to ``cap`` seconds, each jittered, until ``give_up_after`` seconds.

@@ -3,16 +3,22 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 
-from synclane_provider.core import Operations
+from synclane_provider.core import Operations, SyncLane
 from synclane_provider.hooks.synclane import SyncLaneHook
 from synclane_provider.locate import locate_queue
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
+
+
+def retry_bound(declaration: SyncLane) -> timedelta:
+    """How long a planning run waits out a database that went away: most of a plan interval, at least 10 s."""
+    return max(declaration.plan_interval * 0.8, timedelta(seconds=10))
 
 
 class SyncLanePlanOperator(BaseOperator):
@@ -52,7 +58,8 @@ class SyncLanePlanOperator(BaseOperator):
         declaration, queue = locate_queue(self.synclane, self.synclane_queue)
         database = SyncLaneHook(synclane_conn_id=self.synclane_conn_id).get_database(declaration)
         with Operations(declaration, database) as operations:
-            summary = operations.plan(queue.name, owner=self.owner_id or None)
+            # A passing database error is waited out, but never into the next run's time.
+            summary = operations.plan(queue.name, owner=self.owner_id or None, give_up_after=retry_bound(declaration))
         for job_type, inserted in summary.inserted.items():
             self.log.info(
                 "queue %s, type %s: %s job(s) inserted for %s owner(s)", queue.name, job_type, inserted, summary.owners

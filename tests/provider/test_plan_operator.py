@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
+import psycopg
 import pytest
 
 from synclane_provider.core import DeclarationError, UnknownOwnerError, UnknownQueueError
 from synclane_provider.locate import locate_queue, locate_synclane
-from synclane_provider.operators.plan import SyncLanePlanOperator
+from synclane_provider.operators.plan import SyncLanePlanOperator, retry_bound
 from tests.helpers import rows
 from tests.provider import declaration as decl
 from tests.provider.conftest import DECLARATION
@@ -64,3 +67,27 @@ def test_an_unknown_queue_names_the_declared_ones_and_the_path():
 def test_the_operator_reports_a_bad_path_when_it_runs(provider_schema):
     with pytest.raises(UnknownQueueError, match="'orders'"):
         planner(synclane_queue="orders").execute({})
+
+
+def test_planning_waits_out_a_database_that_is_out_of_connections(provider_schema, admin, caplog):
+    decl.OWNER_SOURCE_FAILURES[:] = [
+        psycopg.errors.TooManyConnections("sorry, too many clients already"),
+        psycopg.OperationalError("connection to server failed: Connection refused"),
+    ]
+    try:
+        assert planner().execute({})["total"] == decl.shop_jobs()
+    finally:
+        left = list(decl.OWNER_SOURCE_FAILURES)
+        decl.OWNER_SOURCE_FAILURES.clear()
+    assert left == []
+    assert sum("planning queue shops failed" in r.getMessage() for r in caplog.records) == 2
+
+
+def test_planning_gives_up_within_its_plan_interval_and_at_once_on_a_real_error(provider_schema):
+    assert retry_bound(decl.synclane) == timedelta(seconds=48)  # a one-minute plan interval
+    decl.OWNER_SOURCE_FAILURES[:] = [ValueError("the owner source has a bug")]
+    try:
+        with pytest.raises(ValueError, match="the owner source has a bug"):
+            planner().execute({})
+    finally:
+        decl.OWNER_SOURCE_FAILURES.clear()
