@@ -150,8 +150,8 @@ def race(calls: Iterable[Callable[[], object]], *, timeout: float = 120.0) -> li
 
 
 def connections_open(admin: psycopg.Connection, *, database: str | None = None, application: str | None = None,
-                     settle: float = 2.0) -> list[dict]:
-    """The server's client connections to ``database`` or named ``application``, once closed ones are gone.
+                     user: str | None = None, settle: float = 2.0) -> list[dict]:
+    """The server's client connections to ``database``, named ``application`` or of ``user``, once closed ones are gone.
 
     A client that closed its connection leaves ``pg_stat_activity`` a moment later, when its backend exits:
     an empty answer comes as soon as it is seen, a non-empty one only after ``settle`` seconds.
@@ -161,8 +161,9 @@ def connections_open(admin: psycopg.Connection, *, database: str | None = None, 
         found = admin.execute(
             "SELECT application_name, state, query FROM pg_stat_activity WHERE backend_type = 'client backend'"
             " AND (%(database)s::text IS NULL OR datname = %(database)s)"
-            " AND (%(application)s::text IS NULL OR application_name = %(application)s)",
-            {"database": database, "application": application},
+            " AND (%(application)s::text IS NULL OR application_name = %(application)s)"
+            " AND (%(user)s::text IS NULL OR usename = %(user)s)",
+            {"database": database, "application": application, "user": user},
         ).fetchall()
         if not found or time.monotonic() > deadline:
             return found

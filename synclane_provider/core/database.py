@@ -27,12 +27,15 @@ from psycopg.rows import dict_row
 
 from synclane_provider.core.errors import DatabaseUnavailableError
 from synclane_provider.core.queries import statement
-from synclane_provider.core.transient import Backoff, passes
+from synclane_provider.core.transient import Backoff, describe, passes
 from synclane_provider.core.schema_versions import Migration, ensure_schema
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+LET_GO_EVERY = 0.1
+"""How often a session backing off looks whether it should stop or let go, in seconds."""
 
 ConnectionFactory = Callable[[], "psycopg.Connection[Any]"]
 
@@ -144,6 +147,7 @@ class Session:
         first_backoff: float = 0.1,
         max_backoff: float = 5.0,
         stop: threading.Event | None = None,
+        let_go: Callable[[], bool] | None = None,
         settings: Mapping[str, str] | None = None,
         prepare_threshold: int | None = 5,
     ) -> None:
@@ -156,6 +160,7 @@ class Session:
         self.first_backoff = first_backoff
         self.max_backoff = max_backoff
         self._stop = stop
+        self._let_go = let_go
         self._conn: psycopg.Connection[Any] | None = None
         self._lock = threading.RLock()
         self.reconnects = 0
@@ -196,13 +201,13 @@ class Session:
                         error = exc
             failures += 1
             if self._stopping() and failures > 1:
-                raise DatabaseUnavailableError(f"gave up running {label!r} while stopping: {error}") from error
+                raise DatabaseUnavailableError(f"gave up running {label!r} while stopping: {describe(error)}") from error
             wait = backoff.next()
             if wait is None:
                 raise DatabaseUnavailableError(
-                    f"database unreachable for {self.give_up_after} while running {label!r}: {error}"
+                    f"database unreachable for {self.give_up_after} while running {label!r}: {describe(error)}"
                 ) from error
-            log.warning("database error during %s (%s); retrying in %.1fs", label, error, wait)
+            log.warning("database error during %s (%s); retrying in %.1fs", label, describe(error), wait)
             self._sleep(wait)
 
     @contextmanager
@@ -244,14 +249,18 @@ class Session:
 
     def _stopping(self) -> bool:
         """A stopping worker tries a fresh connection once (a killed connection is the common case), then
-        lets go instead of waiting minutes for the database: its lease lapses and another worker continues."""
-        return self._stop is not None and self._stop.is_set()
+        lets go instead of waiting minutes for the database: its lease lapses and another worker continues.
+        So does a session whose ``let_go`` says so (a pool slot still connecting when the pool is done)."""
+        return (self._stop is not None and self._stop.is_set()) or (self._let_go is not None and self._let_go())
 
     def _sleep(self, seconds: float) -> None:
-        if self._stop is not None:
-            self._stop.wait(seconds)
-        else:
-            time.sleep(seconds)
+        """Back off, but wake early when asked to stop or to let go."""
+        deadline = time.monotonic() + seconds
+        while (left := deadline - time.monotonic()) > 0 and not self._stopping():
+            if self._stop is not None:
+                self._stop.wait(min(left, LET_GO_EVERY))
+            else:
+                time.sleep(min(left, LET_GO_EVERY))
 
     def close(self) -> None:
         with self._lock:

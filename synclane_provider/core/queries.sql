@@ -444,6 +444,15 @@ WHERE NOT EXISTS (
       )
 ORDER BY o.owner;
 
+-- name: connection_room
+-- How many more connections the server has room for (short of those reserved for superusers), and this
+-- role's CONNECTION LIMIT (NULL: none): a pool warns when it starts more slots than that.
+SELECT current_setting('max_connections')::int - current_setting('superuser_reserved_connections')::int
+       - (SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend')::int AS server_room,
+       (SELECT r.rolconnlimit - (SELECT count(*) FROM pg_stat_activity WHERE usename = current_user)::int
+        FROM pg_roles AS r
+        WHERE r.rolname = current_user AND r.rolconnlimit >= 0) AS role_room;
+
 -- name: notify
 -- Wake idle workers of a queue (their triggers LISTEN on the channel): jobs were inserted, requeued or released.
 SELECT pg_notify(%(channel)s, %(payload)s);

@@ -226,6 +226,13 @@ class Store:
         )
         return [row["owner"] for row in rows]
 
+    def connection_room(self) -> int:
+        """How many more connections the server, and this role's connection limit, let this role open."""
+        row = self.session.one("connection_room")
+        assert row is not None
+        rooms: list[int] = [room for room in (row["server_room"], row["role_room"]) if room is not None]
+        return min(rooms)
+
     def notify(self, queue: str) -> None:
         """Wake the idle workers of ``queue`` (their triggers LISTEN on the table's channel)."""
         self.session.run("notify", channel=channel(self.schema), payload=payload(queue))

@@ -55,6 +55,22 @@ def passes_from_anywhere(error: BaseException) -> bool:
     return passes(error, connection_closed=isinstance(error, CONNECTION_ERRORS) and not error.sqlstate)
 
 
+NO_ROOM = ("too many clients", "too many connections", "remaining connection slots are reserved")
+"""How the server words a refused connection when it has no room (SQLSTATE 53300, which a failed connect
+does not report as such)."""
+
+
+def describe(error: BaseException) -> str:
+    """The error for a log line or a message, naming a server without room for another connection."""
+    text = str(error).strip()
+    if any(words in text for words in NO_ROOM):
+        return (
+            f"the server has no room for another connection (too many clients: its max_connections, or the "
+            f"role's CONNECTION LIMIT, is reached): {text}"
+        )
+    return text
+
+
 @dataclass
 class Backoff:
     """Waits that double from ``first`` up to ``cap`` seconds, each jittered, until ``give_up_after`` seconds.

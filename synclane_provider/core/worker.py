@@ -23,6 +23,7 @@ import psycopg.errors
 
 from synclane_provider.core.clock import Clock, database_clock
 from synclane_provider.core.database import Database, Session
+from synclane_provider.core.errors import DatabaseUnavailableError
 from synclane_provider.core.declarations import SyncLane
 from synclane_provider.core.lease import LeaseKeeper
 from synclane_provider.core.records import Activity, Job
@@ -105,13 +106,21 @@ class WorkerSlot:
         logger: logging.Logger | logging.LoggerAdapter[logging.Logger] | None = None,
         give_up_after: timedelta = timedelta(minutes=5),
         stop_grace: timedelta = DEFAULT_STOP_GRACE,
+        let_go: Callable[[], bool] | None = None,
     ) -> None:
         self.queue = synclane.queue(queue)
         self.worker_id = worker_id or new_worker_id(queue)
         self.clock = clock
         self.stop = stop or threading.Event()
+        self._let_go = let_go
+        self._busy = False
         self.session = Session(
-            database, stop=self.stop, give_up_after=give_up_after, settings=WORKER_SETTINGS, prepare_threshold=0
+            database,
+            stop=self.stop,
+            let_go=self._may_let_go,
+            give_up_after=give_up_after,
+            settings=WORKER_SETTINGS,
+            prepare_threshold=0,
         )
         self.store = Store(self.session)
         self.lease = LeaseKeeper(self.store, worker=self.worker_id, lease=self.queue.lease, clock=clock)
@@ -133,6 +142,10 @@ class WorkerSlot:
         self._hand_over = True
         self.found_nothing = False
         """Whether the take that came with the last finish found nothing to do."""
+
+    def _may_let_go(self) -> bool:
+        """Whether this slot may give up on an unreachable database early: only between jobs, when asked."""
+        return not self._busy and self._let_go is not None and self._let_go()
 
     def _finish_and_take(self, finish: Finish | None, *, take: bool) -> FinishAndTake:
         """Finish the last job (if any) and lease the next (if ``take``), in one statement."""
@@ -199,7 +212,11 @@ class WorkerSlot:
         if taken is None:
             return None
         self._hand_over = then_continue
-        result = self.runner.run(taken.job, lost_worker=taken.lost_worker)
+        self._busy = True
+        try:
+            result = self.runner.run(taken.job, lost_worker=taken.lost_worker)
+        finally:
+            self._busy = False
         self.summary.add(result)
         return result
 
@@ -296,6 +313,8 @@ class WorkerPool:
         self.poll_interval = poll_interval or synclane.poll_interval
         self.clock = clock
         self.stop = threading.Event()
+        self._finished = threading.Event()
+        """Set when a slot saw the pool's work done: slots still trying to connect then give up."""
         self._idle = threading.Condition()
         self._slots = [
             WorkerSlot(
@@ -306,6 +325,7 @@ class WorkerPool:
                 clock=clock,
                 stop=self.stop,
                 stop_grace=stop_grace,
+                let_go=self._finished.is_set,
             )
             for i in range(self.slots)
         ]
@@ -357,10 +377,12 @@ class WorkerPool:
         self._wake(everyone=True)
 
     def _work(self, slot: WorkerSlot, *, ends: Callable[[Activity], bool] | None) -> None:
+        idle = False  # the last wait ended with nothing to do
         try:
             while not self.stop.is_set():
                 result = slot.run_one()
                 if result is not None:
+                    idle = False
                     following = slot.next_job
                     if following is None or following.lane != result.job.lane:
                         self._wake()  # this slot left a lane that may still have work
@@ -368,13 +390,19 @@ class WorkerPool:
                         continue
                 activity = slot.store.activity(self.queue.name, now=slot.clock())
                 if ends is not None and ends(activity):
+                    self._finished.set()
                     self._wake(everyone=True)
                     return
+                if idle:
+                    slot.session.close()  # idle for a while: let others have the connection while it waits
                 with self._idle:
-                    if not self.stop.is_set():
-                        self._idle.wait(self._idle_seconds(activity))
+                    idle = not (self.stop.is_set() or self._idle.wait(self._idle_seconds(activity)))
+        except DatabaseUnavailableError:
+            if not self._finished.is_set():
+                raise  # a slot that never got a connection while the others finished the work just ends
         finally:
             slot.hand_back()
+            slot.session.close()
 
     def _idle_seconds(self, activity: Activity) -> float:
         """How long an idle slot sleeps: a poll interval, or less when a waiting job is due or a lease lapses
@@ -385,6 +413,19 @@ class WorkerPool:
                 seconds = min(seconds, (instant - activity.now).total_seconds())
         return max(seconds, MIN_IDLE_SECONDS)
 
+    def _warn_if_the_server_has_too_little_room(self) -> None:
+        """More slots than the server (or the role) has connections left for: some slots wait to connect."""
+        try:
+            room = self._slots[0].store.connection_room()
+        except DatabaseUnavailableError:
+            return  # the slots will say so themselves
+        if self.slots - 1 > room:
+            log.warning(
+                "pool of %s slot(s) for queue %s, but the server has room for %s more connection(s) "
+                "(max_connections, or the role's CONNECTION LIMIT): some slots will wait to connect",
+                self.slots, self.queue.name, room,
+            )
+
     def _wake(self, *, everyone: bool = False) -> None:
         with self._idle:
             if everyone:
@@ -394,6 +435,8 @@ class WorkerPool:
 
     def _on_threads(self, work: Callable[[WorkerSlot], None]) -> Summary:
         errors: list[BaseException] = []
+        self._finished.clear()
+        self._warn_if_the_server_has_too_little_room()
 
         def guarded(slot: WorkerSlot) -> None:
             try:
