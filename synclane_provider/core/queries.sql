@@ -269,13 +269,18 @@ ON CONFLICT (queue, owner, type, dedup_key) DO NOTHING
 RETURNING *;
 
 -- name: requeue
--- Give failed, deferred and abandoned jobs fresh attempts, due now; cursors and counts are kept.
+-- Give failed, deferred and abandoned jobs fresh attempts, due now; cursors and counts are kept. A pending
+-- job set to run later (by hand, or enqueued with run_at) is brought forward to now as well.
+WITH clock AS (
+    SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now
+)
 UPDATE {schema}.jobs
 SET status = 'pending',
     attempt_count = 0,
-    next_run_at = coalesce(%(now)s::timestamptz, statement_timestamp())
+    next_run_at = clock.now
+FROM clock
 WHERE queue = %(queue)s
-  AND status IN ('failed', 'deferred', 'abandoned')
+  AND (status IN ('failed', 'deferred', 'abandoned') OR (status = 'pending' AND next_run_at > clock.now))
   AND (%(owner)s::text IS NULL OR owner = %(owner)s)
   AND (%(type)s::text IS NULL OR type = %(type)s)
 RETURNING id;

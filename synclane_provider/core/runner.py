@@ -225,7 +225,7 @@ class JobRunner:
 
     def _lost(self, job: Job, pages: int, records: int) -> RunResult:
         result = RunResult(job, Outcome.LEASE_LOST, pages, records)
-        self._log.warning("%s: %s; stopped without writing", result, why_lost(self._store, job.id))
+        self._log.warning("%s: %s; stopped without writing", result, why_lost(self._store, job.id, self._worker))
         return result
 
     def _left_running(self, job: Job, pages: int, records: int, why: str) -> RunResult:
