@@ -1,0 +1,27 @@
+"""A worker process for the rate-budget run: a pool of slots on the queue of ``tests.budget_race`` until every job
+is settled; exits non-zero (with the traceback on stderr) if the pool raised.
+
+    python tests/support/budget_worker.py DATABASE_URL SCHEMA API_URL SPEC_JSON SLOTS
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from datetime import timedelta
+
+from synclane_provider.core import Rate, WorkerPool
+from tests.budget_race import QUEUE, declaration
+
+
+def main() -> None:
+    url, schema, api_url, spec_json, slots = sys.argv[1:6]
+    spec = json.loads(spec_json)
+    rate = Rate(spec["requests"], per=timedelta(seconds=spec["per"]), burst=spec["burst"])
+    synclane = declaration(schema, api_url, rate=rate, pages=spec["pages"], requests_per_page=spec["requests_per_page"])
+    summary = WorkerPool(synclane, synclane.database(url), QUEUE, slots=int(slots)).run_until_settled()
+    print(json.dumps(summary.as_dict()), flush=True)
+
+
+if __name__ == "__main__":
+    main()
