@@ -173,18 +173,19 @@ class BudgetRun:
 
 
 def budget_run(database_url: str, schema: str, *, rate: Rate, jobs_per_owner: int = 2, pages: int = 5,
-               requests_per_page: int = 2, slots: int = 2, timeout: float = 120.0) -> BudgetRun:
-    """Plan one job per owner of lane ``acme`` (enqueued ``jobs_per_owner`` times), run them with two worker
-    processes of ``slots`` slots each, and measure the API's request log against ``rate``."""
+               requests_per_page: int = 2, slots: int = 2, enforce: bool = True, timeout: float = 120.0) -> BudgetRun:
+    """Enqueue ``jobs_per_owner`` jobs for each owner of lane ``acme``, run them with two worker processes of
+    ``slots`` slots each, and measure the API's request log against ``rate`` (which the workers are told to keep
+    to only with ``enforce``: without, the run shows what the budget prevents)."""
     with FakeAPI().serve() as served:
-        synclane = declaration(schema, served.url, rate=rate, pages=pages, requests_per_page=requests_per_page)
+        synclane = declaration(schema, served.url, rate=rate if enforce else None, pages=pages, requests_per_page=requests_per_page)
         with Operations(synclane, synclane.database(database_url)) as ops:
             for owner in ("acme-us", "acme-eu"):
                 for n in range(jobs_per_owner):
                     ops.enqueue(QUEUE, owner, "items", key=f"run-{n}")
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         spec = json.dumps({"requests": rate.requests, "per": rate.per.total_seconds(), "burst": rate.burst,
-                           "pages": pages, "requests_per_page": requests_per_page})
+                           "headroom": rate.headroom, "enforce": enforce, "pages": pages, "requests_per_page": requests_per_page})
         started = time.monotonic()
         workers = [
             subprocess.Popen([sys.executable, str(WORKER), database_url, schema, served.url, spec, str(slots)],

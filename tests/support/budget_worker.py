@@ -17,8 +17,8 @@ from tests.budget_race import QUEUE, declaration
 def main() -> None:
     url, schema, api_url, spec_json, slots = sys.argv[1:6]
     spec = json.loads(spec_json)
-    rate = Rate(spec["requests"], per=timedelta(seconds=spec["per"]), burst=spec["burst"])
-    synclane = declaration(schema, api_url, rate=rate, pages=spec["pages"], requests_per_page=spec["requests_per_page"])
+    rate = Rate(spec["requests"], per=timedelta(seconds=spec["per"]), burst=spec["burst"], headroom=spec["headroom"])
+    synclane = declaration(schema, api_url, rate=rate if spec["enforce"] else None, pages=spec["pages"], requests_per_page=spec["requests_per_page"])
     summary = WorkerPool(synclane, synclane.database(url), QUEUE, slots=int(slots)).run_until_settled()
     print(json.dumps(summary.as_dict()), flush=True)
 
