@@ -14,7 +14,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.request import urlopen
@@ -27,6 +27,9 @@ from synclane_provider.core.retry import Jitter, RetryPolicy
 ROOT = Path(__file__).resolve().parent.parent
 WORKER = ROOT / "tests" / "support" / "budget_worker.py"
 QUEUE = "api"
+WARM_UP = timedelta(seconds=3)
+"""How long after the jobs are enqueued they are due: time for the worker processes to start and warm up."""
+WARM_UP_ACCOUNT = "warm-up"
 
 
 @dataclass
@@ -45,6 +48,8 @@ class FakeAPI:
     """Answers ``GET /<account>/<page>`` with 200 (or 429 when its throttle says so), logging each arrival."""
 
     throttle: Throttle | None = None
+    latency: float = 0.0
+    """Seconds each answer takes (after its arrival is logged)."""
     log: list[tuple[float, str, int]] = field(default_factory=list)
     """(monotonic arrival time, account, status) per request, in arrival order."""
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -84,6 +89,7 @@ class Served:
             def do_GET(self) -> None:  # noqa: N802 - the base class's name
                 account = self.path.strip("/").split("/")[0]
                 status = api.answer(account)
+                time.sleep(api.latency)
                 body = json.dumps({"ok": status == 200}).encode()
                 self.send_response(status)
                 if status == 429:
@@ -180,14 +186,17 @@ def budget_run(database_url: str, schema: str, *, rate: Rate, jobs_per_owner: in
     with FakeAPI().serve() as served:
         synclane = declaration(schema, served.url, rate=rate if enforce else None, pages=pages, requests_per_page=requests_per_page)
         with Operations(synclane, synclane.database(database_url)) as ops:
+            # Due once both processes are up and have sent one warm-up request each (not counted): what is
+            # measured is how workers keep to the budget, not how long a fresh process takes to its first request.
+            due = datetime.now(timezone.utc) + WARM_UP
             for owner in ("acme-us", "acme-eu"):
                 for n in range(jobs_per_owner):
-                    ops.enqueue(QUEUE, owner, "items", key=f"run-{n}")
+                    ops.enqueue(QUEUE, owner, "items", key=f"run-{n}", run_at=due)
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         spec = json.dumps({"requests": rate.requests, "per": rate.per.total_seconds(), "burst": rate.burst,
                            "headroom": rate.headroom, "enforce": enforce, "pages": pages, "requests_per_page": requests_per_page})
         started = time.monotonic()
-        workers = [
+        workers: list[subprocess.Popen[str]] = [
             subprocess.Popen([sys.executable, str(WORKER), database_url, schema, served.url, spec, str(slots)],
                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             for _ in range(2)
@@ -207,6 +216,9 @@ def budget_run(database_url: str, schema: str, *, rate: Rate, jobs_per_owner: in
             raise AssertionError("\n".join(failures))
         seconds = time.monotonic() - started
         times = served.api.times("acme-us") + served.api.times("acme-eu")
+        warmed = len(served.api.times(WARM_UP_ACCOUNT))
+    if warmed != len(workers):
+        raise AssertionError(f"{warmed} of the {len(workers)} worker processes warmed up")
     times.sort()
     per_s = rate.requests / rate.per.total_seconds()
     allowed = ((times[-1] - times[0]) + rate.interval.total_seconds()) * per_s + rate.burst if times else 0

@@ -176,8 +176,9 @@ THROTTLED_OWNERS = (Owner("acme-us", lane="acme"), Owner("acme-eu", lane="acme")
 
 def throttled_run(database_url: str, schema: str) -> FakeAPI:
     """acme-us, acme-eu (lane acme) and globex, 3 jobs each of 4 one-request pages, 3 slots. The API answers
-    acme's 4th request 429 with Retry-After: 1, and every acme request in the second after it too."""
-    api = FakeAPI(throttle=Throttle(accounts=("acme-us", "acme-eu"), after=4, retry_after=1))
+    acme's 4th request 429 with Retry-After: 1, and every acme request in the second after it too. Each answer
+    takes 20 ms, so that globex still has pages to fetch during that second."""
+    api = FakeAPI(throttle=Throttle(accounts=("acme-us", "acme-eu"), after=4, retry_after=1), latency=0.02)
     with api.serve() as served:
         synclane = declaration(schema, served.url, rate=None, pages=4, requests_per_page=1, owners=THROTTLED_OWNERS)
         database = synclane.database(database_url)

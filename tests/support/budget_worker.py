@@ -11,7 +11,9 @@ import sys
 from datetime import timedelta
 
 from synclane_provider.core import Rate, WorkerPool
-from tests.budget_race import QUEUE, declaration
+from urllib.request import urlopen
+
+from tests.budget_race import QUEUE, WARM_UP_ACCOUNT, declaration
 
 
 def main() -> None:
@@ -19,6 +21,8 @@ def main() -> None:
     spec = json.loads(spec_json)
     rate = Rate(spec["requests"], per=timedelta(seconds=spec["per"]), burst=spec["burst"], headroom=spec["headroom"])
     synclane = declaration(schema, api_url, rate=rate if spec["enforce"] else None, pages=spec["pages"], requests_per_page=spec["requests_per_page"])
+    with urlopen(f"{api_url}/{WARM_UP_ACCOUNT}/0", timeout=10) as response:  # a fresh process's first request is slow
+        response.read()
     summary = WorkerPool(synclane, synclane.database(url), QUEUE, slots=int(slots)).run_until_settled()
     print(json.dumps(summary.as_dict()), flush=True)
 
