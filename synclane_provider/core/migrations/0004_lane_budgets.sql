@@ -5,8 +5,6 @@
 -- INSERT ... ON CONFLICT DO UPDATE that moves tat forward and returns how long to wait; no lock is held
 -- while it waits. paused_until is the end of the last wait a server named (a 429's Retry-After): no job of
 -- the lane starts a page before it. Rows are small and few (one per lane); no index besides the key.
---
--- (0003 is another branch's; migrations are numbered in the order the branches were planned.)
 
 CREATE TABLE IF NOT EXISTS {schema}.lane_budgets (
     queue        text        NOT NULL,
