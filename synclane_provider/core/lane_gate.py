@@ -17,6 +17,9 @@ on every machine keeps to the same ones:
 Waits sleep on the slot's stop event, holding no transaction and polling nothing; the job's lease is renewed
 meanwhile by its :class:`~synclane_provider.core.lease.LeaseKeeper`. A throttle without a named wait is our
 own guess (doubled and jittered per job), so it delays only its job; the budget is the tool for pacing a lane.
+
+Waits are computed on the slot's clock (the database's, or a pinned one) and slept in real time: a test that
+pins the clock and declares a rate sleeps the rate's intervals for real, whatever it does with the clock.
 """
 
 from __future__ import annotations
