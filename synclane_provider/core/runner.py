@@ -156,7 +156,7 @@ class JobRunner:
                 except Exception as exc:  # noqa: BLE001 - any handler failure (or a page timeout) is recorded on the row
                     if lease.lost:
                         return self._lost(current, pages, current.processed_count - start_count)
-                    if isinstance(exc, JobThrottled) and exc.retry_after is not None:
+                    if isinstance(exc, JobThrottled) and exc.retry_after:  # a named wait (zero is none)
                         self._gate.pause(current, exc.retry_after)  # before the finish: its take must see it
                     failure = self._queue.retry.after_failure(job.attempt_count, exc)
                     return self._finish(
