@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Union
 
 from synclane_provider.core.durations import duration_text
 from synclane_provider.core.errors import DeclarationError, UnknownJobTypeError, UnknownQueueError
+from synclane_provider.core.ratelimit import Rate
 from synclane_provider.core.retry import RetryPolicy
 
 if TYPE_CHECKING:
@@ -66,17 +67,28 @@ def _clipped(value: object, limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def _checked_rate(where: str, rate: object) -> None:
+    if rate is not None and not isinstance(rate, Rate):
+        raise DeclarationError(f"rate of {where} must be a Rate (e.g. Rate(10, per=timedelta(seconds=1))), got {rate!r}")
+
+
 @dataclass(frozen=True)
 class Owner:
-    """An account to sync for. Owners that share a rate limit share a ``lane``."""
+    """An account to sync for. Owners that share a rate limit share a ``lane``.
+
+    ``rate``: the rate budget of the owner's lane, when it differs from the queue's (``Queue(rate=…)``), e.g.
+    an account on a bigger plan. Owners sharing a lane must name the same rate (or none).
+    """
 
     id: str
     lane: str | None = None
+    rate: Rate | None = None
 
     def __post_init__(self) -> None:
         checked_name("owner id", self.id)
         if self.lane is not None:
             checked_name("owner lane", self.lane)
+        _checked_rate(f"owner {self.id!r}", self.rate)
 
     @property
     def lane_or_id(self) -> str:
@@ -155,7 +167,7 @@ RETRY_SETTINGS = ("max_attempts", "retry_delay", "retry_max_delay", "throttle_de
 
 @dataclass(frozen=True)
 class Queue:
-    """A named group of job types sharing a concurrency budget and retry policy.
+    """A named group of job types sharing a concurrency budget, a retry policy and a rate budget per lane.
 
     ``types`` are run in the order given: an earlier type's due jobs are taken before a later type's.
     ``retry`` is the queue's :class:`~synclane_provider.core.retry.RetryPolicy`; its settings may also be
@@ -173,10 +185,13 @@ class Queue:
     retry_max_delay: timedelta = None  # type: ignore[assignment]
     throttle_delay: timedelta = None  # type: ignore[assignment]
     throttle_max_delay: timedelta = None  # type: ignore[assignment]
+    rate: Rate | None = None
+    """The rate budget of each lane of the queue (None: unlimited), unless its owners name their own."""
 
     def __post_init__(self) -> None:
         checked_name("queue name", self.name)
         label = f"of queue {self.name!r}"
+        _checked_rate(f"queue {self.name!r}", self.rate)
         if not callable(self.owners):
             raise DeclarationError(f"owners {label} must be callable (queue name -> owners), got {self.owners!r}")
         object.__setattr__(self, "types", tuple(self.types))

@@ -25,6 +25,7 @@ from synclane_provider.core.clock import Clock, database_clock
 from synclane_provider.core.database import Database, Session
 from synclane_provider.core.errors import DatabaseUnavailableError
 from synclane_provider.core.declarations import SyncLane
+from synclane_provider.core.lane_gate import LaneGate
 from synclane_provider.core.lease import LeaseKeeper
 from synclane_provider.core.records import Activity, Job
 from synclane_provider.core.pages import PageThread
@@ -148,6 +149,9 @@ class WorkerSlot:
         self.store = Store(self.session)
         self.lease = LeaseKeeper(self.store, worker=self.worker_id, lease=self.queue.lease, clock=clock)
         self.pages = PageThread(self.worker_id, logger or log)
+        self.gate = LaneGate(
+            self.store, self.queue, clock=clock, stop=self.stop, refresh=synclane.plan_interval, log=logger or log
+        )
         self.runner = JobRunner(
             self.store,
             self.queue,
@@ -157,6 +161,7 @@ class WorkerSlot:
             lease=self.lease,
             pages=self.pages,
             final_write=self._finish_and_take_next,
+            gate=self.gate,
             log=logger or log,
             stop_grace=stop_grace,
         )
@@ -237,7 +242,7 @@ class WorkerSlot:
         self._hand_over = then_continue
         self._busy = True
         try:
-            result = self.runner.run(taken.job, lost_worker=taken.lost_worker)
+            result = self.runner.run(taken.job, lost_worker=taken.lost_worker, lane_wait=taken.lane_wait)
         finally:
             self._busy = False
         self.summary.add(result)
