@@ -197,26 +197,53 @@ WHERE id = %(id)s AND leased_by = %(worker)s AND status = 'running'
 RETURNING id;
 
 -- name: read_coverage
--- What exists per owner and type for a batch of owners: the planner's one read per batch. Owner-types
--- already covered from the horizon start up to the current period are left out, so a repeated plan reads
--- next to nothing; the planning rule itself (planning.py) decides what is missing for the rest.
+-- What exists per owner and type for a batch of owners: the planner's one read per batch, from the coverage
+-- table (one row per owner and type), so that it costs the same however long the owners' history is and
+-- whatever retention has deleted. Owner-types already covered from the horizon start up to the current
+-- period are left out, so a repeated plan reads next to nothing; the planning rule itself (planning.py)
+-- decides what is missing for the rest.
+--
+-- An owner-type with jobs but no coverage row yet (jobs inserted with SQL by hand, or a row deleted to make
+-- the planner forget) gets its row here, computed once from its jobs; an upsert that merges, so two planners
+-- doing it at once agree, and the row it returns is the one the planner goes on with.
 WITH wanted AS (
     SELECT o.owner, t.type, t.horizon_start, t.period_start
     FROM unnest(%(owners)s::text[]) AS o(owner)
     CROSS JOIN unnest(%(types)s::text[], %(horizon_starts)s::timestamptz[], %(period_starts)s::timestamptz[])
          AS t(type, horizon_start, period_start)
 ),
+known AS (
+    SELECT c.owner, c.type, c.has_initial, c.initial_start, c.covered_until, c.first_created_at, c.last_created_at
+    FROM {schema}.coverage AS c
+    WHERE c.queue = %(queue)s AND c.owner = ANY(%(owners)s::text[]) AND c.type = ANY(%(types)s::text[])
+),
+recorded AS (
+    INSERT INTO {schema}.coverage AS c
+        (queue, owner, type, has_initial, initial_start, covered_until, first_created_at, last_created_at)
+    SELECT %(queue)s, j.owner, j.type,
+           bool_or(j.mode = 'initial'),
+           min(j.window_start) FILTER (WHERE j.mode = 'initial'),
+           max(j.window_end),
+           min(j.created_at),
+           max(j.created_at)
+    FROM {schema}.jobs AS j
+    JOIN wanted AS w ON w.owner = j.owner AND w.type = j.type
+    WHERE j.queue = %(queue)s AND j.mode <> 'manual'
+      AND NOT EXISTS (SELECT 1 FROM known AS k WHERE k.owner = w.owner AND k.type = w.type)
+    GROUP BY j.owner, j.type
+    ORDER BY j.owner, j.type
+    ON CONFLICT (queue, owner, type) DO UPDATE
+    SET has_initial = c.has_initial OR excluded.has_initial,
+        initial_start = least(c.initial_start, excluded.initial_start),
+        covered_until = greatest(c.covered_until, excluded.covered_until),
+        first_created_at = least(c.first_created_at, excluded.first_created_at),
+        last_created_at = greatest(c.last_created_at, excluded.last_created_at)
+    RETURNING c.owner, c.type, c.has_initial, c.initial_start, c.covered_until, c.first_created_at, c.last_created_at
+),
 existing AS (
-    SELECT owner,
-           type,
-           bool_or(mode = 'initial') AS has_initial,
-           min(window_start) FILTER (WHERE mode = 'initial') AS initial_start,
-           max(window_end) AS covered_until,
-           min(created_at) AS first_created_at,
-           max(created_at) AS last_created_at
-    FROM {schema}.jobs
-    WHERE queue = %(queue)s AND owner = ANY(%(owners)s::text[]) AND mode <> 'manual'
-    GROUP BY owner, type
+    SELECT * FROM known
+    UNION ALL
+    SELECT * FROM recorded
 )
 SELECT w.owner, w.type, e.has_initial, e.initial_start, e.covered_until, e.first_created_at
 FROM wanted AS w
@@ -228,9 +255,10 @@ WHERE e.owner IS NULL
    OR (e.covered_until IS NULL AND e.last_created_at < w.period_start);
 
 -- name: insert_planned
--- Insert planned jobs, skipping any whose key exists: concurrent planners create each job once.
--- The rows come as one JSON array (tens of thousands of rows parse faster there than as bound arrays).
--- Returns how many rows each type gained.
+-- Insert planned jobs, skipping any whose key exists: concurrent planners create each job once; and widen
+-- the owners' coverage rows by what was inserted, in the same statement, so that the coverage table never
+-- lags the jobs it describes. The rows come as one JSON array (tens of thousands of rows parse faster there
+-- than as bound arrays). Returns how many rows each type gained.
 WITH inserted AS (
     INSERT INTO {schema}.jobs
         (queue, owner, lane, type, mode, priority, window_start, window_end, dedup_key, next_run_at, created_at)
@@ -241,7 +269,28 @@ WITH inserted AS (
          AS p(owner text, lane text, type text, mode text, priority int,
               window_start timestamptz, window_end timestamptz, dedup_key text)
     ON CONFLICT (queue, owner, type, dedup_key) DO NOTHING
-    RETURNING type
+    RETURNING owner, type, mode, window_start, window_end, created_at
+),
+covered AS (
+    INSERT INTO {schema}.coverage AS c
+        (queue, owner, type, has_initial, initial_start, covered_until, first_created_at, last_created_at)
+    SELECT %(queue)s, i.owner, i.type,
+           bool_or(i.mode = 'initial'),
+           min(i.window_start) FILTER (WHERE i.mode = 'initial'),
+           max(i.window_end),
+           min(i.created_at),
+           max(i.created_at)
+    FROM inserted AS i
+    WHERE i.mode <> 'manual'
+    GROUP BY i.owner, i.type
+    ORDER BY i.owner, i.type
+    ON CONFLICT (queue, owner, type) DO UPDATE
+    SET has_initial = c.has_initial OR excluded.has_initial,
+        initial_start = least(c.initial_start, excluded.initial_start),
+        covered_until = greatest(c.covered_until, excluded.covered_until),
+        first_created_at = least(c.first_created_at, excluded.first_created_at),
+        last_created_at = greatest(c.last_created_at, excluded.last_created_at)
+    RETURNING 1
 )
 SELECT type, count(*) AS inserted FROM inserted GROUP BY type;
 
@@ -284,10 +333,12 @@ RETURNING id;
 -- Stop an owner's work (of one type, or all), saying why (e.g. the account disconnected): its waiting jobs
 -- are abandoned now, cursors kept; its running job is asked to stop after its current page (the worker
 -- reads stop_reason with its next cursor save and abandons the job with it). Returns how many of each.
+-- A waiting job's heartbeat_at is stamped with the cancel: retention keeps a cancelled job that long from then.
 WITH waiting AS (
     UPDATE {schema}.jobs
     SET status = 'abandoned',
-        error = %(error)s
+        error = %(error)s,
+        heartbeat_at = coalesce(%(now)s::timestamptz, statement_timestamp())
     WHERE queue = %(queue)s
       AND owner = %(owner)s
       AND (%(type)s::text IS NULL OR type = %(type)s)
@@ -443,6 +494,75 @@ WHERE NOT EXISTS (
             AND NOT (%(settled)s AND j.status = 'abandoned')
       )
 ORDER BY o.owner;
+
+-- name: prune
+-- Retention, one bounded batch: delete up to %(batch)s of a queue's jobs that ended longer than %(older_than)s
+-- ago -- completed recurring and manual jobs (by completed_at), and cancelled ones (abandoned with an error
+-- "Cancelled: …", by their heartbeat_at, stamped by the cancel). Initial jobs are kept (a bounded number per
+-- owner: the record of the first load that progress and the initial-load sensor read), and so are failed,
+-- deferred and other abandoned jobs (they wait for a person). Rows locked by anyone are skipped, never waited
+-- on, so a worker is never held up; a job of an owner-type without a coverage row is skipped too, so that
+-- nothing the planner needs is ever deleted. Each deleted job's owner-type records how many were pruned and
+-- the newest completion among them (freshness), in the same statement (a manual job's owner-type
+-- may have no row: its pruning is then not recorded). Returns how many were deleted.
+WITH clock AS (
+    SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) - %(older_than)s::interval AS cutoff
+),
+doomed AS (
+    SELECT id FROM (
+        SELECT j.id FROM {schema}.jobs AS j, clock
+        WHERE j.queue = %(queue)s AND j.status = 'completed' AND j.mode <> 'initial'
+          AND j.completed_at < clock.cutoff
+        ORDER BY j.completed_at
+        LIMIT %(batch)s
+        FOR UPDATE OF j SKIP LOCKED
+    ) AS completed
+    UNION ALL
+    SELECT id FROM (
+        SELECT j.id FROM {schema}.jobs AS j, clock
+        WHERE j.queue = %(queue)s AND j.status = 'abandoned' AND j.mode <> 'initial'
+          AND starts_with(j.error, 'Cancelled: ')
+          AND coalesce(j.heartbeat_at, j.created_at) < clock.cutoff
+        ORDER BY j.id
+        LIMIT %(batch)s
+        FOR UPDATE OF j SKIP LOCKED
+    ) AS cancelled
+),
+deleted AS (
+    DELETE FROM {schema}.jobs AS j
+    USING doomed
+    WHERE j.id = doomed.id
+      AND (j.mode = 'manual' OR EXISTS (
+          SELECT 1 FROM {schema}.coverage AS c WHERE c.queue = j.queue AND c.owner = j.owner AND c.type = j.type
+      ))
+    RETURNING j.owner, j.type, j.status, j.completed_at
+),
+noted AS (
+    UPDATE {schema}.coverage AS c
+    SET pruned_count = c.pruned_count + d.pruned,
+        last_pruned_completion = greatest(c.last_pruned_completion, d.last_completion)
+    FROM (
+        SELECT d.owner, d.type, count(*) AS pruned, max(d.completed_at) FILTER (WHERE d.status = 'completed') AS last_completion
+        FROM deleted AS d
+        GROUP BY d.owner, d.type
+    ) AS d
+    WHERE c.queue = %(queue)s AND c.owner = d.owner AND c.type = d.type
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM deleted)::int AS deleted, (SELECT count(*) FROM doomed)::int AS looked_at;
+
+-- name: freshness
+-- When an owner's data was last brought up to date, per job type: the newest completion among its jobs, or
+-- among those retention deleted (recorded on its coverage row), whichever is later; NULL when none completed.
+SELECT t.type,
+       greatest(
+           (SELECT max(j.completed_at) FROM {schema}.jobs AS j
+            WHERE j.queue = %(queue)s AND j.owner = %(owner)s AND j.type = t.type AND j.status = 'completed'),
+           (SELECT c.last_pruned_completion FROM {schema}.coverage AS c
+            WHERE c.queue = %(queue)s AND c.owner = %(owner)s AND c.type = t.type)
+       ) AS completed_at
+FROM unnest(%(types)s::text[]) AS t(type)
+ORDER BY t.type;
 
 -- name: connection_room
 -- How many more connections the server has room for (short of those reserved for superusers), and this
