@@ -438,32 +438,70 @@ SELECT EXISTS (
 FROM clock;
 
 -- name: worker_wakeup
--- What an idle worker (or its trigger) waits for: whether a take would find a job now (a due job in a lane
--- with nothing running, or a running job whose lease expired), else the next instant that could change that
--- (a waiting job becoming due, a lease running out). A due job in a busy lane does not count: the lane's
--- worker goes on draining when its job ends, and waking for it would only make an idle worker resume and
--- defer again without running anything.
-WITH clock AS (
+-- What an idle worker (or its trigger) waits for: whether a take would find a job now and it is this waiter's
+-- turn, else the next instant that could change that (a waiting job becoming due, a lease running out).
+--
+-- A take finds a job in each lane that has a due job and nothing running, and in each running job whose lease
+-- expired: those are the takeable units. A due job in a busy lane does not count: the lane's worker goes on
+-- draining when its job ends. The waiters of one queue take turns instead of all waking for each unit: each
+-- holds the queue's advisory key (%(waiter_class)s, %(waiter_object)s; wakeups.waiter_key) shared on its
+-- connection, and its turn is its rank among the holders by backend pid. With k units, the k first waiters
+-- wake and the rest sleep on (behind says how far back they are, for their fallback). Without a key the
+-- caller is first in line. Lanes are walked one index probe each, and only until rank + 1 units are
+-- found, so the answer costs the same with any history.
+WITH RECURSIVE clock AS (
     SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now
+),
+me AS (
+    SELECT CASE WHEN %(waiter_class)s::int IS NULL THEN 0
+                ELSE (SELECT count(*) FROM pg_locks AS l
+                      WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2
+                        AND l.classid = %(waiter_class)s::int::oid AND l.objid = %(waiter_object)s::int::oid
+                        AND l.database = (SELECT d.oid FROM pg_database AS d WHERE d.datname = current_database())
+                        AND l.pid < pg_backend_pid())
+           END::int AS rank
+),
+lanes AS (
+    (
+        SELECT j.lane FROM {schema}.jobs AS j
+        WHERE j.queue = %(queue)s AND j.status IN ('pending', 'failed', 'deferred')
+        ORDER BY j.lane LIMIT 1
+    )
+    UNION ALL
+    SELECT (
+        SELECT j.lane FROM {schema}.jobs AS j
+        WHERE j.queue = %(queue)s AND j.status IN ('pending', 'failed', 'deferred') AND j.lane > lanes.lane
+        ORDER BY j.lane LIMIT 1
+    )
+    FROM lanes WHERE lanes.lane IS NOT NULL
+),
+free_lanes AS (
+    SELECT lanes.lane FROM lanes, clock
+    WHERE lanes.lane IS NOT NULL
+      AND EXISTS (
+          SELECT 1 FROM {schema}.jobs AS j
+          WHERE j.queue = %(queue)s AND j.lane = lanes.lane AND j.status IN ('pending', 'failed', 'deferred')
+            AND j.next_run_at <= clock.now
+      )
+      AND NOT EXISTS (
+          SELECT 1 FROM {schema}.jobs AS busy
+          WHERE busy.queue = %(queue)s AND busy.lane = lanes.lane AND busy.status = 'running'
+      )
+    LIMIT (SELECT rank + 1 FROM me)
+),
+expired AS (
+    SELECT 1 FROM {schema}.jobs AS j, clock
+    WHERE j.queue = %(queue)s AND j.status = 'running' AND j.lease_expires_at < clock.now
+    LIMIT (SELECT rank + 1 FROM me)
+),
+units AS (
+    SELECT (SELECT count(*) FROM free_lanes) + (SELECT count(*) FROM expired) AS n
 )
-SELECT (
-           EXISTS (
-               SELECT 1 FROM {schema}.jobs AS j, clock
-               WHERE j.queue = %(queue)s AND j.status IN ('pending', 'failed', 'deferred')
-                 AND j.next_run_at <= clock.now
-                 AND NOT EXISTS (
-                     SELECT 1 FROM {schema}.jobs AS busy
-                     WHERE busy.queue = j.queue AND busy.lane = j.lane AND busy.status = 'running'
-                 )
-           )
-           OR EXISTS (
-               SELECT 1 FROM {schema}.jobs AS j, clock
-               WHERE j.queue = %(queue)s AND j.status = 'running' AND j.lease_expires_at < clock.now
-           )
-       ) AS takeable,
+SELECT units.n > me.rank AS takeable,
+       CASE WHEN units.n > 0 AND units.n <= me.rank THEN me.rank - units.n + 1 ELSE 0 END::int AS behind,
        least(
            (
-               SELECT min(j.next_run_at) FROM {schema}.jobs AS j, clock
+               SELECT min(j.next_run_at) FROM {schema}.jobs AS j
                WHERE j.queue = %(queue)s AND j.status IN ('pending', 'failed', 'deferred')
                  AND j.next_run_at > clock.now
            ),
@@ -473,7 +511,7 @@ SELECT (
            )
        ) AS wake_at,
        clock.now AS now
-FROM clock;
+FROM clock, me, units;
 
 -- name: initial_load_waiting
 -- Of the given owners, those whose initial load (of one type, or of every type) is not complete: nothing

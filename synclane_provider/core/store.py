@@ -213,7 +213,7 @@ class Store:
         return Activity(**row)
 
     def wakeup(self, queue: str, *, now: datetime | None = None) -> Wakeup:
-        row = self.session.one("worker_wakeup", queue=queue, now=now)
+        row = self.session.one("worker_wakeup", queue=queue, now=now, waiter_class=None, waiter_object=None)
         assert row is not None
         return Wakeup(**row)
 
