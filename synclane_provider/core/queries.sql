@@ -217,21 +217,28 @@ known AS (
     FROM {schema}.coverage AS c
     WHERE c.queue = %(queue)s AND c.owner = ANY(%(owners)s::text[]) AND c.type = ANY(%(types)s::text[])
 ),
+missing AS (
+    SELECT w.owner, w.type FROM wanted AS w
+    WHERE NOT EXISTS (SELECT 1 FROM known AS k WHERE k.owner = w.owner AND k.type = w.type)
+),
 recorded AS (
     INSERT INTO {schema}.coverage AS c
         (queue, owner, type, has_initial, initial_start, covered_until, first_created_at, last_created_at)
-    SELECT %(queue)s, j.owner, j.type,
-           bool_or(j.mode = 'initial'),
-           min(j.window_start) FILTER (WHERE j.mode = 'initial'),
-           max(j.window_end),
-           min(j.created_at),
-           max(j.created_at)
-    FROM {schema}.jobs AS j
-    JOIN wanted AS w ON w.owner = j.owner AND w.type = j.type
-    WHERE j.queue = %(queue)s AND j.mode <> 'manual'
-      AND NOT EXISTS (SELECT 1 FROM known AS k WHERE k.owner = w.owner AND k.type = w.type)
-    GROUP BY j.owner, j.type
-    ORDER BY j.owner, j.type
+    SELECT %(queue)s, m.owner, m.type, e.has_initial, e.initial_start, e.covered_until, e.first_created_at,
+           e.last_created_at
+    FROM missing AS m
+    CROSS JOIN LATERAL (  -- one index probe per owner-type without a row: usually none
+        SELECT count(*) AS jobs,
+               coalesce(bool_or(j.mode = 'initial'), false) AS has_initial,
+               min(j.window_start) FILTER (WHERE j.mode = 'initial') AS initial_start,
+               max(j.window_end) AS covered_until,
+               min(j.created_at) AS first_created_at,
+               max(j.created_at) AS last_created_at
+        FROM {schema}.jobs AS j
+        WHERE j.queue = %(queue)s AND j.owner = m.owner AND j.type = m.type AND j.mode <> 'manual'
+    ) AS e
+    WHERE e.jobs > 0
+    ORDER BY m.owner, m.type
     ON CONFLICT (queue, owner, type) DO UPDATE
     SET has_initial = c.has_initial OR excluded.has_initial,
         initial_start = least(c.initial_start, excluded.initial_start),
