@@ -201,16 +201,16 @@ RETURNING id;
 -- table (one row per owner and type), so that it costs the same however long the owners' history is and
 -- whatever retention has deleted. Owner-types already covered from the horizon start up to the current
 -- period are left out, so a repeated plan reads next to nothing; the planning rule itself (planning.py)
--- decides what is missing for the rest.
+-- decides what is missing for the rest, in the order of the owners and types given.
 --
 -- An owner-type with jobs but no coverage row yet (jobs inserted with SQL by hand, or a row deleted to make
 -- the planner forget) gets its row here, computed once from its jobs; an upsert that merges, so two planners
 -- doing it at once agree, and the row it returns is the one the planner goes on with.
 WITH wanted AS (
-    SELECT o.owner, t.type, t.horizon_start, t.period_start
-    FROM unnest(%(owners)s::text[]) AS o(owner)
+    SELECT o.owner, t.type, t.horizon_start, t.period_start, o.position AS owner_position, t.position AS type_position
+    FROM unnest(%(owners)s::text[]) WITH ORDINALITY AS o(owner, position)
     CROSS JOIN unnest(%(types)s::text[], %(horizon_starts)s::timestamptz[], %(period_starts)s::timestamptz[])
-         AS t(type, horizon_start, period_start)
+         WITH ORDINALITY AS t(type, horizon_start, period_start, position)
 ),
 known AS (
     SELECT c.owner, c.type, c.has_initial, c.initial_start, c.covered_until, c.first_created_at, c.last_created_at
@@ -227,7 +227,8 @@ recorded AS (
     SELECT %(queue)s, m.owner, m.type, e.has_initial, e.initial_start, e.covered_until, e.first_created_at,
            e.last_created_at
     FROM missing AS m
-    CROSS JOIN LATERAL (  -- one index probe per owner-type without a row: usually none
+    -- One index probe per owner-type without a row (usually none), never a read of the whole batch's jobs.
+    CROSS JOIN LATERAL (
         SELECT count(*) AS jobs,
                coalesce(bool_or(j.mode = 'initial'), false) AS has_initial,
                min(j.window_start) FILTER (WHERE j.mode = 'initial') AS initial_start,
@@ -259,7 +260,9 @@ WHERE e.owner IS NULL
    OR NOT e.has_initial
    OR e.initial_start > w.horizon_start
    OR e.covered_until < w.period_start
-   OR (e.covered_until IS NULL AND e.last_created_at < w.period_start);
+   OR (e.covered_until IS NULL AND e.last_created_at < w.period_start)
+-- In the owner source's order, so that the jobs are numbered in it.
+ORDER BY w.owner_position, w.type_position;
 
 -- name: insert_planned
 -- Insert planned jobs, skipping any whose key exists: concurrent planners create each job once; and widen
