@@ -114,7 +114,7 @@ def main() -> None:
 
     with psycopg.connect(url, autocommit=True) as conn:
         for name in (schema, baseline_schema):
-            conn.execute(sql.SQL("TRUNCATE {}.jobs").format(sql.Identifier(name)))
+            conn.execute(sql.SQL("TRUNCATE {0}.jobs, {0}.coverage").format(sql.Identifier(name)))
     plan(60)
     baseline(60)
     raise_s, raised = plan(730)

@@ -67,7 +67,7 @@ def schema(run_schema: str, admin: psycopg.Connection) -> str:
             "DO $$ BEGIN IF to_regclass({}) IS NOT NULL THEN EXECUTE {}; END IF; END $$"
         ).format(
             sql.Literal(f'"{run_schema}".jobs'),
-            sql.Literal(sql.SQL("TRUNCATE {}.jobs RESTART IDENTITY").format(sql.Identifier(run_schema)).as_string(admin)),
+            sql.Literal(sql.SQL("TRUNCATE {0}.jobs, {0}.coverage RESTART IDENTITY").format(sql.Identifier(run_schema)).as_string(admin)),
         )
     )
     return run_schema

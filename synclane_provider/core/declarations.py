@@ -160,6 +160,24 @@ class WindowedType:
 
 JobType = Union[SnapshotType, WindowedType]
 
+MIN_RETENTION = timedelta(hours=1)
+"""The shortest retention a queue may declare: less keeps too little to see what just happened."""
+
+
+def _check_retention(retention: object, label: str) -> timedelta:
+    if not isinstance(retention, timedelta):
+        raise DeclarationError(
+            f"retention {label} must be a timedelta (e.g. timedelta(days=30)) or None to keep jobs for ever, "
+            f"got {_clipped(retention)}"
+        )
+    if retention < MIN_RETENTION:
+        raise DeclarationError(
+            f"retention {label} must be at least {duration_text(MIN_RETENTION)}, got {duration_text(retention)}"
+            if retention > timedelta(0)
+            else f"retention {label} must be positive (or None to keep jobs for ever), got {duration_text(retention)}"
+        )
+    return retention
+
 
 RETRY_SETTINGS = ("max_attempts", "retry_delay", "retry_max_delay", "throttle_delay", "throttle_max_delay")
 """The :class:`RetryPolicy` settings a queue also takes one by one."""
@@ -172,6 +190,8 @@ class Queue:
     ``types`` are run in the order given: an earlier type's due jobs are taken before a later type's.
     ``retry`` is the queue's :class:`~synclane_provider.core.retry.RetryPolicy`; its settings may also be
     given one by one (``max_attempts=3, retry_delay=...``), and are readable that way whichever form was used.
+    ``retention``: how long completed (and cancelled) jobs are kept before the planning DAG deletes them
+    (see :mod:`~synclane_provider.core.retention`); None keeps them for ever.
     """
 
     name: str
@@ -187,6 +207,7 @@ class Queue:
     throttle_max_delay: timedelta = None  # type: ignore[assignment]
     rate: Rate | None = None
     """The rate budget of each lane of the queue (None: unlimited), unless its owners name their own."""
+    retention: timedelta | None = None
 
     def __post_init__(self) -> None:
         checked_name("queue name", self.name)
@@ -207,6 +228,8 @@ class Queue:
         if isinstance(self.concurrency, bool) or not isinstance(self.concurrency, int) or self.concurrency < 1:
             raise DeclarationError(f"concurrency {label} must be a positive integer, got {self.concurrency!r}")
         _positive(f"lease {label}", self.lease)
+        if self.retention is not None:
+            _check_retention(self.retention, label)
         object.__setattr__(self, "retry", self._retry_policy())
         for setting in RETRY_SETTINGS:
             object.__setattr__(self, setting, getattr(self.retry, setting))

@@ -205,5 +205,9 @@ class Wakeup:
     """What an idle worker waits for: whether a take would find a job now, else when that could change."""
 
     takeable: bool
+    """A take would find a job now, and it is this waiter's turn to wake for it."""
     wake_at: datetime | None
     now: datetime
+    behind: int = 0
+    """There are jobs to take, but this many more would have to be before it is this waiter's turn (the
+    waiters ahead of it are waking for them)."""

@@ -200,8 +200,8 @@ class Store:
     def requeue(self, queue: str, *, owner: str | None, type: str | None, now: datetime | None) -> int:
         return len(self.session.run("requeue", queue=queue, owner=owner, type=type, now=now))
 
-    def cancel(self, queue: str, owner: str, *, type: str | None, error: str) -> Cancelled:
-        row = self.session.one("cancel", queue=queue, owner=owner, type=type, error=error)
+    def cancel(self, queue: str, owner: str, *, type: str | None, error: str, now: datetime | None = None) -> Cancelled:
+        row = self.session.one("cancel", queue=queue, owner=owner, type=type, error=error, now=now)
         assert row is not None
         return Cancelled(abandoned=row["abandoned"], stopping=row["stopping"])
 
@@ -232,7 +232,7 @@ class Store:
         return Activity(**row)
 
     def wakeup(self, queue: str, *, now: datetime | None = None) -> Wakeup:
-        row = self.session.one("worker_wakeup", queue=queue, now=now)
+        row = self.session.one("worker_wakeup", queue=queue, now=now, waiter_class=None, waiter_object=None)
         assert row is not None
         return Wakeup(**row)
 
@@ -244,6 +244,17 @@ class Store:
             "initial_load_waiting", queue=queue, owners=list(owners), type=type, settled=settled
         )
         return [row["owner"] for row in rows]
+
+    def prune(self, queue: str, *, older_than: timedelta, now: datetime | None, batch: int) -> tuple[int, int]:
+        """One retention batch (see queries.sql): how many jobs it deleted, and how many it looked at."""
+        row = self.session.one("prune", queue=queue, older_than=older_than, now=now, batch=batch)
+        assert row is not None
+        return row["deleted"], row["looked_at"]
+
+    def freshness(self, queue: str, owner: str, types: Sequence[str]) -> dict[str, datetime | None]:
+        """Per type, the newest completion of the owner's jobs, counting those retention deleted."""
+        rows = self.session.run("freshness", queue=queue, owner=owner, types=list(types))
+        return {row["type"]: row["completed_at"] for row in rows}
 
     def connection_room(self) -> int:
         """How many more connections the server, and this role's connection limit, let this role open."""

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator
 
 from synclane_provider.core import Operations, SyncLane
+from synclane_provider.core.durations import duration_text
 from synclane_provider.hooks.synclane import SyncLaneHook
 from synclane_provider.locate import locate_queue
 
@@ -26,8 +27,11 @@ class SyncLanePlanOperator(BaseOperator):
 
     Planning compares what should exist with what exists and inserts the
     difference with ``ON CONFLICT DO NOTHING``, so a retried, doubled or late
-    run inserts nothing more. Returns ``{"queue", "owners", "inserted": {type:
-    count}, "total"}`` (pushed to XCom) and logs one line per job type.
+    run inserts nothing more. Then, when the queue declares ``retention``, it
+    prunes finished jobs older than that in short batches, for at most half a
+    plan interval (what is left goes on in the next run). Returns ``{"queue",
+    "owners", "inserted": {type: count}, "total", "pruned"}`` (pushed to XCom)
+    and logs one line per job type.
 
     :param synclane: import path of the declaration, ``"package.module:attribute"``.
     :param synclane_queue: name of the queue to plan (``queue`` is the executor's queue in Airflow).
@@ -60,8 +64,25 @@ class SyncLanePlanOperator(BaseOperator):
         with Operations(declaration, database) as operations:
             # A passing database error is waited out, but never into the next run's time.
             summary = operations.plan(queue.name, owner=self.owner_id or None, give_up_after=retry_bound(declaration))
+            pruned = (
+                operations.prune(queue.name, time_budget=declaration.plan_interval / 2)
+                if queue.retention is not None and not self.owner_id
+                else None
+            )
         for job_type, inserted in summary.inserted.items():
             self.log.info(
                 "queue %s, type %s: %s job(s) inserted for %s owner(s)", queue.name, job_type, inserted, summary.owners
             )
-        return {"queue": queue.name, "owners": summary.owners, "inserted": summary.inserted, "total": summary.total}
+        if pruned is not None:
+            self.log.info(
+                "queue %s: %s finished job(s) older than %s pruned%s", queue.name, pruned.deleted,
+                duration_text(queue.retention),
+                " (more left for the next run)" if pruned.more else "",
+            )
+        return {
+            "queue": queue.name,
+            "owners": summary.owners,
+            "inserted": summary.inserted,
+            "total": summary.total,
+            "pruned": pruned.deleted if pruned is not None else 0,
+        }
