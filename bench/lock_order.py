@@ -64,7 +64,8 @@ def main() -> None:
     assert GUARD in shipped, "the shipped statement no longer gates its takes on the finish"
     orders = {"finish_first": shipped, "finish_last": shipped.replace(GUARD, "")}
     figures: dict[str, float] = {}
-    print(f"{'workers':>7} {'lanes':>5} {'order':>12} | {'best j/s':>8} {'all rounds j/s':>24} | {'deadlocks':>9}")
+    print(f"{'workers':>7} {'lanes':>5} {'order':>12} | {'best j/s':>8} {'all rounds j/s':>24} | {'wasted':>6} | "
+          f"{'deadlocks':>9}")
     with PrivateCluster(settings=STOCK) as cluster:
         url = cluster.url
         for schema, text in orders.items():
@@ -73,6 +74,7 @@ def main() -> None:
             workers, lanes = (int(part) for part in cell.split("x"))
             rates: dict[str, list[float]] = {order: [] for order in orders}
             locked: dict[str, int] = dict.fromkeys(orders, 0)
+            wasted: dict[str, list[float]] = {order: [] for order in orders}
             for round_number in range(args.rounds):
                 sequence = list(orders) if round_number % 2 == 0 else list(reversed(orders))
                 for order in sequence:
@@ -84,11 +86,13 @@ def main() -> None:
                     time.sleep(1.2)  # closed sessions have flushed their statistics
                     locked[order] += deadlocks(url) - before
                     rates[order].append(run.jobs_per_s)
+                    wasted[order].append(run.wasted_share)
                     drop_schema(url, schema)
             for order in orders:
                 rounds_text = " ".join(f"{rate:.0f}" for rate in rates[order])
+                share = sum(wasted[order]) / len(wasted[order])
                 print(f"{workers:>7} {lanes:>5} {order:>12} | {max(rates[order]):8.0f} {rounds_text:>24} | "
-                      f"{locked[order]:>9}", flush=True)
+                      f"{share:6.1%} | {locked[order]:>9}", flush=True)
                 figures[f"deadlocks_{order}_{cell}"] = locked[order]
             figures[f"ratio_{cell}"] = max(rates["finish_first"]) / max(rates["finish_last"])
         logged = cluster.count_in_log("deadlock detected")
