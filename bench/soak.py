@@ -263,7 +263,9 @@ def soak(args: argparse.Namespace) -> dict[str, int]:
                             final_rows(cluster.url))
             figures.update(faults.counts())
             figures["enqueued"] = feeder.enqueued
-            figures["worker_errors"] = len(died)
+            figures["worker_errors"] = len(died) + len(api.errors)
+            for text in api.errors:
+                print(f"the fake API failed a request:\n{text}", file=sys.stderr)
             figures["deadlocks"] = cluster.count_in_log("deadlock detected")
             for text in died:
                 print(text, file=sys.stderr)

@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import json
 import random
+import sys
 import threading
 import time
+import traceback
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
@@ -50,6 +52,8 @@ class FakeApi:
 
     def __init__(self, *, latency: tuple[float, float] = (0.001, 0.006), seed: int = 0) -> None:
         self.calls: list[Call] = []
+        self.errors: list[str] = []
+        """Tracebacks of requests the API failed to serve for a reason of its own (the soak reports them)."""
         self._lock = threading.Lock()
         self._latency = latency
         self._random = random.Random(seed)
@@ -66,7 +70,9 @@ class FakeApi:
 
         class Server(ThreadingHTTPServer):
             def handle_error(self, request: object, client_address: object) -> None:
-                pass  # a worker killed mid-call drops its connection: that is the soak, not an error
+                error = sys.exc_info()[1]
+                if not isinstance(error, ConnectionError):  # a worker killed mid-call: that is the soak
+                    api.errors.append(traceback.format_exc())
 
         self._server = Server(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True

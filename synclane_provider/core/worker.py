@@ -41,7 +41,8 @@ MAX_LANE_RACES = 50
 WORKER_SETTINGS = {
     # A worker's commits do not wait for the disk: if the database server itself crashes, the last
     # fraction of a second of cursor saves and finishes may be lost, and those pages run again, which
-    # handlers already allow for (a page runs at least once). Lanes and leases are unaffected.
+    # handlers already allow for (a page runs at least once). Lanes and leases are unaffected. Measured by the
+    # chaos soak (docs/soak.md): 122 crashes in 30 minutes ran 101 of 45,037 completed jobs again.
     "synchronous_commit": "off",
     # A worker repeats the same few statements thousands of times: plan each once per connection. Their
     # plans do not depend on the values (every search starts from the queue's own indexes).

@@ -100,3 +100,28 @@ def test_an_acknowledged_write_seen_lost_is_blamed_on_an_immediate_restart_or_co
     figures = check(calls, done, crash, completed(3))
     assert (figures["completed_run_again"], figures["acked_lost_without_crash"]) == (1, 0)
     assert check(served(3), done, Faults(), completed(3))["completed_run_again"] == 0
+
+
+def test_a_request_the_fake_api_cannot_serve_is_kept_for_the_soak_to_report():
+    import http.client
+
+    from soak_api import FakeApi
+
+    api = FakeApi()
+    api.start()
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1", api.port, timeout=10)
+        conn.request("GET", "/page?lane=a&pid=1")  # no job: the API cannot serve it
+        try:
+            conn.getresponse()
+        except (http.client.HTTPException, OSError):
+            pass  # it closed the connection without answering
+        conn.close()
+        conn = http.client.HTTPConnection("127.0.0.1", api.port, timeout=10)
+        conn.request("GET", "/page?job=3&lane=a&pid=1")
+        assert conn.getresponse().status == 200
+        conn.close()
+    finally:
+        api.close()
+    assert len(api.errors) == 1 and "KeyError" in api.errors[0]
+    assert [(call.job, call.page) for call in api.calls] == [(3, 0)]
