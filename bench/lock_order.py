@@ -57,6 +57,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--jobs", type=int, default=50_000)
+    parser.add_argument("--pages", type=int, default=1, help="no-op pages a job (a cursor save between each)")
     parser.add_argument("--loop", choices=["engine", "baseline"], default="engine",
                         help="the engine's WorkerPool, or the minimal psycopg loop sending the same statements")
     args = parser.parse_args()
@@ -82,7 +83,7 @@ def main() -> None:
                     fresh_jobs_table(url, schema, jobs=args.jobs, lanes=lanes)
                     before = deadlocks(url)
                     loop = run_engine if args.loop == "engine" else run_baseline
-                    run = loop(url, schema, workers=workers, pages=1, seconds=args.seconds)
+                    run = loop(url, schema, workers=workers, pages=args.pages, seconds=args.seconds)
                     time.sleep(1.2)  # closed sessions have flushed their statistics
                     locked[order] += deadlocks(url) - before
                     rates[order].append(run.jobs_per_s)
