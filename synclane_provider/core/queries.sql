@@ -29,6 +29,14 @@
 -- probe each and the best head of a free lane is taken; scanning every due job instead would read the
 -- whole queue only to find nothing.
 --
+-- Lock order: the finish is written before anything is taken (finish_first gates every way of taking, as an
+-- init plan, evaluated before the first row is locked). A take whose snapshot still showed a job as waiting
+-- locks that job's newest version before rechecking it, and keeps the lock; a finish of that job waits for
+-- it. Written first, the finish waits holding nothing that take could wait for. Written after the take (as
+-- the planner placed it when the finish was referenced only by a busy lane's check), it waited holding the
+-- new job's entry in jobs_one_running_per_lane, which that take could be waiting on: a deadlock, broken
+-- after deadlock_timeout (1 s). See docs/performance.md and bench/lock_order.py.
+--
 -- Returns one row: finished (whether the named job was written; false means its lease was lost), the
 -- leased job's columns (all NULL when nothing was taken), lost_worker, and lane_wait: the seconds left of a
 -- pause a throttle put on the taken job's lane (NULL: none), which the worker waits out before its first page.
@@ -50,6 +58,9 @@ finished AS (
     WHERE done.id = %(finished)s AND done.leased_by = %(worker)s AND done.status = 'running'
     RETURNING done.id
 ),
+finish_first AS (
+    SELECT count(*) AS n FROM finished
+),
 lanes AS (
     (
         SELECT j.lane FROM {schema}.jobs AS j
@@ -68,7 +79,7 @@ candidate AS (
     SELECT id, lost_worker FROM (
         SELECT j.id, nullif(j.leased_by, %(worker)s) AS lost_worker
         FROM {schema}.jobs AS j, clock
-        WHERE %(take)s
+        WHERE %(take)s AND (SELECT n FROM finish_first) >= 0
           AND j.queue = %(queue)s
           AND j.status = 'running'
           AND j.id IS DISTINCT FROM %(finished)s
@@ -82,7 +93,7 @@ candidate AS (
         SELECT j.id
         FROM (
             SELECT first.id, first.priority, first.window_end FROM {schema}.jobs AS first, clock
-            WHERE %(take)s
+            WHERE %(take)s AND (SELECT n FROM finish_first) >= 0
               AND first.queue = %(queue)s
               AND first.status IN ('pending', 'failed', 'deferred')
               AND first.next_run_at <= clock.now
@@ -131,7 +142,7 @@ candidate AS (
             ) AS head
         ) AS lane_head
         JOIN {schema}.jobs AS j ON j.id = lane_head.id, clock
-        WHERE %(take)s
+        WHERE %(take)s AND (SELECT n FROM finish_first) >= 0
           AND lanes.lane IS NOT NULL
           AND NOT EXISTS (
               SELECT 1 FROM {schema}.jobs AS busy
