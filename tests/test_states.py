@@ -222,8 +222,8 @@ def test_the_table_checks_and_indexes_agree_with_the_python_sets(admin, database
     predicates = {row["indexname"]: values_in(row["indexdef"].split(" WHERE ", 1)[1]) for row in indexes}
     waiting = {name: found for name, found in predicates.items() if "waiting" in name}
     assert len(waiting) == 3 and all(found == NAMED_SETS["WAITING"] for found in waiting.values()), waiting
-    assert predicates["jobs_one_running_per_lane"] == {JobStatus.RUNNING.value}
-    assert set(predicates) == set(waiting) | {"jobs_one_running_per_lane"}
+    assert predicates["jobs_one_running_per_lane_slot"] == {JobStatus.RUNNING.value}
+    assert set(predicates) == set(waiting) | {"jobs_one_running_per_lane_slot"}
 
 
 def test_the_transitions_cover_every_state_and_the_named_sets_are_states():

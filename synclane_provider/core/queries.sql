@@ -15,18 +15,20 @@
 -- (if any) and the delay before the next attempt; it is fenced on the lease, and frees the lane.
 --
 -- The next job is one the worker already holds (a take whose reply was lost), else an expired lease (a
--- lost worker's job: taken without a new attempt, and returned with the lost worker's id in lost_worker so
--- that the taker writes the lost attempt down as a failure), else the first due waiting job whose lane has
--- nothing running, in declared type order and newest window first. A deferred job only goes when its lane has
--- nothing else due. Row locks are skipped, never waited on; two workers picking jobs of one lane at once
--- are stopped by jobs_one_running_per_lane (the caller retries on that unique violation, which also undoes
--- the finish).
+-- lost worker's job: taken without a new attempt, in the slot it held, and returned with the lost worker's
+-- id in lost_worker so that the taker writes the lost attempt down as a failure), else the first due waiting
+-- job whose lane has a free slot, in declared type order and newest window first. A lane of width k has
+-- slots 0 … k-1 (the job's lane_width, copied from the owner source); the job takes the lowest slot no
+-- running job of its lane holds. A deferred job only goes when its lane has a free slot and nothing else due.
+-- Row locks are skipped, never waited on; two workers picking the same slot of one lane at once are stopped
+-- by jobs_one_running_per_lane_slot (the caller retries on that unique violation, which also undoes the
+-- finish): the index, not this search, is what keeps a lane at most k wide.
 --
 -- The due job is looked for in two ways that give the same answer. First among the first few due jobs in
 -- queue order (read in that order, so the search stops at the first job in a free lane, without a sort):
 -- with many lanes one of them is almost always in a free lane. When none is (few lanes, all
 -- busy, or one lane holding the head of the queue), the lanes that have waiting jobs are walked one index
--- probe each and the best head of a free lane is taken; scanning every due job instead would read the
+-- probe each and the best head of a lane with a free slot is taken; scanning every due job instead would read the
 -- whole queue only to find nothing.
 --
 -- Returns one row: finished (whether the named job was written; false means its lease was lost), the
@@ -64,8 +66,8 @@ lanes AS (
     FROM lanes WHERE lanes.lane IS NOT NULL
 ),
 candidate AS (
-    SELECT id, lost_worker FROM (
-        SELECT j.id, nullif(j.leased_by, %(worker)s) AS lost_worker
+    SELECT id, lost_worker, lane_slot FROM (
+        SELECT j.id, nullif(j.leased_by, %(worker)s) AS lost_worker, j.lane_slot
         FROM {schema}.jobs AS j, clock
         WHERE %(take)s
           AND j.queue = %(queue)s
@@ -77,8 +79,8 @@ candidate AS (
         FOR UPDATE OF j SKIP LOCKED
     ) AS held_or_expired
     UNION ALL
-    SELECT id, NULL FROM (
-        SELECT j.id
+    SELECT id, NULL, lane_slot FROM (
+        SELECT j.id, free.lane_slot
         FROM (
             SELECT first.id, first.priority, first.window_end FROM {schema}.jobs AS first, clock
             WHERE %(take)s
@@ -88,14 +90,21 @@ candidate AS (
             ORDER BY first.priority, first.window_end DESC NULLS LAST, first.id
             LIMIT 32
         ) AS first_due
-        JOIN {schema}.jobs AS j ON j.id = first_due.id, clock
+        JOIN {schema}.jobs AS j ON j.id = first_due.id
+        CROSS JOIN LATERAL (
+            SELECT slot.n AS lane_slot FROM generate_series(0, j.lane_width - 1) AS slot(n)
+            WHERE NOT EXISTS (
+                SELECT 1 FROM {schema}.jobs AS busy
+                WHERE busy.queue = j.queue AND busy.lane = j.lane AND busy.status = 'running'
+                  AND busy.lane_slot = slot.n
+                  AND busy.id NOT IN (SELECT id FROM finished)
+            )
+            ORDER BY slot.n
+            LIMIT 1
+        ) AS free
+        CROSS JOIN clock
         WHERE j.status IN ('pending', 'failed', 'deferred')
           AND j.next_run_at <= clock.now
-          AND NOT EXISTS (
-              SELECT 1 FROM {schema}.jobs AS busy
-              WHERE busy.queue = j.queue AND busy.lane = j.lane AND busy.status = 'running'
-                AND busy.id NOT IN (SELECT id FROM finished)
-          )
           AND (j.status <> 'deferred' OR NOT EXISTS (
               SELECT 1 FROM {schema}.jobs AS other
               WHERE other.queue = j.queue AND other.lane = j.lane
@@ -106,8 +115,8 @@ candidate AS (
         FOR UPDATE OF j SKIP LOCKED
     ) AS among_first_due
     UNION ALL
-    SELECT id, NULL FROM (
-        SELECT j.id
+    SELECT id, NULL, lane_slot FROM (
+        SELECT j.id, free.lane_slot
         FROM lanes
         CROSS JOIN LATERAL (
             SELECT head.id FROM (
@@ -129,14 +138,21 @@ candidate AS (
                 LIMIT 1
             ) AS head
         ) AS lane_head
-        JOIN {schema}.jobs AS j ON j.id = lane_head.id, clock
+        JOIN {schema}.jobs AS j ON j.id = lane_head.id
+        CROSS JOIN LATERAL (
+            SELECT slot.n AS lane_slot FROM generate_series(0, j.lane_width - 1) AS slot(n)
+            WHERE NOT EXISTS (
+                SELECT 1 FROM {schema}.jobs AS busy
+                WHERE busy.queue = j.queue AND busy.lane = j.lane AND busy.status = 'running'
+                  AND busy.lane_slot = slot.n
+                  AND busy.id NOT IN (SELECT id FROM finished)
+            )
+            ORDER BY slot.n
+            LIMIT 1
+        ) AS free
+        CROSS JOIN clock
         WHERE %(take)s
           AND lanes.lane IS NOT NULL
-          AND NOT EXISTS (
-              SELECT 1 FROM {schema}.jobs AS busy
-              WHERE busy.queue = %(queue)s AND busy.lane = lanes.lane AND busy.status = 'running'
-                AND busy.id NOT IN (SELECT id FROM finished)
-          )
           AND j.status IN ('pending', 'failed', 'deferred')
           AND j.next_run_at <= clock.now
         ORDER BY j.priority, j.window_end DESC NULLS LAST, j.id
@@ -148,6 +164,7 @@ candidate AS (
 taken AS (
     UPDATE {schema}.jobs AS j
     SET status = 'running',
+        lane_slot = candidate.lane_slot,
         leased_by = %(worker)s,
         lease_expires_at = clock.now + %(lease)s::interval,
         attempt_count = CASE WHEN j.status = 'running' THEN j.attempt_count ELSE j.attempt_count + 1 END,
@@ -233,12 +250,13 @@ WHERE e.owner IS NULL
 -- Returns how many rows each type gained.
 WITH inserted AS (
     INSERT INTO {schema}.jobs
-        (queue, owner, lane, type, mode, priority, window_start, window_end, dedup_key, next_run_at, created_at)
-    SELECT %(queue)s, p.owner, p.lane, p.type, p.mode, p.priority, p.window_start, p.window_end, p.dedup_key,
+        (queue, owner, lane, lane_width, type, mode, priority, window_start, window_end, dedup_key, next_run_at,
+         created_at)
+    SELECT %(queue)s, p.owner, p.lane, p.lane_width, p.type, p.mode, p.priority, p.window_start, p.window_end, p.dedup_key,
            coalesce(%(now)s::timestamptz, statement_timestamp()),
            coalesce(%(now)s::timestamptz, statement_timestamp())
     FROM json_to_recordset(%(rows)s::json)
-         AS p(owner text, lane text, type text, mode text, priority int,
+         AS p(owner text, lane text, lane_width int, type text, mode text, priority int,
               window_start timestamptz, window_end timestamptz, dedup_key text)
     ON CONFLICT (queue, owner, type, dedup_key) DO NOTHING
     RETURNING type
@@ -246,22 +264,25 @@ WITH inserted AS (
 SELECT type, count(*) AS inserted FROM inserted GROUP BY type;
 
 -- name: move_lanes
--- Waiting jobs follow their owner into the lane the owner source gives it now. A running job finishes in the
--- lane it started in: moving it could put two running jobs in one lane. Returns the jobs moved.
+-- Waiting jobs follow their owner into the lane, and the lane width, the owner source gives it now. A running
+-- job finishes in the lane and slot it started in: moving it could put two running jobs in one slot of a lane.
+-- Returns the jobs moved.
 UPDATE {schema}.jobs AS j
-SET lane = o.lane
-FROM unnest(%(owners)s::text[], %(lanes)s::text[]) AS o(owner, lane)
+SET lane = o.lane,
+    lane_width = o.lane_width
+FROM unnest(%(owners)s::text[], %(lanes)s::text[], %(lane_widths)s::int[]) AS o(owner, lane, lane_width)
 WHERE j.queue = %(queue)s
   AND j.owner = o.owner
   AND j.status IN ('pending', 'failed', 'deferred')
-  AND j.lane <> o.lane
+  AND (j.lane <> o.lane OR j.lane_width <> o.lane_width)
 RETURNING j.id;
 
 -- name: enqueue
 -- Put one job in by hand; a job with the same key is left as it is (and returned as NULL).
 INSERT INTO {schema}.jobs
-    (queue, owner, lane, type, mode, priority, window_start, window_end, dedup_key, next_run_at, created_at)
-VALUES (%(queue)s, %(owner)s, %(lane)s, %(type)s, %(mode)s, %(priority)s, %(window_start)s, %(window_end)s,
+    (queue, owner, lane, lane_width, type, mode, priority, window_start, window_end, dedup_key, next_run_at,
+     created_at)
+VALUES (%(queue)s, %(owner)s, %(lane)s, %(lane_width)s, %(type)s, %(mode)s, %(priority)s, %(window_start)s, %(window_end)s,
         %(dedup_key)s,
         coalesce(%(run_at)s::timestamptz, %(now)s::timestamptz, statement_timestamp()),
         coalesce(%(now)s::timestamptz, statement_timestamp()))
@@ -388,8 +409,8 @@ FROM clock;
 
 -- name: worker_wakeup
 -- What an idle worker (or its trigger) waits for: whether a take would find a job now (a due job in a lane
--- with nothing running, or a running job whose lease expired), else the next instant that could change that
--- (a waiting job becoming due, a lease running out). A due job in a busy lane does not count: the lane's
+-- with a free slot, or a running job whose lease expired), else the next instant that could change that
+-- (a waiting job becoming due, a lease running out). A due job in a full lane does not count: the lane's
 -- worker goes on draining when its job ends, and waking for it would only make an idle worker resume and
 -- defer again without running anything.
 WITH clock AS (
@@ -400,9 +421,13 @@ SELECT (
                SELECT 1 FROM {schema}.jobs AS j, clock
                WHERE j.queue = %(queue)s AND j.status IN ('pending', 'failed', 'deferred')
                  AND j.next_run_at <= clock.now
-                 AND NOT EXISTS (
-                     SELECT 1 FROM {schema}.jobs AS busy
-                     WHERE busy.queue = j.queue AND busy.lane = j.lane AND busy.status = 'running'
+                 AND EXISTS (
+                     SELECT 1 FROM generate_series(0, j.lane_width - 1) AS slot(n)
+                     WHERE NOT EXISTS (
+                         SELECT 1 FROM {schema}.jobs AS busy
+                         WHERE busy.queue = j.queue AND busy.lane = j.lane AND busy.status = 'running'
+                           AND busy.lane_slot = slot.n
+                     )
                  )
            )
            OR EXISTS (

@@ -33,7 +33,8 @@ from synclane_provider.core.store import Finish, FinishAndTake, Store, Taken
 
 log = logging.getLogger(__name__)
 
-LANE_INDEX = "jobs_one_running_per_lane"
+LANE_INDEX = "jobs_one_running_per_lane_slot"
+"""The unique index that keeps a lane at most its width: a take that loses a slot to another worker hits it."""
 MAX_LANE_RACES = 50
 """Lane races lost in a row before a take gives up and reports nothing to do (the lanes are contended)."""
 
