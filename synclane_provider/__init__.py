@@ -39,9 +39,11 @@ def get_provider_info() -> dict:
                     "synclane_provider.triggers.due",
                     "synclane_provider.triggers.initial_load",
                     "synclane_provider.triggers.drained",
+                    "synclane_provider.triggers.initial_loads",
                 ],
             }
         ],
+        "asset-uris": [{"schemes": ["synclane"], "handler": "synclane_provider.assets.sanitize_uri"}],
         "connection-types": [
             {
                 "connection-type": "synclane",

@@ -469,6 +469,19 @@ WHERE NOT EXISTS (
       )
 ORDER BY o.owner;
 
+-- name: initial_loads_complete
+-- The owners of a queue whose initial load (of one type, or of every type) is complete: they have initial jobs
+-- and every one is completed. The asset watcher's trigger compares this between looks: an owner that joins it
+-- has just finished its first load. Reads initial jobs only, never the recurring history.
+SELECT owner
+FROM {schema}.jobs
+WHERE queue = %(queue)s
+  AND mode = 'initial'
+  AND (%(type)s::text IS NULL OR type = %(type)s)
+GROUP BY owner
+HAVING bool_and(status = 'completed')
+ORDER BY owner;
+
 -- name: connection_room
 -- How many more connections the server has room for (short of those reserved for superusers), and this
 -- role's CONNECTION LIMIT (NULL: none): a pool warns when it starts more slots than that.

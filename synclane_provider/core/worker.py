@@ -25,10 +25,12 @@ from synclane_provider.core.clock import Clock, database_clock
 from synclane_provider.core.database import Database, Session
 from synclane_provider.core.errors import DatabaseUnavailableError
 from synclane_provider.core.declarations import SyncLane
+from synclane_provider.core.landed import Landed
 from synclane_provider.core.lease import LeaseKeeper
 from synclane_provider.core.records import Activity, Job
 from synclane_provider.core.pages import PageThread
 from synclane_provider.core.runner import DEFAULT_STOP_GRACE, JobRunner, Outcome, RunResult
+from synclane_provider.core.states import JobMode
 from synclane_provider.core.store import Finish, FinishAndTake, Store, Taken
 
 log = logging.getLogger(__name__)
@@ -64,11 +66,15 @@ class Summary:
     records: int = 0
     empty_takes: int = 0
     lane_races: int = 0
+    landed: Landed = field(default_factory=Landed)
+    """The completed jobs by type and owner: what an asset event tells downstream work (see landed.py)."""
 
     def add(self, result: RunResult) -> None:
         self.outcomes[result.outcome.value] += 1
         self.pages += result.pages
         self.records += result.records
+        if result.outcome is Outcome.COMPLETED:
+            self.landed.add(result.job, result.records)
 
     def merge(self, other: "Summary") -> None:
         self.outcomes.update(other.outcomes)
@@ -76,6 +82,7 @@ class Summary:
         self.records += other.records
         self.empty_takes += other.empty_takes
         self.lane_races += other.lane_races
+        self.landed.merge(other.landed)
 
     @property
     def jobs(self) -> int:
@@ -219,6 +226,11 @@ class WorkerSlot:
         finally:
             self._busy = False
         self.summary.add(result)
+        if result.outcome is Outcome.COMPLETED and taken.job.mode is JobMode.INITIAL:
+            # An owner's first load may have just completed: wake whoever watches for that (the initial-load
+            # asset watcher, the sensor's trigger) now instead of at its next poll. Initial jobs only: a
+            # recurring completion, the common case, costs nothing more.
+            self.store.notify(self.queue.name)
         return result
 
     @property

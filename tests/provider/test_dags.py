@@ -40,8 +40,9 @@ def test_the_dag_files_parse_without_touching_any_database_or_connection(declara
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(result.stdout.strip().splitlines()[-1])
     assert report["import_errors"] == {}
-    assert report["dags"] == ["synclane_plan", "synclane_requeue", "synclane_work"]
-    assert report["tasks"] == {"synclane_plan": ["plan"], "synclane_requeue": ["requeue"], "synclane_work": ["work"]}
+    assert report["dags"] == ["synclane_downstream", "synclane_plan", "synclane_requeue", "synclane_work"]
+    assert report["tasks"] == {"synclane_downstream": ["count_new_records"], "synclane_plan": ["plan"],
+                               "synclane_requeue": ["requeue"], "synclane_work": ["work"]}
     assert report["attempts"] == []
     assert report["seconds"] < 60
 
