@@ -23,7 +23,11 @@ def get_provider_info() -> dict:
         "operators": [
             {
                 "integration-name": _INTEGRATION,
-                "python-modules": ["synclane_provider.operators.plan", "synclane_provider.operators.work"],
+                "python-modules": [
+                    "synclane_provider.operators.plan",
+                    "synclane_provider.operators.work",
+                    "synclane_provider.operators.assets",
+                ],
             }
         ],
         "sensors": [

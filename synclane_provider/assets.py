@@ -7,18 +7,27 @@ URI scheme (registered with Airflow through the provider info's ``asset-uris``):
 The schema (the jobs table's, ``synclane`` by default) is the authority part, so two declarations in one
 database do not share assets; queue and type names are percent-encoded, so any name the table accepts makes
 one URI and back. A downstream DAG schedules on :func:`asset` (``schedule=[asset("synclane", "shops",
-"orders")]``); the worker operator emits one event per type per task run for the types whose jobs completed,
-with ``extra`` naming the owners, their windows and record counts (:meth:`Landed.extra
-<synclane_provider.core.landed.Landed.extra>`). It emits them through an :class:`AssetAlias` named by
-:func:`alias_name`, so a run in which nothing of a type completed emits nothing for it.
+"orders")]``); :class:`~synclane_provider.operators.assets.SyncLaneAssetsOperator` (after a worker DAG's
+mapped slots) or a single worker task with ``emit_assets=True`` emits one event per type per run for the
+types whose jobs completed, with ``extra`` naming the owners, their windows and record counts
+(:meth:`Landed.extra <synclane_provider.core.landed.Landed.extra>`). Events go through an
+:class:`AssetAlias` named by :func:`alias_name`, so a run in which nothing of a type completed emits nothing
+for it. :func:`initial_load_asset` is the event-driven option: an asset watched on the triggerer.
 """
 
 from __future__ import annotations
 
 import urllib.parse
+from typing import TYPE_CHECKING, Any
 from urllib.parse import SplitResult
 
 from airflow.sdk import Asset, AssetAlias, AssetWatcher
+
+from synclane_provider.core.landed import Landed
+from synclane_provider.locate import locate_queue
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
 
 SCHEME = "synclane"
 INITIAL_LOAD = "initial-load"
@@ -66,6 +75,25 @@ def alias_name(queue: str) -> str:
 
 def alias(queue: str) -> AssetAlias:
     return AssetAlias(name=alias_name(queue), group="synclane")
+
+
+def emit_landed(context: Context, synclane: str, queue_name: str, landed: Landed, log: Any) -> int:
+    """Add one event per type in ``landed`` to the task's outlet alias of the queue; returns how many.
+
+    A task without outlet events in its context (an ``execute()`` called outside a task) emits nothing.
+    """
+    accessors = context.get("outlet_events")
+    if accessors is None or not landed.by_type:
+        return 0
+    declaration, queue = locate_queue(synclane, queue_name)
+    events = accessors[alias(queue.name)]
+    for type_name in sorted(landed.by_type):
+        extra = landed.extra(queue.name, type_name)
+        landed_asset = asset(declaration.schema, queue.name, type_name)
+        events.add(landed_asset, extra=extra)
+        log.info("asset event %s: %s job(s), %s record(s) for %s owner(s)", landed_asset.uri, extra["jobs"],
+                 extra["records"], len(extra["owners"]))
+    return len(landed.by_type)
 
 
 def sanitize_uri(uri: SplitResult) -> SplitResult:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator, conf
 from airflow.sdk.exceptions import AirflowException
 
-from synclane_provider.assets import alias, asset
+from synclane_provider.assets import alias, emit_landed
 from synclane_provider.core import Summary, WorkerSlot
 from synclane_provider.core.landed import Landed
 from synclane_provider.core.durations import parse_duration
@@ -106,7 +106,12 @@ class SyncLaneWorkOperator(BaseOperator):
     :param emit_assets: when the task ends, emit one Airflow asset event per job type whose jobs completed
         (``synclane://<schema>/<queue>/<type>``, see :mod:`synclane_provider.assets`), with ``extra`` naming
         the owners, their windows and record counts. Emitted through the outlet ``AssetAlias``
-        ``synclane-<queue>``, added to ``outlets`` here, so a run that completed nothing emits nothing.
+        ``synclane-<queue>``, added to ``outlets`` here, so a run that completed nothing emits nothing. For
+        one unmapped worker task only: mapped slots leave it off and a
+        :class:`~synclane_provider.operators.assets.SyncLaneAssetsOperator` after them emits once for all
+        (the returned ``landed`` is what it reads). Several tasks emitting through one alias at the same
+        moment fail in Airflow 3.3 (both create the alias or the asset row: a unique violation that fails
+        the task), and a mapped task's outlets are not known when the DAG is parsed.
     """
 
     template_fields: Sequence[str] = ("synclane", "synclane_queue", "synclane_conn_id", "idle_timeout", "max_run_time")
@@ -123,7 +128,7 @@ class SyncLaneWorkOperator(BaseOperator):
         max_run_time: timedelta | float | str = timedelta(hours=1),
         give_up_after: timedelta = timedelta(minutes=5),
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
-        emit_assets: bool = True,
+        emit_assets: bool = False,
         **kwargs: Any,
     ) -> None:
         kwargs.setdefault("map_index_template", "{{ task.synclane_queue }} slot {{ task.slot }}")
@@ -258,22 +263,16 @@ class SyncLaneWorkOperator(BaseOperator):
             state.deferrals,
         )
         self._emit_assets(state.summary.landed)
-        return {"queue": self.synclane_queue, "slot": self.slot, **totals, "deferrals": state.deferrals, "ended": reason}
+        return {
+            "queue": self.synclane_queue,
+            "slot": self.slot,
+            **totals,
+            "deferrals": state.deferrals,
+            "ended": reason,
+            "landed": state.summary.landed.as_dict(),
+        }
 
     def _emit_assets(self, landed: Landed) -> None:
         """One asset event per type whose jobs completed in this run, its ``extra`` naming owners and windows."""
-        if not self.emit_assets or self._context is None or not landed.by_type:
-            return
-        accessors = self._context.get("outlet_events")
-        if accessors is None:  # run outside a task (a direct execute() call): nothing to emit to
-            return
-        declaration, queue = locate_queue(self.synclane, self.synclane_queue)
-        events = accessors[alias(queue.name)]
-        for type_name in sorted(landed.by_type):
-            extra = landed.extra(queue.name, type_name)
-            events.add(asset(declaration.schema, queue.name, type_name), extra=extra)
-            self.log.info(
-                "asset event %s: %s job(s), %s record(s) for %s owner(s)",
-                asset(declaration.schema, queue.name, type_name).uri, extra["jobs"], extra["records"],
-                len(extra["owners"]),
-            )
+        if self.emit_assets and self._context is not None:
+            emit_landed(self._context, self.synclane, self.synclane_queue, landed, self.log)

@@ -8,6 +8,7 @@ from airflow.sdk.exceptions import TaskDeferred
 from airflow.sdk.execution_time.context import OutletEventAccessors
 
 from synclane_provider.assets import alias, alias_name, asset, asset_uri
+from synclane_provider.operators.assets import SyncLaneAssetsOperator
 from synclane_provider.operators.work import SyncLaneWorkOperator
 from tests.helpers import rows
 from tests.provider import declaration as decl
@@ -29,17 +30,19 @@ def test_airflow_refuses_a_synclane_uri_that_is_not_schema_queue_type():
         Asset("synclane://synclane/shops")
 
 
-def test_the_worker_declares_its_alias_as_an_outlet_when_the_dag_is_parsed():
-    operator = SyncLaneWorkOperator(task_id="work", synclane=DECLARATION, synclane_queue="shops")
+def test_a_worker_that_emits_declares_its_alias_as_an_outlet_when_the_dag_is_parsed():
+    operator = SyncLaneWorkOperator(task_id="work", synclane=DECLARATION, synclane_queue="shops", emit_assets=True)
     assert alias("shops") in operator.outlets and alias_name("shops") == "synclane-shops"
-    assert SyncLaneWorkOperator(task_id="w", synclane=DECLARATION, synclane_queue="shops", emit_assets=False).outlets == []
+    assert SyncLaneWorkOperator(task_id="w", synclane=DECLARATION, synclane_queue="shops").outlets == []
+    emitter = SyncLaneAssetsOperator(task_id="assets", synclane=DECLARATION, synclane_queue="shops")
+    assert emitter.outlets == [alias("shops")] and emitter.trigger_rule == "all_done"
 
 
 def test_a_worker_run_emits_one_event_per_type_that_landed_with_owners_windows_and_records(provider_schema, admin):
     with operations(decl.synclane) as ops:
         ops.plan("shops")
     operator = SyncLaneWorkOperator(task_id="work", synclane=DECLARATION, synclane_queue="shops", idle_timeout=30,
-                                    deferrable=True)
+                                    deferrable=True, emit_assets=True)
     outlet_events = OutletEventAccessors()
     context = {"outlet_events": outlet_events}
     with pytest.raises(TaskDeferred) as deferred:  # the throttled job waits: the run goes on after a deferral
@@ -50,7 +53,8 @@ def test_a_worker_run_emits_one_event_per_type_that_landed_with_owners_windows_a
         operator.execute_complete(context, event)
     carry = again.value.trigger.serialize()[1]["carry"]
     assert outlet_events[alias("shops")].asset_alias_events == []  # nothing is emitted before the run ends
-    operator.execute_complete(context, {**event, "status": "timeout", "carry": carry})
+    summary = operator.execute_complete(context, {**event, "status": "timeout", "carry": carry})
+    assert set(summary["landed"]) == {"orders", "products"}  # what an assets task after mapped slots reads
 
     events = outlet_events[alias("shops")].asset_alias_events
     assert sorted(e.dest_asset_key.uri for e in events) == [
