@@ -25,6 +25,9 @@ class SyncLaneAssetsOperator(BaseOperator):
     the same moment) and Airflow 3.3 fails one of two tasks creating an alias or asset row at once. Run it
     with ``trigger_rule="all_done"`` so that a failed slot does not hold back what the others landed.
 
+    What a slot's failed try completed is not announced (the table has it; the retry starts afresh): the
+    events are a wake-up with a summary, and a downstream DAG that must see every record reads the data.
+
     :param synclane: import path of the declaration, ``"package.module:attribute"``.
     :param synclane_queue: the queue the slots worked.
     :param worker_task_id: the task id of the (mapped) worker operator.
