@@ -11,8 +11,10 @@
 -- during a rolling upgrade, takes jobs without choosing a slot, so they run in slot 0, still one at a time in
 -- a lane of width 1. Neither column is touched by cursor saves or heartbeats, which stay HOT updates.
 
-ALTER TABLE {schema}.jobs ADD COLUMN IF NOT EXISTS lane_width integer NOT NULL DEFAULT 1 CHECK (lane_width >= 1);
-ALTER TABLE {schema}.jobs ADD COLUMN IF NOT EXISTS lane_slot integer NOT NULL DEFAULT 0 CHECK (lane_slot >= 0);
+ALTER TABLE {schema}.jobs ADD COLUMN IF NOT EXISTS lane_width integer NOT NULL DEFAULT 1
+    CONSTRAINT jobs_lane_width_at_least_one CHECK (lane_width >= 1);
+ALTER TABLE {schema}.jobs ADD COLUMN IF NOT EXISTS lane_slot integer NOT NULL DEFAULT 0
+    CONSTRAINT jobs_lane_slot_not_negative CHECK (lane_slot >= 0);
 
 -- A running job's slot is one of its lane's: a width lowered since the job was last run cannot leave a slot
 -- outside the lane (the take chooses again; only a running row is checked, since only it holds its slot).
