@@ -17,6 +17,7 @@ from datetime import datetime, timedelta, timezone
 from airflow.sdk import DAG, Param
 
 from synclane_provider.locate import locate_queue
+from synclane_provider.operators.assets import SyncLaneAssetsOperator
 from synclane_provider.operators.work import SyncLaneWorkOperator
 
 SYNCLANE = os.environ.get("SYNCLANE_DECLARATION", "synclane_provider.example:synclane")
@@ -41,7 +42,7 @@ with DAG(
     tags=["synclane"],
     doc_md=__doc__,
 ):
-    SyncLaneWorkOperator.partial(
+    work = SyncLaneWorkOperator.partial(
         task_id="work",
         synclane=SYNCLANE,
         synclane_queue=queue.name,
@@ -59,3 +60,5 @@ with DAG(
         retry_delay=timedelta(seconds=15),
         map_index_template="{{ task.synclane_queue }} slot {{ task.slot }}",
     ).expand(slot=list(range(queue.concurrency)))
+    # One asset event per type that landed in this run, for every slot at once (synclane_downstream runs on them).
+    work >> SyncLaneAssetsOperator(task_id="assets", synclane=SYNCLANE, synclane_queue=queue.name)

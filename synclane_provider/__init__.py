@@ -23,7 +23,11 @@ def get_provider_info() -> dict:
         "operators": [
             {
                 "integration-name": _INTEGRATION,
-                "python-modules": ["synclane_provider.operators.plan", "synclane_provider.operators.work"],
+                "python-modules": [
+                    "synclane_provider.operators.plan",
+                    "synclane_provider.operators.work",
+                    "synclane_provider.operators.assets",
+                ],
             }
         ],
         "sensors": [
@@ -39,9 +43,11 @@ def get_provider_info() -> dict:
                     "synclane_provider.triggers.due",
                     "synclane_provider.triggers.initial_load",
                     "synclane_provider.triggers.drained",
+                    "synclane_provider.triggers.initial_loads",
                 ],
             }
         ],
+        "asset-uris": [{"schemes": ["synclane"], "handler": "synclane_provider.assets.sanitize_uri"}],
         "connection-types": [
             {
                 "connection-type": "synclane",

@@ -9,7 +9,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 
 import psycopg
@@ -22,8 +22,15 @@ from synclane_provider.core import Job, Operations, Page, Queue, SnapshotType, S
 class RaceResult:
     jobs: int
     overlaps: int
+    """Pairs of jobs of one lane that ran at the same time (0 is the guarantee for lanes of width 1)."""
     seconds: float
     lane_races: int
+    max_running: dict[str, int] = field(default_factory=dict)
+    """Per lane, the most jobs seen running at one instant (at most the width is the guarantee)."""
+
+    @property
+    def max_running_per_lane(self) -> int:
+        return max(self.max_running.values(), default=0)
 
 
 def count_overlaps(intervals: dict[str, list[tuple[float, float]]]) -> int:
@@ -36,6 +43,20 @@ def count_overlaps(intervals: dict[str, list[tuple[float, float]]]) -> int:
     return overlaps
 
 
+def max_concurrency(intervals: dict[str, list[tuple[float, float]]]) -> dict[str, int]:
+    """Per lane, the most intervals open at one instant (an interval ending when another starts does not count)."""
+    most: dict[str, int] = {}
+    for lane, spans in intervals.items():
+        # Ends sort before starts at the same instant: [0, 1) and [1, 2) never ran together.
+        events = sorted([(start, 1) for start, _ in spans] + [(end, -1) for _, end in spans])
+        running = peak = 0
+        for _, step in events:
+            running += step
+            peak = max(peak, running)
+        most[lane] = peak
+    return most
+
+
 def lane_race(
     database_url: str,
     schema: str,
@@ -46,8 +67,9 @@ def lane_race(
     waves: int = 10,
     page_seconds: float = 0.002,
     keep_lane_index: bool = True,
+    width: int = 1,
 ) -> RaceResult:
-    """Run ``jobs`` jobs spread over ``lanes`` lanes through ``workers`` slots; count lane overlaps.
+    """Run ``jobs`` jobs spread over ``lanes`` lanes of ``width`` through ``workers`` slots; count lane overlaps.
 
     The jobs arrive in ``waves``: each wave is inserted while every slot is
     idle, then all slots are woken at once -- the moment every lane is free
@@ -73,7 +95,7 @@ def lane_race(
     ops.activity("race")  # creates the schema
     admin = psycopg.connect(database_url, autocommit=True)
     if not keep_lane_index:
-        admin.execute(sql.SQL("DROP INDEX {}.jobs_one_running_per_lane").format(sql.Identifier(schema)))
+        admin.execute(sql.SQL("DROP INDEX {}.jobs_one_running_per_lane_slot").format(sql.Identifier(schema)))
     # Only wake() starts the slots on a wave: their own polls are far apart.
     pool = WorkerPool(synclane, database, "race", slots=workers, poll_interval=timedelta(seconds=30))
     outcome: list = []  # the pool's summary, or what it raised
@@ -93,11 +115,11 @@ def lane_race(
         for first in range(1, jobs + 1, per_wave):
             admin.execute(
                 sql.SQL(
-                    "INSERT INTO {}.jobs (queue, owner, lane, type, mode, dedup_key) "
-                    "SELECT 'race', 'owner-' || i, 'lane-' || (i %% %s), 'work', 'manual', 'manual:' || i "
+                    "INSERT INTO {}.jobs (queue, owner, lane, lane_width, type, mode, dedup_key) "
+                    "SELECT 'race', 'owner-' || i, 'lane-' || (i %% %s), %s, 'work', 'manual', 'manual:' || i "
                     "FROM generate_series(%s::int, %s::int) AS i"
                 ).format(sql.Identifier(schema)),
-                [lanes, first, min(first + per_wave - 1, jobs)],
+                [lanes, width, first, min(first + per_wave - 1, jobs)],
             )
             pool.wake()
             while working.is_alive() and not ops.activity("race").drained:
@@ -112,4 +134,10 @@ def lane_race(
     if isinstance(outcome[0], BaseException):
         raise outcome[0]
     done = sum(len(spans) for spans in intervals.values())
-    return RaceResult(jobs=done, overlaps=count_overlaps(intervals), seconds=seconds, lane_races=outcome[0].lane_races)
+    return RaceResult(
+        jobs=done,
+        overlaps=count_overlaps(intervals),
+        seconds=seconds,
+        lane_races=outcome[0].lane_races,
+        max_running=max_concurrency(intervals),
+    )

@@ -174,6 +174,7 @@ def test_the_first_migration_is_the_schema_that_0_1_0_released():
     ("files", "complaint"),
     [
         ({"0001_a.sql": "", "0003_c.sql": ""}, "without gaps"),
+        ({"0001_a.sql": "", "0002_b.sql": "", "0004_d.sql": "", "0006_f.sql": ""}, "without gaps"),
         ({"0001_a.sql": "", "1_b.sql": ""}, "NNNN_name.sql"),
         ({"0001_a.sql": "", "0002_Add-Column.sql": ""}, "NNNN_name.sql"),
         ({"0001_a.sql": "SELECT '{}'::jsonb"}, "only {schema}"),
@@ -290,11 +291,11 @@ def test_processes_starting_at_once_apply_each_migration_once(admin, database_ur
 def test_a_missing_index_is_re_created_at_start_up(admin, database_url, fresh_schema):
     migrated(database_url, fresh_schema)
     before = snapshot(admin, fresh_schema)
-    for name in ("jobs_one_running_per_lane", "jobs_waiting_by_time"):
+    for name in ("jobs_one_running_per_lane_slot", "jobs_waiting_by_time"):
         admin.execute(sql.SQL("DROP INDEX {}.{}").format(sql.Identifier(fresh_schema), sql.Identifier(name)))
 
     with pytest.raises(
-        SchemaNotReadyError, match="lacks the index.es. jobs_one_running_per_lane, jobs_waiting_by_time"
+        SchemaNotReadyError, match="lacks the index.es. jobs_one_running_per_lane_slot, jobs_waiting_by_time"
     ):
         Database(database_url, schema=fresh_schema, create_schema=False).connect()
     Database(database_url, schema=fresh_schema).connect().close()

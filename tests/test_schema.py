@@ -27,8 +27,9 @@ def test_the_two_guarantees_are_unique_indexes(admin, database_url, fresh_schema
     found = indexes(admin, fresh_schema)
     assert "CREATE UNIQUE INDEX jobs_planned_once" in found["jobs_planned_once"]
     assert found["jobs_planned_once"].endswith("(queue, owner, type, dedup_key)")
-    assert "CREATE UNIQUE INDEX jobs_one_running_per_lane" in found["jobs_one_running_per_lane"]
-    assert found["jobs_one_running_per_lane"].endswith("(queue, lane) WHERE (status = 'running'::text)")
+    assert "CREATE UNIQUE INDEX jobs_one_running_per_lane_slot" in found["jobs_one_running_per_lane_slot"]
+    assert found["jobs_one_running_per_lane_slot"].endswith("(queue, lane, lane_slot) WHERE (status = 'running'::text)")
+    assert "jobs_one_running_per_lane" not in found  # replaced by 0005: width 1 is slot 0 only
 
 
 def test_creating_the_schema_is_idempotent_and_safe_to_race(admin, database_url, fresh_schema):

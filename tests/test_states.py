@@ -222,13 +222,13 @@ def test_the_table_checks_and_indexes_agree_with_the_python_sets(admin, database
     predicates = {row["indexname"]: values_in(row["indexdef"].split(" WHERE ", 1)[1]) for row in indexes}
     waiting = {name: found for name, found in predicates.items() if "waiting" in name}
     assert len(waiting) == 3 and all(found == NAMED_SETS["WAITING"] for found in waiting.values()), waiting
-    assert predicates["jobs_one_running_per_lane"] == {JobStatus.RUNNING.value}
+    assert predicates["jobs_one_running_per_lane_slot"] == {JobStatus.RUNNING.value}
     # Retention's and progress's indexes (migration 0006): finished jobs by state, initial jobs by mode.
     assert predicates["jobs_completed_by_age"] == {JobStatus.COMPLETED.value, JobMode.INITIAL.value}
     assert predicates["jobs_abandoned"] == {JobStatus.ABANDONED.value}
     assert predicates["jobs_initial_by_owner"] == {JobMode.INITIAL.value}
     retention = {"jobs_completed_by_age", "jobs_abandoned", "jobs_initial_by_owner"}
-    assert set(predicates) == set(waiting) | {"jobs_one_running_per_lane"} | retention
+    assert set(predicates) == set(waiting) | {"jobs_one_running_per_lane_slot"} | retention
 
 
 def test_the_transitions_cover_every_state_and_the_named_sets_are_states():

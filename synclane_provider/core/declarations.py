@@ -62,6 +62,10 @@ def checked_name(kind: str, value: object) -> str:
     return value
 
 
+MAX_LANE_WIDTH = 1000
+"""Widest lane: a take looks at each slot of a lane, so a width far beyond any worker count only costs."""
+
+
 def _clipped(value: object, limit: int = 80) -> str:
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 1] + "…"
@@ -78,17 +82,31 @@ class Owner:
 
     ``rate``: the rate budget of the owner's lane, when it differs from the queue's (``Queue(rate=…)``), e.g.
     an account on a bigger plan. Owners sharing a lane must name the same rate (or none).
+    ``lane_width`` is how many jobs of the lane may run at once (an API that allows k concurrent requests per
+    account); 1, the default, is one job at a time. It is the lane's, so owners sharing a lane must name the
+    same width (the owner source is refused otherwise). The width travels with every job of the lane into the
+    table, where a unique index over running jobs' slots holds it (see migration 0005).
     """
 
     id: str
     lane: str | None = None
     rate: Rate | None = None
+    lane_width: int = 1
 
     def __post_init__(self) -> None:
         checked_name("owner id", self.id)
         if self.lane is not None:
             checked_name("owner lane", self.lane)
         _checked_rate(f"owner {self.id!r}", self.rate)
+        if isinstance(self.lane_width, bool) or not isinstance(self.lane_width, int) or self.lane_width < 1:
+            raise DeclarationError(
+                f"lane_width of owner {self.id!r} must be a whole number of at least 1 (how many of its lane's jobs "
+                f"may run at once), got {self.lane_width!r}"
+            )
+        if self.lane_width > MAX_LANE_WIDTH:
+            raise DeclarationError(
+                f"lane_width of owner {self.id!r} must be at most {MAX_LANE_WIDTH}, got {self.lane_width!r}"
+            )
 
     @property
     def lane_or_id(self) -> str:

@@ -122,6 +122,7 @@ class Operations:
             queue=queue,
             owner=listed.id,
             lane=listed.lane_or_id,
+            lane_width=listed.lane_width,
             type=type,
             mode=JobMode.MANUAL.value,
             priority=priority,

@@ -14,11 +14,14 @@ from synclane_provider.core.errors import DeclarationError, OwnerSourceError, Un
 def owners_of(queue: Queue) -> list[Owner]:
     """Ask the queue's owner source who is connected; strings are owners with their own lane.
 
-    An owner listed twice keeps its first entry. Owners of one lane that name different rates are refused:
-    the lane is one API account with one budget, so which rate holds would depend on which job ran.
+    An owner listed twice keeps its first entry. Owners sharing a lane must name one rate and one width: the
+    lane is one API account, with one rate budget and one concurrency limit, so which rate or width holds would
+    otherwise depend on which job ran (two widths would let its jobs take slots up to the larger one). Such a
+    source is refused with both owners named.
     """
     owners: dict[str, Owner] = {}
     rates: dict[str, Owner] = {}
+    widths: dict[str, Owner] = {}
     for item in queue.owners(queue.name):
         owner = Owner(item) if isinstance(item, str) else item
         if not isinstance(owner, Owner):
@@ -33,6 +36,13 @@ def owners_of(queue: Queue) -> list[Owner]:
                 f"owner source of queue {queue.name!r}: owners {first.id!r} and {owner.id!r} share lane "
                 f"{owner.lane_or_id!r} but name different rates ({_rate(first)} and {_rate(owner)}); a lane has one "
                 f"rate budget"
+            )
+        first = widths.setdefault(owner.lane_or_id, owner)
+        if first.lane_width != owner.lane_width:
+            raise OwnerSourceError(
+                f"owner source of queue {queue.name!r} gives lane {owner.lane_or_id!r} two widths: "
+                f"lane_width={first.lane_width} for owner {first.id!r} and lane_width={owner.lane_width} for "
+                f"owner {owner.id!r}; owners sharing a lane share its width"
             )
     return list(owners.values())
 
@@ -52,8 +62,9 @@ def resolve_owner(queue: Queue, owner: str | Owner, *, lane: str | None = None) 
     owner_id, named_lane = (owner.id, owner.lane) if isinstance(owner, Owner) else (owner, lane)
     if isinstance(owner, Owner) and lane is not None and lane != owner.lane:
         raise DeclarationError(f"owner {owner_id!r} is given with lane {owner.lane!r} and lane={lane!r}: name one")
-    checked = Owner(owner_id, named_lane)  # refuses names the table cannot hold
-    for listed in owners_of(queue):
+    checked = owner if isinstance(owner, Owner) else Owner(owner_id, named_lane)  # refuses bad names
+    listed_owners = owners_of(queue)
+    for listed in listed_owners:
         if listed.id != owner_id:
             continue
         if named_lane is not None and named_lane != listed.lane_or_id:
@@ -67,4 +78,7 @@ def resolve_owner(queue: Queue, owner: str | Owner, *, lane: str | None = None) 
             f"owner {owner_id!r} is not listed by the owner source of queue {queue.name!r}; "
             f"to add a job for it anyway, name its lane (lane={owner_id!r} for a lane of its own)"
         )
+    for neighbour in listed_owners:  # a lane the source knows keeps the source's width
+        if neighbour.lane_or_id == checked.lane_or_id and neighbour.lane_width != checked.lane_width:
+            return Owner(checked.id, checked.lane, lane_width=neighbour.lane_width)
     return checked

@@ -44,8 +44,10 @@ def plan(
 ) -> PlanSummary:
     """Plan every owner of ``queue`` (or only ``owner``) at ``now``; safe to repeat and to run concurrently.
 
-    Each owner's waiting jobs are first moved to the lane the owner source gives it now (a running job
-    finishes in the lane it started in), so that the new jobs and the old ones share one lane.
+    Each owner's waiting jobs are first moved to the lane (and lane width) the owner source gives it now (a
+    running job finishes in the lane and slot it started in), so that the new jobs and the old ones share one
+    lane. The width is written on every job, like the lane, because the take reads it from the job it is
+    about to lease: the database then needs no table of lanes, and the index alone keeps the lane k wide.
     """
     now = utc(now) if now is not None else datetime.now(timezone.utc)
     owners = owners_of(queue) if owner is None else [resolve_owner(queue, owner)]
@@ -61,9 +63,11 @@ def plan(
 
 
 def _move_lanes(store: Store, queue: Queue, owners: Sequence[Owner]) -> int:
-    moved = store.move_lanes(queue.name, [o.id for o in owners], [o.lane_or_id for o in owners])
+    moved = store.move_lanes(
+        queue.name, [o.id for o in owners], [o.lane_or_id for o in owners], [o.lane_width for o in owners]
+    )
     if moved:
-        log.info("queue %s: %s waiting job(s) moved to the lane their owner has now", queue.name, moved)
+        log.info("queue %s: %s waiting job(s) moved to the lane (or lane width) their owner has now", queue.name, moved)
     return moved
 
 
@@ -101,6 +105,7 @@ def _insert(store: Store, queue: Queue, wanted: Iterable[tuple[Owner, int, Plann
             {
                 "owner": owner.id,
                 "lane": owner.lane_or_id,
+                "lane_width": owner.lane_width,
                 "type": job.type,
                 "mode": job.mode.value,
                 "priority": priority,

@@ -15,18 +15,20 @@
 -- (if any) and the delay before the next attempt; it is fenced on the lease, and frees the lane.
 --
 -- The next job is one the worker already holds (a take whose reply was lost), else an expired lease (a
--- lost worker's job: taken without a new attempt, and returned with the lost worker's id in lost_worker so
--- that the taker writes the lost attempt down as a failure), else the first due waiting job whose lane has
--- nothing running, in declared type order and newest window first. A deferred job only goes when its lane has
--- nothing else due. Row locks are skipped, never waited on; two workers picking jobs of one lane at once
--- are stopped by jobs_one_running_per_lane (the caller retries on that unique violation, which also undoes
--- the finish).
+-- lost worker's job: taken without a new attempt, in the slot it held, and returned with the lost worker's
+-- id in lost_worker so that the taker writes the lost attempt down as a failure), else the first due waiting
+-- job whose lane has a free slot, in declared type order and newest window first. A lane of width k has
+-- slots 0 … k-1 (the job's lane_width, copied from the owner source); the job takes the lowest slot no
+-- running job of its lane holds. A deferred job only goes when its lane has a free slot and nothing else due.
+-- Row locks are skipped, never waited on; two workers picking the same slot of one lane at once are stopped
+-- by jobs_one_running_per_lane_slot (the caller retries on that unique violation, which also undoes the
+-- finish): the index, not this search, is what keeps a lane at most k wide.
 --
 -- The due job is looked for in two ways that give the same answer. First among the first few due jobs in
 -- queue order (read in that order, so the search stops at the first job in a free lane, without a sort):
 -- with many lanes one of them is almost always in a free lane. When none is (few lanes, all
 -- busy, or one lane holding the head of the queue), the lanes that have waiting jobs are walked one index
--- probe each and the best head of a free lane is taken; scanning every due job instead would read the
+-- probe each and the best head of a lane with a free slot is taken; scanning every due job instead would read the
 -- whole queue only to find nothing.
 --
 -- Lock order: the finish is written before anything is taken (finish_first gates every way of taking, as an
@@ -34,7 +36,7 @@
 -- locks that job's newest version before rechecking it, and keeps the lock; a finish of that job waits for
 -- it. Written first, the finish waits holding nothing that take could wait for. Written after the take (as
 -- the planner placed it when the finish was referenced only by a busy lane's check), it waited holding the
--- new job's entry in jobs_one_running_per_lane, which that take could be waiting on: a deadlock, broken
+-- new job's entry in jobs_one_running_per_lane_slot, which that take could be waiting on: a deadlock, broken
 -- after deadlock_timeout (1 s). See docs/performance.md and bench/lock_order.py.
 --
 -- Returns one row: finished (whether the named job was written; false means its lease was lost), the
@@ -76,8 +78,8 @@ lanes AS (
     FROM lanes WHERE lanes.lane IS NOT NULL
 ),
 candidate AS (
-    SELECT id, lost_worker FROM (
-        SELECT j.id, nullif(j.leased_by, %(worker)s) AS lost_worker
+    SELECT id, lost_worker, lane_slot FROM (
+        SELECT j.id, nullif(j.leased_by, %(worker)s) AS lost_worker, j.lane_slot
         FROM {schema}.jobs AS j, clock
         WHERE %(take)s AND (SELECT n FROM finish_first) >= 0
           AND j.queue = %(queue)s
@@ -89,8 +91,8 @@ candidate AS (
         FOR UPDATE OF j SKIP LOCKED
     ) AS held_or_expired
     UNION ALL
-    SELECT id, NULL FROM (
-        SELECT j.id
+    SELECT id, NULL, lane_slot FROM (
+        SELECT j.id, free.lane_slot
         FROM (
             SELECT first.id, first.priority, first.window_end FROM {schema}.jobs AS first, clock
             WHERE %(take)s AND (SELECT n FROM finish_first) >= 0
@@ -100,14 +102,21 @@ candidate AS (
             ORDER BY first.priority, first.window_end DESC NULLS LAST, first.id
             LIMIT 32
         ) AS first_due
-        JOIN {schema}.jobs AS j ON j.id = first_due.id, clock
+        JOIN {schema}.jobs AS j ON j.id = first_due.id
+        CROSS JOIN LATERAL (
+            SELECT slot.n AS lane_slot FROM generate_series(0, j.lane_width - 1) AS slot(n)
+            WHERE NOT EXISTS (
+                SELECT 1 FROM {schema}.jobs AS busy
+                WHERE busy.queue = j.queue AND busy.lane = j.lane AND busy.status = 'running'
+                  AND busy.lane_slot = slot.n
+                  AND busy.id NOT IN (SELECT id FROM finished)
+            )
+            ORDER BY slot.n
+            LIMIT 1
+        ) AS free
+        CROSS JOIN clock
         WHERE j.status IN ('pending', 'failed', 'deferred')
           AND j.next_run_at <= clock.now
-          AND NOT EXISTS (
-              SELECT 1 FROM {schema}.jobs AS busy
-              WHERE busy.queue = j.queue AND busy.lane = j.lane AND busy.status = 'running'
-                AND busy.id NOT IN (SELECT id FROM finished)
-          )
           AND (j.status <> 'deferred' OR NOT EXISTS (
               SELECT 1 FROM {schema}.jobs AS other
               WHERE other.queue = j.queue AND other.lane = j.lane
@@ -118,8 +127,8 @@ candidate AS (
         FOR UPDATE OF j SKIP LOCKED
     ) AS among_first_due
     UNION ALL
-    SELECT id, NULL FROM (
-        SELECT j.id
+    SELECT id, NULL, lane_slot FROM (
+        SELECT j.id, free.lane_slot
         FROM lanes
         CROSS JOIN LATERAL (
             SELECT head.id FROM (
@@ -141,14 +150,21 @@ candidate AS (
                 LIMIT 1
             ) AS head
         ) AS lane_head
-        JOIN {schema}.jobs AS j ON j.id = lane_head.id, clock
+        JOIN {schema}.jobs AS j ON j.id = lane_head.id
+        CROSS JOIN LATERAL (
+            SELECT slot.n AS lane_slot FROM generate_series(0, j.lane_width - 1) AS slot(n)
+            WHERE NOT EXISTS (
+                SELECT 1 FROM {schema}.jobs AS busy
+                WHERE busy.queue = j.queue AND busy.lane = j.lane AND busy.status = 'running'
+                  AND busy.lane_slot = slot.n
+                  AND busy.id NOT IN (SELECT id FROM finished)
+            )
+            ORDER BY slot.n
+            LIMIT 1
+        ) AS free
+        CROSS JOIN clock
         WHERE %(take)s AND (SELECT n FROM finish_first) >= 0
           AND lanes.lane IS NOT NULL
-          AND NOT EXISTS (
-              SELECT 1 FROM {schema}.jobs AS busy
-              WHERE busy.queue = %(queue)s AND busy.lane = lanes.lane AND busy.status = 'running'
-                AND busy.id NOT IN (SELECT id FROM finished)
-          )
           AND j.status IN ('pending', 'failed', 'deferred')
           AND j.next_run_at <= clock.now
         ORDER BY j.priority, j.window_end DESC NULLS LAST, j.id
@@ -160,6 +176,7 @@ candidate AS (
 taken AS (
     UPDATE {schema}.jobs AS j
     SET status = 'running',
+        lane_slot = candidate.lane_slot,
         leased_by = %(worker)s,
         lease_expires_at = clock.now + %(lease)s::interval,
         attempt_count = CASE WHEN j.status = 'running' THEN j.attempt_count ELSE j.attempt_count + 1 END,
@@ -337,12 +354,13 @@ ORDER BY w.owner_position, w.type_position;
 -- than as bound arrays). Returns how many rows each type gained.
 WITH inserted AS (
     INSERT INTO {schema}.jobs
-        (queue, owner, lane, type, mode, priority, window_start, window_end, dedup_key, next_run_at, created_at)
-    SELECT %(queue)s, p.owner, p.lane, p.type, p.mode, p.priority, p.window_start, p.window_end, p.dedup_key,
+        (queue, owner, lane, lane_width, type, mode, priority, window_start, window_end, dedup_key, next_run_at,
+         created_at)
+    SELECT %(queue)s, p.owner, p.lane, p.lane_width, p.type, p.mode, p.priority, p.window_start, p.window_end, p.dedup_key,
            coalesce(%(now)s::timestamptz, statement_timestamp()),
            coalesce(%(now)s::timestamptz, statement_timestamp())
     FROM json_to_recordset(%(rows)s::json)
-         AS p(owner text, lane text, type text, mode text, priority int,
+         AS p(owner text, lane text, lane_width int, type text, mode text, priority int,
               window_start timestamptz, window_end timestamptz, dedup_key text)
     ON CONFLICT (queue, owner, type, dedup_key) DO NOTHING
     RETURNING owner, type, mode, window_start, window_end, created_at
@@ -371,22 +389,25 @@ covered AS (
 SELECT type, count(*) AS inserted FROM inserted GROUP BY type;
 
 -- name: move_lanes
--- Waiting jobs follow their owner into the lane the owner source gives it now. A running job finishes in the
--- lane it started in: moving it could put two running jobs in one lane. Returns the jobs moved.
+-- Waiting jobs follow their owner into the lane, and the lane width, the owner source gives it now. A running
+-- job finishes in the lane and slot it started in: moving it could put two running jobs in one slot of a lane.
+-- Returns the jobs moved.
 UPDATE {schema}.jobs AS j
-SET lane = o.lane
-FROM unnest(%(owners)s::text[], %(lanes)s::text[]) AS o(owner, lane)
+SET lane = o.lane,
+    lane_width = o.lane_width
+FROM unnest(%(owners)s::text[], %(lanes)s::text[], %(lane_widths)s::int[]) AS o(owner, lane, lane_width)
 WHERE j.queue = %(queue)s
   AND j.owner = o.owner
   AND j.status IN ('pending', 'failed', 'deferred')
-  AND j.lane <> o.lane
+  AND (j.lane <> o.lane OR j.lane_width <> o.lane_width)
 RETURNING j.id;
 
 -- name: enqueue
 -- Put one job in by hand; a job with the same key is left as it is (and returned as NULL).
 INSERT INTO {schema}.jobs
-    (queue, owner, lane, type, mode, priority, window_start, window_end, dedup_key, next_run_at, created_at)
-VALUES (%(queue)s, %(owner)s, %(lane)s, %(type)s, %(mode)s, %(priority)s, %(window_start)s, %(window_end)s,
+    (queue, owner, lane, lane_width, type, mode, priority, window_start, window_end, dedup_key, next_run_at,
+     created_at)
+VALUES (%(queue)s, %(owner)s, %(lane)s, %(lane_width)s, %(type)s, %(mode)s, %(priority)s, %(window_start)s, %(window_end)s,
         %(dedup_key)s,
         coalesce(%(run_at)s::timestamptz, %(now)s::timestamptz, statement_timestamp()),
         coalesce(%(now)s::timestamptz, statement_timestamp()))
@@ -522,8 +543,8 @@ FROM clock;
 -- What an idle worker (or its trigger) waits for: whether a take would find a job now and it is this waiter's
 -- turn, else the next instant that could change that (a waiting job becoming due, a lease running out).
 --
--- A take finds a job in each lane that has a due job and nothing running, and in each running job whose lease
--- expired: those are the takeable units. A due job in a busy lane does not count: the lane's worker goes on
+-- A take finds a job in each free slot of a lane that has due jobs (as many as it has due jobs), and in each
+-- running job whose lease expired: those are the takeable units. A due job in a full lane does not count: the lane's worker goes on
 -- draining when its job ends. The waiters of one queue take turns instead of all waking for each unit: each
 -- holds the queue's advisory key (%(waiter_class)s, %(waiter_object)s; wakeups.waiter_key) shared on its
 -- connection, and its turn is its rank among the holders by backend pid. With k units, the k first waiters
@@ -557,17 +578,30 @@ lanes AS (
     FROM lanes WHERE lanes.lane IS NOT NULL
 ),
 free_lanes AS (
-    SELECT lanes.lane FROM lanes, clock
-    WHERE lanes.lane IS NOT NULL
-      AND EXISTS (
-          SELECT 1 FROM {schema}.jobs AS j
-          WHERE j.queue = %(queue)s AND j.lane = lanes.lane AND j.status IN ('pending', 'failed', 'deferred')
-            AND j.next_run_at <= clock.now
-      )
-      AND NOT EXISTS (
-          SELECT 1 FROM {schema}.jobs AS busy
-          WHERE busy.queue = %(queue)s AND busy.lane = lanes.lane AND busy.status = 'running'
-      )
+    SELECT lane_units.n FROM lanes
+    CROSS JOIN LATERAL (
+        SELECT least(
+            (SELECT count(*) FROM generate_series(0, head.lane_width - 1) AS slot(n)
+             WHERE NOT EXISTS (
+                 SELECT 1 FROM {schema}.jobs AS busy
+                 WHERE busy.queue = %(queue)s AND busy.lane = lanes.lane AND busy.status = 'running'
+                   AND busy.lane_slot = slot.n
+             )),
+            (SELECT count(*) FROM (
+                 SELECT 1 FROM {schema}.jobs AS j, clock
+                 WHERE j.queue = %(queue)s AND j.lane = lanes.lane AND j.status IN ('pending', 'failed', 'deferred')
+                   AND j.next_run_at <= clock.now
+                 LIMIT head.lane_width
+             ) AS due)
+        ) AS n
+        FROM (
+            SELECT j.lane_width FROM {schema}.jobs AS j, clock
+            WHERE j.queue = %(queue)s AND j.lane = lanes.lane AND j.status IN ('pending', 'failed', 'deferred')
+              AND j.next_run_at <= clock.now
+            LIMIT 1
+        ) AS head
+    ) AS lane_units
+    WHERE lanes.lane IS NOT NULL AND lane_units.n > 0
     LIMIT (SELECT rank + 1 FROM me)
 ),
 expired AS (
@@ -576,7 +610,7 @@ expired AS (
     LIMIT (SELECT rank + 1 FROM me)
 ),
 units AS (
-    SELECT (SELECT count(*) FROM free_lanes) + (SELECT count(*) FROM expired) AS n
+    SELECT (SELECT coalesce(sum(n), 0) FROM free_lanes)::int + (SELECT count(*) FROM expired)::int AS n
 )
 SELECT units.n > me.rank AS takeable,
        CASE WHEN units.n > 0 AND units.n <= me.rank THEN me.rank - units.n + 1 ELSE 0 END::int AS behind,
@@ -682,6 +716,18 @@ SELECT t.type,
        ) AS completed_at
 FROM unnest(%(types)s::text[]) AS t(type)
 ORDER BY t.type;
+-- name: initial_loads_complete
+-- The owners of a queue whose initial load (of one type, or of every type) is complete: they have initial jobs
+-- and every one is completed. The asset watcher's trigger compares this between looks: an owner that joins it
+-- has just finished its first load. Reads initial jobs only, never the recurring history.
+SELECT owner
+FROM {schema}.jobs
+WHERE queue = %(queue)s
+  AND mode = 'initial'
+  AND (%(type)s::text IS NULL OR type = %(type)s)
+GROUP BY owner
+HAVING bool_and(status = 'completed')
+ORDER BY owner;
 
 -- name: connection_room
 -- How many more connections the server has room for (short of those reserved for superusers), and this

@@ -39,6 +39,10 @@ class Job:
     heartbeat_at: datetime | None
     completed_at: datetime | None
     stop_reason: str | None
+    lane_width: int = 1
+    """How many jobs of the lane may run at once (the owner source's ``Owner.lane_width``)."""
+    lane_slot: int = 0
+    """Which of the lane's slots (0 … lane_width - 1) the job holds while it runs; the last one it held after."""
 
     def spend(self, units: int = 1) -> timedelta:
         """Take ``units`` more of the lane's rate budget before making that many more requests in this page.

@@ -95,8 +95,8 @@ class Store:
     ) -> FinishAndTake:
         """Write how the last job ended (when ``finish``), then lease the next one (when ``take``), in one statement.
 
-        Raises ``UniqueViolation`` on ``jobs_one_running_per_lane`` when another worker won the lane; the
-        finish is then undone too.
+        Raises ``UniqueViolation`` on ``jobs_one_running_per_lane_slot`` when another worker won the lane slot;
+        the finish is then undone too.
         """
         row = self.session.one(
             "finish_and_take",
@@ -150,9 +150,15 @@ class Store:
 
     # -- planning ---------------------------------------------------------------------------------------------
 
-    def move_lanes(self, queue: str, owners: Sequence[str], lanes: Sequence[str]) -> int:
-        """Move the owners' waiting jobs into the lanes given (pairwise); returns how many moved."""
-        return len(self.session.run("move_lanes", queue=queue, owners=list(owners), lanes=list(lanes)))
+    def move_lanes(
+        self, queue: str, owners: Sequence[str], lanes: Sequence[str], lane_widths: Sequence[int]
+    ) -> int:
+        """Move the owners' waiting jobs into the lanes and widths given (pairwise); returns how many moved."""
+        return len(
+            self.session.run(
+                "move_lanes", queue=queue, owners=list(owners), lanes=list(lanes), lane_widths=list(lane_widths)
+            )
+        )
 
     def read_coverage(
         self,

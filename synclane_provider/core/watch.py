@@ -83,6 +83,11 @@ class TableWatch:
         rows = await self._rows("initial_load_waiting", queue=self._queue, owners=list(owners), type=type, settled=settled)
         return [row["owner"] for row in rows]
 
+    async def initial_loads_complete(self, *, type: str | None) -> list[str]:
+        """The owners whose initial load (of ``type``, or of every type) is complete."""
+        rows = await self._rows("initial_loads_complete", queue=self._queue, type=type)
+        return [row["owner"] for row in rows]
+
     async def _rows(self, name: str, **params: Any) -> list[dict[str, Any]]:
         """Run a named statement, waiting out passing errors and reconnecting while the database is away."""
         query = statement(name, self._schema)

@@ -26,15 +26,18 @@ from synclane_provider.core.database import Database, Session
 from synclane_provider.core.errors import DatabaseUnavailableError
 from synclane_provider.core.declarations import SyncLane
 from synclane_provider.core.lane_gate import LaneGate
+from synclane_provider.core.landed import Landed
 from synclane_provider.core.lease import LeaseKeeper
 from synclane_provider.core.records import Activity, Job
 from synclane_provider.core.pages import PageThread
 from synclane_provider.core.runner import DEFAULT_STOP_GRACE, JobRunner, Outcome, RunResult
+from synclane_provider.core.states import JobMode
 from synclane_provider.core.store import Finish, FinishAndTake, Store, Taken
 
 log = logging.getLogger(__name__)
 
-LANE_INDEX = "jobs_one_running_per_lane"
+LANE_INDEX = "jobs_one_running_per_lane_slot"
+"""The unique index that keeps a lane at most its width: a take that loses a slot to another worker hits it."""
 MAX_LANE_RACES = 50
 """Lane races lost in a row before a take gives up and reports nothing to do (the lanes are contended)."""
 
@@ -78,6 +81,8 @@ class Summary:
     lane_races: int = 0
     repeated: int = 0
     completed_jobs: set[int] = field(default_factory=set, repr=False)
+    landed: Landed = field(default_factory=Landed)
+    """The completed jobs by type and owner: what an asset event tells downstream work (see landed.py)."""
 
     def add(self, result: RunResult) -> None:
         self.pages += result.pages
@@ -87,6 +92,7 @@ class Summary:
                 self.repeated += 1
                 return
             self.completed_jobs.add(result.job.id)
+            self.landed.add(result.job, result.records)
         self.outcomes[result.outcome.value] += 1
 
     def merge(self, other: "Summary") -> None:
@@ -100,6 +106,7 @@ class Summary:
         self.empty_takes += other.empty_takes
         self.lane_races += other.lane_races
         self.repeated += other.repeated + len(twice)
+        self.landed.merge(other.landed)
 
     @property
     def jobs(self) -> int:
@@ -247,6 +254,11 @@ class WorkerSlot:
         finally:
             self._busy = False
         self.summary.add(result)
+        if result.outcome is Outcome.COMPLETED and taken.job.mode is JobMode.INITIAL:
+            # An owner's first load may have just completed: wake whoever watches for that (the initial-load
+            # asset watcher, the sensor's trigger) now instead of at its next poll. Initial jobs only: a
+            # recurring completion, the common case, costs nothing more.
+            self.store.notify(self.queue.name)
         return result
 
     @property

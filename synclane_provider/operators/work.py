@@ -11,7 +11,9 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator, conf
 from airflow.sdk.exceptions import AirflowException
 
+from synclane_provider.assets import alias, emit_landed
 from synclane_provider.core import Summary, WorkerSlot
+from synclane_provider.core.landed import Landed
 from synclane_provider.core.durations import parse_duration
 from synclane_provider.core.worker import new_worker_id
 from synclane_provider.hooks.synclane import SyncLaneHook
@@ -51,15 +53,18 @@ class WorkState:
             "started_at": self.started_at.isoformat(),
             "idle_since": self.idle_since.isoformat(),
             "summary": self.summary.as_dict(),
+            "landed": self.summary.landed.as_dict(),
             "deferrals": self.deferrals,
         }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "WorkState":
+        summary = Summary.from_dict(data["summary"])
+        summary.landed = Landed.from_dict(data.get("landed", {}))
         return cls(
             started_at=datetime.fromisoformat(data["started_at"]),
             idle_since=datetime.fromisoformat(data["idle_since"]),
-            summary=Summary.from_dict(data["summary"]),
+            summary=summary,
             deferrals=int(data["deferrals"]),
         )
 
@@ -98,6 +103,15 @@ class SyncLaneWorkOperator(BaseOperator):
     :param give_up_after: how long the database may stay unreachable before the task fails.
     :param deferrable: wait for work on the triggerer instead of a worker slot; defaults to
         ``[operators] default_deferrable``.
+    :param emit_assets: when the task ends, emit one Airflow asset event per job type whose jobs completed
+        (``synclane://<schema>/<queue>/<type>``, see :mod:`synclane_provider.assets`), with ``extra`` naming
+        the owners, their windows and record counts. Emitted through the outlet ``AssetAlias``
+        ``synclane-<queue>``, added to ``outlets`` here, so a run that completed nothing emits nothing. For
+        one unmapped worker task only: mapped slots leave it off and a
+        :class:`~synclane_provider.operators.assets.SyncLaneAssetsOperator` after them emits once for all
+        (the returned ``landed`` is what it reads). Several tasks emitting through one alias at the same
+        moment fail in Airflow 3.3 (both create the alias or the asset row: a unique violation that fails
+        the task), and a mapped task's outlets are not known when the DAG is parsed.
     """
 
     template_fields: Sequence[str] = ("synclane", "synclane_queue", "synclane_conn_id", "idle_timeout", "max_run_time")
@@ -114,9 +128,14 @@ class SyncLaneWorkOperator(BaseOperator):
         max_run_time: timedelta | float | str = timedelta(hours=1),
         give_up_after: timedelta = timedelta(minutes=5),
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
+        emit_assets: bool = False,
         **kwargs: Any,
     ) -> None:
         kwargs.setdefault("map_index_template", "{{ task.synclane_queue }} slot {{ task.slot }}")
+        if emit_assets and not _templated(synclane_queue):
+            # Declared when the DAG is parsed: Airflow records events only for a task's declared outlets.
+            outlets = kwargs.get("outlets") or []
+            kwargs["outlets"] = [*(outlets if isinstance(outlets, list) else [outlets]), alias(synclane_queue)]
         super().__init__(**kwargs)
         for name, value in (("idle_timeout", idle_timeout), ("max_run_time", max_run_time)):
             if not _templated(value):
@@ -129,15 +148,19 @@ class SyncLaneWorkOperator(BaseOperator):
         self.max_run_time = max_run_time
         self.give_up_after = parse_duration("give_up_after", give_up_after)
         self.deferrable = deferrable
+        self.emit_assets = emit_assets
+        self._context: Context | None = None
         self._worker: WorkerSlot | None = None
         self._stop_requested = False
 
     def execute(self, context: Context) -> dict[str, Any]:
+        self._context = context
         now = _utcnow()
         return self._work(WorkState(started_at=now, idle_since=now))
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
         """Resume after the trigger fired: drain again, or end on the trigger's timeout."""
+        self._context = context
         state = WorkState.from_dict(event["carry"])
         status = event.get("status")
         if status == "error":
@@ -239,4 +262,17 @@ class SyncLaneWorkOperator(BaseOperator):
             totals["records"],
             state.deferrals,
         )
-        return {"queue": self.synclane_queue, "slot": self.slot, **totals, "deferrals": state.deferrals, "ended": reason}
+        self._emit_assets(state.summary.landed)
+        return {
+            "queue": self.synclane_queue,
+            "slot": self.slot,
+            **totals,
+            "deferrals": state.deferrals,
+            "ended": reason,
+            "landed": state.summary.landed.as_dict(),
+        }
+
+    def _emit_assets(self, landed: Landed) -> None:
+        """One asset event per type whose jobs completed in this run, its ``extra`` naming owners and windows."""
+        if self.emit_assets and self._context is not None:
+            emit_landed(self._context, self.synclane, self.synclane_queue, landed, self.log)

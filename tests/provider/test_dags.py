@@ -40,8 +40,9 @@ def test_the_dag_files_parse_without_touching_any_database_or_connection(declara
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(result.stdout.strip().splitlines()[-1])
     assert report["import_errors"] == {}
-    assert report["dags"] == ["synclane_plan", "synclane_requeue", "synclane_work"]
-    assert report["tasks"] == {"synclane_plan": ["plan"], "synclane_requeue": ["requeue"], "synclane_work": ["work"]}
+    assert report["dags"] == ["synclane_downstream", "synclane_plan", "synclane_requeue", "synclane_work"]
+    assert report["tasks"] == {"synclane_downstream": ["count_new_records"], "synclane_plan": ["plan"],
+                               "synclane_requeue": ["requeue"], "synclane_work": ["assets", "work"]}
     assert report["attempts"] == []
     assert report["seconds"] < 60
 
@@ -91,7 +92,7 @@ def test_the_worker_dag_drains_the_lanes_with_mapped_slots_deferring_until_a_job
     run = dags["synclane_work"].test(run_conf={"idle_timeout": decl.THROTTLE_SECONDS, "max_run_time": 120})
 
     assert run.state == "success"
-    instances = task_instances(run)
+    instances = [ti for ti in task_instances(run) if ti.task_id == "work"]
     assert [(ti.map_index, ti.state) for ti in instances] == [(0, "success"), (1, "success")]
     assert [ti.rendered_map_index for ti in instances] == ["shops slot 0", "shops slot 1"]
     summaries = xcoms(run, "work")
@@ -109,6 +110,22 @@ def test_the_worker_dag_drains_the_lanes_with_mapped_slots_deferring_until_a_job
     assert throttled["attempt_count"] == 2 and throttled["processed_count"] == 100
     # The lane invariant: no two jobs of one lane ever had pages in flight at once.
     assert decl.PAGES and decl.overlapping_lane_pages() == []
+
+    # One asset event per type for the whole run (both slots), its extra naming every owner's records.
+    [emitted] = xcoms(run, "assets").values()
+    assert sorted(emitted) == ["orders", "products"]
+    for type_name, extra in emitted.items():
+        mine = [row for row in table if row["type"] == type_name]
+        assert extra["jobs"] == len(mine) and extra["records"] == sum(row["processed_count"] for row in mine)
+        assert set(extra["owners"]) == {row["owner"] for row in mine}
+    from airflow.models.asset import AssetEvent
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        events = [e for e in session.query(AssetEvent).all() if e.source_run_id == run.run_id]
+        assert sorted(e.asset.uri for e in events) == [
+            f"synclane://{provider_schema}/shops/orders", f"synclane://{provider_schema}/shops/products"]
+        assert {e.extra["type"]: e.extra for e in events} == emitted
 
 
 def test_every_operator_and_sensor_serializes_into_a_dag():

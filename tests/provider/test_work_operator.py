@@ -93,7 +93,10 @@ def test_the_worker_drains_then_defers_and_resumes_when_a_job_becomes_due(provid
         "records": 100 * decl.shop_jobs(),
         "deferrals": 2,
         "ended": "idle_timeout",
+        "landed": summary["landed"],
     }
+    assert {t: sum(o["jobs"] for o in owners.values()) for t, owners in summary["landed"].items()} == {
+        "orders": decl.shop_jobs() - 4, "products": 4}
     log = capsys.readouterr().out
     job_lines = [line for line in log.splitlines() if " page(s), " in line and "#" in line]
     assert len(job_lines) == decl.shop_jobs() + 1  # one line per job run
