@@ -269,13 +269,15 @@ ON CONFLICT (queue, owner, type, dedup_key) DO NOTHING
 RETURNING *;
 
 -- name: requeue
--- Give failed, deferred and abandoned jobs fresh attempts, due now; cursors and counts are kept.
+-- Give failed, deferred and abandoned jobs (of one owner, type or job, or all) fresh attempts, due now;
+-- cursors and counts are kept.
 UPDATE {schema}.jobs
 SET status = 'pending',
     attempt_count = 0,
     next_run_at = coalesce(%(now)s::timestamptz, statement_timestamp())
 WHERE queue = %(queue)s
   AND status IN ('failed', 'deferred', 'abandoned')
+  AND (%(id)s::bigint IS NULL OR id = %(id)s)
   AND (%(owner)s::text IS NULL OR owner = %(owner)s)
   AND (%(type)s::text IS NULL OR type = %(type)s)
 RETURNING id;
@@ -332,13 +334,16 @@ WHERE id = %(id)s AND queue = %(queue)s AND status IN ('pending', 'running', 'fa
 RETURNING id;
 
 -- name: list_jobs
--- Jobs by queue, optionally one owner, status and type: newest first.
+-- Jobs by queue, optionally one owner, status, type and mode: newest first, from before a job id (the
+-- previous page's last) when given.
 SELECT *
 FROM {schema}.jobs
 WHERE queue = %(queue)s
   AND (%(owner)s::text IS NULL OR owner = %(owner)s)
   AND (%(status)s::text IS NULL OR status = %(status)s)
   AND (%(type)s::text IS NULL OR type = %(type)s)
+  AND (%(mode)s::text IS NULL OR mode = %(mode)s)
+  AND (%(before)s::bigint IS NULL OR id < %(before)s)
 ORDER BY id DESC
 LIMIT %(limit)s;
 
