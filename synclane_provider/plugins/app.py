@@ -152,16 +152,21 @@ def create_app(read_access: Callable[[], Any] = _read_access, edit_access: Calla
     def requeue(queue: str, body: RequeueBody) -> dict[str, Any]:
         with _answering() as operations:
             count = operations.requeue(queue, owner=body.owner or None, type=body.type or None, job_id=body.job_id)
-        scope = _scope(queue, body.owner, body.type, body.job_id)
-        return {"requeued": count, "message": f"Requeued {_jobs_word(count)} {scope}: pending, each from its cursor."
-                if count else f"Nothing to requeue {scope}: no failed, deferred or abandoned job."}
+        if body.job_id is not None:
+            message = (f"Requeued job #{body.job_id} of queue {queue}: pending, from its cursor." if count else
+                       f"Job #{body.job_id} of queue {queue} is not failed, deferred or abandoned: nothing requeued.")
+        else:
+            scope = _scope(queue, body.owner, body.type)
+            message = (f"Requeued {_jobs_word(count)} {scope}: pending, each from its cursor." if count else
+                       f"Nothing to requeue {scope}: no failed, deferred or abandoned job.")
+        return {"requeued": count, "message": message}
 
     @app.post("/api/queues/{queue}/cancel", dependencies=[edit_access()],
               summary="Stop an owner's work: waiting jobs abandoned now, a running one after its page")
     def cancel(queue: str, body: CancelBody) -> dict[str, Any]:
         with _answering() as operations:
             done = operations.cancel(queue, body.owner, body.reason, type=body.type or None)
-        scope = _scope(queue, body.owner, body.type, None)
+        scope = _scope(queue, body.owner, body.type)
         return {**plain(done), "message": f"Cancelled {scope}: {_jobs_word(done.abandoned)} abandoned now, "
                                            f"{_jobs_word(done.stopping)} stopping after the current page."}
 
@@ -169,16 +174,14 @@ def create_app(read_access: Callable[[], Any] = _read_access, edit_access: Calla
     def plan(queue: str, body: PlanBody) -> dict[str, Any]:
         with _answering() as operations:
             summary = operations.plan(queue, owner=body.owner or None)
-        scope = _scope(queue, body.owner, None, None)
+        scope = _scope(queue, body.owner, None)
         return {**plain(summary), "total": summary.total,
                 "message": f"Planned {scope}: {_jobs_word(summary.total)} added."}
 
     return app
 
 
-def _scope(queue: str, owner: str | None, type: str | None, job_id: int | None) -> str:
-    if job_id is not None:
-        return f"job #{job_id} of queue {queue}"
+def _scope(queue: str, owner: str | None, type: str | None) -> str:
     parts = [f"queue {queue}"] + ([f"owner {owner}"] if owner else []) + ([f"type {type}"] if type else [])
     return "for " + ", ".join(parts)
 
