@@ -49,8 +49,24 @@ function say(text, isError = false) {
 
 // -- actions: one confirmation, one call, the server's own words about what changed ------------------------
 
+// Airflow frames the page in a sandbox without allow-modals, where window.confirm and window.prompt answer
+// "no" without asking: the page asks in a box of its own. Resolves to true (or the reason typed), or null.
+function ask(question, reason = null) {
+  const box = $("#confirm"), input = $("#confirm-input");
+  $("#confirm-text").textContent = question;
+  $("#confirm-reason").hidden = reason === null;
+  input.value = reason ?? "";
+  box.hidden = false;
+  (reason === null ? $("#confirm-yes") : input).focus();
+  return new Promise((resolve) => {
+    const done = (answer) => { box.hidden = true; $("#confirm-yes").onclick = $("#confirm-no").onclick = null; resolve(answer); };
+    $("#confirm-yes").onclick = () => done(reason === null ? true : (input.value.trim() || null));
+    $("#confirm-no").onclick = () => done(null);
+  });
+}
+
 async function act(what, question, body) {
-  if (!window.confirm(question)) return;
+  if (!(await ask(question))) return;
   try {
     const answer = await api(queuePath(what), {method: "POST", body: JSON.stringify(body)});
     say(answer.message);
@@ -63,10 +79,13 @@ const actions = {
   "requeue-job": (d) => act("requeue", `Requeue job #${d.job} (${d.owner}/${d.type})? It restarts from its cursor.`, {job_id: Number(d.job)}),
   "requeue-owner": (d) => act("requeue", `Requeue every failed, deferred or abandoned job of ${d.owner}?`, {owner: d.owner}),
   "requeue-type": (d) => act("requeue", `Requeue the failed, deferred or abandoned ${d.type} jobs of ${d.owner}?`, {owner: d.owner, type: d.type}),
-  "cancel-owner": (d) => {
-    const reason = window.prompt(`Cancel ${d.owner}'s work: waiting jobs are abandoned now, a running one after its page. Why?`, "account disconnected");
+  "cancel-owner": async (d) => {
+    const reason = await ask(`Cancel ${d.owner}'s work? Its waiting jobs are abandoned now, a running one after its current page; a requeue continues them from their cursors.`, "account disconnected");
     if (reason === null) return;
-    return act("cancel", `Cancel all work of ${d.owner} (${reason})?`, {owner: d.owner, reason});
+    try {
+      say((await api(queuePath("cancel"), {method: "POST", body: JSON.stringify({owner: d.owner, reason})})).message);
+    } catch (error) { say(`cancel refused: ${error.message}`, true); }
+    await refresh();
   },
   "plan-owner": (d) => act("plan", `Plan ${d.owner} now?`, {owner: d.owner}),
   "plan-queue": () => act("plan", `Plan every owner of ${state.queue} now?`, {}),
