@@ -121,8 +121,9 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="200,000 jobs of 2,000 owners, 10 calls each")
     parser.add_argument("--keep", action="store_true", help="leave the schema in place afterwards")
     args = parser.parse_args()
+    global OWNERS
     owners, per_owner, repeat = (2_000, 100, 10) if args.quick else (OWNERS, 100, 30)
-    os.environ["SYNCLANE_BENCH_UI_OWNERS"] = str(owners)
+    OWNERS = owners  # what the declaration's owner source lists
     url = database_url()
     from synclane_demo.local import airflow_connection
 
@@ -131,8 +132,6 @@ def main() -> None:
         "AIRFLOW__SYNCLANE__DECLARATION": "ui:DECLARATION",
     })
     sys.modules.setdefault("ui", sys.modules[__name__])
-    global OWNERS
-    OWNERS = owners
     try:
         fill_s = fill(url, owners=owners, per_owner=per_owner)
         results = measure(repeat, owners, per_owner)

@@ -144,3 +144,10 @@ def test_every_view_is_plain_json_data(monitor, scene, clock):
 def test_a_page_larger_than_the_most_is_refused(monitor):
     with pytest.raises(ValueError, match="limit must be an integer from 1 to 500"):
         monitor.owners("shops", limit=501)
+
+
+def test_a_status_is_counted_up_to_a_cap_and_then_said_to_have_more(monitor, scene, admin, schema, clock):
+    pending = len(rows(admin, schema, "status = 'pending'"))
+    summary = Monitor(monitor.operations, count_cap=pending - 1).queue("shops", now=clock.now)
+    assert (summary.jobs["pending"], summary.more_than) == (pending - 1, ["pending"])
+    assert monitor.queue("shops", now=clock.now).more_than == []

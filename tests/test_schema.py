@@ -47,7 +47,7 @@ def test_creating_the_schema_is_idempotent_and_safe_to_race(admin, database_url,
     for thread in threads:
         thread.join()
     assert errors == []
-    assert len(indexes(admin, fresh_schema)) == 10  # 9 on jobs, the version table's primary key
+    assert len(indexes(admin, fresh_schema)) == 11  # 10 on jobs, the version table's primary key
     assert read_status(admin, fresh_schema).ready
 
 

@@ -224,7 +224,8 @@ def test_the_table_checks_and_indexes_agree_with_the_python_sets(admin, database
     assert len(waiting) == 3 and all(found == NAMED_SETS["WAITING"] for found in waiting.values()), waiting
     assert predicates["jobs_one_running_per_lane"] == {JobStatus.RUNNING.value}
     assert predicates["jobs_completed_recently"] == {JobStatus.COMPLETED.value}
-    assert set(predicates) == set(waiting) | {"jobs_one_running_per_lane", "jobs_completed_recently"}
+    assert predicates["jobs_manual"] == {JobMode.MANUAL.value}
+    assert set(predicates) == set(waiting) | {"jobs_one_running_per_lane", "jobs_completed_recently", "jobs_manual"}
 
 
 def test_the_transitions_cover_every_state_and_the_named_sets_are_states():

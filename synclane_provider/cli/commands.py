@@ -73,7 +73,8 @@ def queues_command(args: Any) -> None:
         rows = []
         for summary in Monitor(operations).queues():
             data = plain(summary)
-            rows.append({"queue": data["queue"], **data["jobs"], "done_last_hour": data["done_last_hour"],
+            counts = {status: f"{count}+" if status in data["more_than"] else count for status, count in data["jobs"].items()}
+            rows.append({"queue": data["queue"], **counts, "done_last_hour": data["done_last_hour"],
                          "records_last_hour": data["records_last_hour"],
                          "oldest_waiting_age_s": data["oldest_waiting_age"]})
         _print(rows, args)

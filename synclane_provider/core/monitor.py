@@ -24,6 +24,8 @@ from synclane_provider.core.states import JobMode, JobStatus
 SOURCE = "monitor.sql"
 MAX_PAGE = 500
 """The most lanes, owners or jobs one page holds."""
+COUNT_CAP = 100_000
+"""Jobs of one status are counted up to this many; past it a summary says "at least" (``counted_up_to``)."""
 
 T = TypeVar("T")
 
@@ -34,7 +36,9 @@ class QueueSummary:
 
     queue: str
     jobs: dict[str, int]
-    """Every status, with 0 for those that have no job."""
+    """Every status, with 0 for those that have no job; a status in ``more_than`` has more than its count."""
+    more_than: list[str]
+    """The statuses whose jobs were counted only up to the cap (:data:`COUNT_CAP`): there are more."""
     done_last_hour: int
     records_last_hour: int
     oldest_waiting_age: timedelta | None
@@ -115,9 +119,10 @@ class Page(Generic[T]):
 class Monitor:
     """The read model on an :class:`Operations` (its connection and its declaration)."""
 
-    def __init__(self, operations: Operations) -> None:
+    def __init__(self, operations: Operations, *, count_cap: int = COUNT_CAP) -> None:
         self.operations = operations
         self.session = operations.session
+        self.count_cap = count_cap
 
     def _rows(self, name: str, **params: Any) -> list[dict[str, Any]]:
         # Unprepared: the optional filters must be planned for their values every time.
@@ -129,14 +134,19 @@ class Monitor:
     def queue(self, queue: str, *, now: datetime | None = None) -> QueueSummary:
         """One declared queue's summary."""
         self.operations.synclane.queue(queue)
-        counts = {status.value: 0 for status in JobStatus}
-        for row in self._rows("queue_counts", queue=queue):
-            counts[row["status"]] = row["jobs"]
+        statuses = [status.value for status in JobStatus]
+        counts = {status: 0 for status in statuses}
+        more_than = []
+        for row in self._rows("queue_counts", queue=queue, statuses=statuses, cap=self.count_cap):
+            counts[row["status"]] = min(row["jobs"], self.count_cap)
+            if row["jobs"] > self.count_cap:
+                more_than.append(row["status"])
         recent = self._rows("queue_recent", queue=queue, now=self.operations._now(now))[0]
         due_since = recent["due_since"]
         return QueueSummary(
             queue=queue,
             jobs=counts,
+            more_than=more_than,
             done_last_hour=recent["done_last_hour"],
             records_last_hour=recent["records_last_hour"],
             oldest_waiting_age=recent["now"] - due_since if due_since is not None else None,

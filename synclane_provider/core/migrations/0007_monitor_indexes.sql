@@ -1,7 +1,7 @@
 -- 0007 monitor indexes: what the operator's views (the Airflow page, `airflow synclane`) read, from indexes.
 --
 -- Numbered 0007: 0003 to 0006 are taken by work landing beside this one (see RESERVED_VERSIONS).
--- Both indexes cover only columns a job's status change already rewrites (status, completed_at) or
+-- The indexes cover only columns a job's status change already rewrites (status, completed_at) or
 -- that never change after insert (owner, type; lane only when its owner moves), so a cursor save or a
 -- heartbeat stays a HOT update.
 
@@ -14,3 +14,9 @@ CREATE INDEX IF NOT EXISTS jobs_by_status
 CREATE INDEX IF NOT EXISTS jobs_completed_recently
     ON {schema}.jobs (queue, completed_at)
     WHERE status = 'completed';
+
+-- Jobs enqueued by hand (a few among millions): listing them must not walk the whole history. The mode
+-- never changes after insert.
+CREATE INDEX IF NOT EXISTS jobs_manual
+    ON {schema}.jobs (queue, id)
+    WHERE mode = 'manual';

@@ -110,7 +110,7 @@ function renderQueues(queues) {
     <div class="card" data-queue="${esc(q.queue)}">
       <h2>${esc(q.queue)}</h2>
       <div class="stats">
-        ${order.map((s) => `<div class="stat ${s === "abandoned" && q.jobs[s] > 0 ? "bad" : ""}"><b>${number(q.jobs[s])}</b>${s}</div>`).join("")}
+        ${order.map((s) => `<div class="stat ${s === "abandoned" && q.jobs[s] > 0 ? "bad" : ""}"><b>${number(q.jobs[s])}${q.more_than.includes(s) ? "+" : ""}</b>${s}</div>`).join("")}
         <div class="stat"><b>${number(q.done_last_hour)}</b>jobs done, last hour</div>
         <div class="stat"><b>${number(q.records_last_hour)}</b>records, last hour</div>
         <div class="stat"><b>${age(q.oldest_waiting_age)}</b>oldest due job waiting</div>
