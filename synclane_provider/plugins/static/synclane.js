@@ -260,7 +260,8 @@ $("#plan-queue").addEventListener("click", () => actions["plan-queue"]());
 $("#next-page").addEventListener("click", () => { if (state.next) { state.cursor = state.next; refresh(); } });
 $("#first-page").addEventListener("click", () => { state.cursor = null; refresh(); });
 
-const initial = state.params.get("view");
+// ?view= opens a view; the tab on a DAG's page (?dag=…, the worker DAG's) opens on the lanes it works.
+const initial = state.params.get("view") || (state.params.get("dag") ? "lanes" : null);
 if (initial && ["queues", "lanes", "owners", "jobs"].includes(initial)) switchView(initial, false);
 refresh();
 setInterval(refresh, REFRESH_MS);
