@@ -137,10 +137,11 @@ class Monitor:
         statuses = [status.value for status in JobStatus]
         counts = {status: 0 for status in statuses}
         more_than = []
-        for row in self._rows("queue_counts", queue=queue, statuses=statuses, cap=self.count_cap):
-            counts[row["status"]] = min(row["jobs"], self.count_cap)
-            if row["jobs"] > self.count_cap:
-                more_than.append(row["status"])
+        counted = self._rows("queue_counts", queue=queue, cap=self.count_cap)[0]
+        for status in statuses:
+            counts[status] = min(counted[status], self.count_cap)
+            if counted[status] > self.count_cap:
+                more_than.append(status)
         recent = self._rows("queue_recent", queue=queue, now=self.operations._now(now))[0]
         due_since = recent["due_since"]
         return QueueSummary(
