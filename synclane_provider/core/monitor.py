@@ -25,7 +25,8 @@ SOURCE = "monitor.sql"
 MAX_PAGE = 500
 """The most lanes, owners or jobs one page holds."""
 COUNT_CAP = 10_000
-"""Jobs of one status are counted up to this many (a bounded index read, ~10 ms); past it a summary says "at least" (``counted_up_to``)."""
+"""Jobs of one status are counted up to this many (a bounded index read); past it a summary lists the status
+in ``more_than``: there are more. The cost of a summary then stays the same however long the history grows."""
 
 T = TypeVar("T")
 
