@@ -23,3 +23,20 @@ ensure_venv() {
         echo "$want" > "$stamp"
     fi
 }
+
+# ensure_browser: a Chromium for the SyncLane page's browser test (Playwright drives the system's, it
+# downloads none). Installed from the distribution when missing and this user may; otherwise the test says
+# what is missing (a failure under CI=true, a skip elsewhere).
+ensure_browser() {
+    for candidate in "${SYNCLANE_CHROMIUM:-}" chromium chromium-browser google-chrome; do
+        if [ -n "$candidate" ] && command -v "$candidate" >/dev/null 2>&1; then
+            return 0
+        fi
+    done
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+        echo "installing chromium (for the SyncLane page's browser test)" >&2
+        DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium >/dev/null \
+            || (apt-get update >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium >/dev/null) \
+            || echo "could not install chromium; the browser test will say so" >&2
+    fi
+}

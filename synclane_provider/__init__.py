@@ -48,6 +48,29 @@ def get_provider_info() -> dict:
             }
         ],
         "asset-uris": [{"schemes": ["synclane"], "handler": "synclane_provider.assets.sanitize_uri"}],
+        "cli": ["synclane_provider.cli.definition.get_synclane_cli_commands"],
+        "config": {
+            "synclane": {
+                "description": "What the SyncLane page and the ``airflow synclane`` commands work on.\n",
+                "options": {
+                    "declaration": {
+                        "description": "The import path of your SyncLane declaration, ``package.module:attribute``.\n"
+                        "When unset, ``$SYNCLANE_DECLARATION`` (what the example DAGs read).\n",
+                        "version_added": "0.1.0",
+                        "type": "string",
+                        "example": "my_sync.declaration:synclane",
+                        "default": None,
+                    },
+                    "conn_id": {
+                        "description": "The Airflow connection to the database holding the jobs table.\n",
+                        "version_added": "0.1.0",
+                        "type": "string",
+                        "example": None,
+                        "default": "synclane_default",
+                    },
+                },
+            }
+        },
         "connection-types": [
             {
                 "connection-type": "synclane",

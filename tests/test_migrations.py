@@ -40,6 +40,7 @@ from synclane_provider.core.schema_versions import (
     SHIPPED,
     VERSION_TABLE,
     ensure_schema,
+    RESERVED_VERSIONS,
     load_migrations,
     migration_script,
     read_status,

@@ -227,8 +227,12 @@ def test_the_table_checks_and_indexes_agree_with_the_python_sets(admin, database
     assert predicates["jobs_completed_by_age"] == {JobStatus.COMPLETED.value, JobMode.INITIAL.value}
     assert predicates["jobs_abandoned"] == {JobStatus.ABANDONED.value}
     assert predicates["jobs_initial_by_owner"] == {JobMode.INITIAL.value}
+    # The operator's views (migration 0007): recent completions, manual jobs.
+    assert predicates["jobs_completed_recently"] == {JobStatus.COMPLETED.value}
+    assert predicates["jobs_manual"] == {JobMode.MANUAL.value}
     retention = {"jobs_completed_by_age", "jobs_abandoned", "jobs_initial_by_owner"}
-    assert set(predicates) == set(waiting) | {"jobs_one_running_per_lane_slot"} | retention
+    views = {"jobs_completed_recently", "jobs_manual"}
+    assert set(predicates) == set(waiting) | {"jobs_one_running_per_lane_slot"} | retention | views
 
 
 def test_the_transitions_cover_every_state_and_the_named_sets_are_states():

@@ -168,13 +168,18 @@ class Session:
         """Statements sent again after their connection broke while they were in flight: each may have run
         before (its reply was lost), so its repeat can find its own work already done."""
 
-    def run(self, name: str, **params: Any) -> list[dict[str, Any]]:
-        """Run the named statement and return its rows, reconnecting while the database is away."""
-        query = statement(name, self.database.schema)
+    def run(self, name: str, *, source: str = "queries.sql", prepare: bool | None = None, **params: Any) -> list[dict[str, Any]]:
+        """Run the named statement of ``source`` and return its rows, reconnecting while the database is away.
+
+        ``prepare=False`` sends it unprepared, so that it is planned for its values every time: a statement
+        whose filters are optional (``%(owner)s IS NULL OR …``) would otherwise get a generic plan after a
+        few runs, one that reads the whole table for any filter.
+        """
+        query = statement(name, self.database.schema, source)
         arguments = query.arguments(params)
 
         def work(conn: psycopg.Connection[Any]) -> list[dict[str, Any]]:
-            return cast(list[dict[str, Any]], conn.execute(query.text, arguments).fetchall())
+            return cast(list[dict[str, Any]], conn.execute(query.text, arguments, prepare=prepare).fetchall())
 
         return self._with_connection(name, work)
 

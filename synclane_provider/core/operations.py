@@ -137,11 +137,18 @@ class Operations:
         return job
 
     def requeue(
-        self, queue: str, *, owner: str | None = None, type: str | None = None, now: datetime | None = None
+        self,
+        queue: str,
+        *,
+        owner: str | None = None,
+        type: str | None = None,
+        job_id: int | None = None,
+        now: datetime | None = None,
     ) -> int:
-        """Give failed, deferred and abandoned jobs fresh attempts from their cursors. Returns how many."""
+        """Give failed, deferred and abandoned jobs (all, or of one owner, type or ``job_id``) fresh attempts from
+        their cursors. Returns how many."""
         self.synclane.queue(queue)
-        requeued = self.store.requeue(queue, owner=owner, type=type, now=self._now(now))
+        requeued = self.store.requeue(queue, owner=owner, type=type, job_id=job_id, now=self._now(now))
         if requeued:
             self.store.notify(queue)
         return requeued
@@ -189,15 +196,21 @@ class Operations:
         owner: str | None = None,
         status: JobStatus | str | None = None,
         type: str | None = None,
+        mode: JobMode | str | None = None,
+        before: int | None = None,
         limit: int = 100,
     ) -> list[Job]:
-        """Jobs of a queue, the most recently created first (by id), optionally of one owner, status and type;
-        at most ``limit`` of them (1 to 10,000)."""
+        """Jobs of a queue, the most recently created first (by id), optionally of one owner, status, type and
+        mode; at most ``limit`` of them (1 to 10,000). ``before`` pages on: only jobs with a smaller id than it
+        (the last id of the previous page)."""
         self.synclane.queue(queue)
         if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIST:
             raise ValueError(f"limit must be an integer from 1 to {MAX_LIST}, got {limit!r}")
         status_value = JobStatus(status).value if status is not None else None
-        return self.store.list_jobs(queue, owner=owner, status=status_value, type=type, limit=limit)
+        mode_value = JobMode(mode).value if mode is not None else None
+        return self.store.list_jobs(
+            queue, owner=owner, status=status_value, type=type, mode=mode_value, before=before, limit=limit
+        )
 
     def job(self, job_id: int) -> Job | None:
         return self.store.job(job_id)

@@ -415,8 +415,9 @@ ON CONFLICT (queue, owner, type, dedup_key) DO NOTHING
 RETURNING *;
 
 -- name: requeue
--- Give failed, deferred and abandoned jobs fresh attempts, due now; cursors and counts are kept. A pending
--- job set to run later (by hand, or enqueued with run_at) is brought forward to now as well.
+-- Give failed, deferred and abandoned jobs (of one owner, type or job, or all) fresh attempts, due now;
+-- cursors and counts are kept. A pending job set to run later (by hand, or enqueued with run_at) is brought
+-- forward to now as well.
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now
 )
@@ -427,6 +428,7 @@ SET status = 'pending',
 FROM clock
 WHERE queue = %(queue)s
   AND (status IN ('failed', 'deferred', 'abandoned') OR (status = 'pending' AND next_run_at > clock.now))
+  AND (%(id)s::bigint IS NULL OR id = %(id)s)
   AND (%(owner)s::text IS NULL OR owner = %(owner)s)
   AND (%(type)s::text IS NULL OR type = %(type)s)
 RETURNING id;
@@ -485,13 +487,16 @@ WHERE id = %(id)s AND queue = %(queue)s AND status IN ('pending', 'running', 'fa
 RETURNING id;
 
 -- name: list_jobs
--- Jobs by queue, optionally one owner, status and type: newest first.
+-- Jobs by queue, optionally one owner, status, type and mode: newest first, from before a job id (the
+-- previous page's last) when given.
 SELECT *
 FROM {schema}.jobs
 WHERE queue = %(queue)s
   AND (%(owner)s::text IS NULL OR owner = %(owner)s)
   AND (%(status)s::text IS NULL OR status = %(status)s)
   AND (%(type)s::text IS NULL OR type = %(type)s)
+  AND (%(mode)s::text IS NULL OR mode = %(mode)s)
+  AND (%(before)s::bigint IS NULL OR id < %(before)s)
 ORDER BY id DESC
 LIMIT %(limit)s;
 

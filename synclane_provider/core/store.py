@@ -203,8 +203,10 @@ class Store:
         row = self.session.one("enqueue", **values)
         return Job.from_row(row) if row else None
 
-    def requeue(self, queue: str, *, owner: str | None, type: str | None, now: datetime | None) -> int:
-        return len(self.session.run("requeue", queue=queue, owner=owner, type=type, now=now))
+    def requeue(
+        self, queue: str, *, owner: str | None, type: str | None, job_id: int | None = None, now: datetime | None
+    ) -> int:
+        return len(self.session.run("requeue", queue=queue, owner=owner, type=type, id=job_id, now=now))
 
     def cancel(self, queue: str, owner: str, *, type: str | None, error: str, now: datetime | None = None) -> Cancelled:
         row = self.session.one("cancel", queue=queue, owner=owner, type=type, error=error, now=now)
@@ -218,9 +220,20 @@ class Store:
         return bool(self.session.run("abandon_job", queue=queue, id=job_id, error=error))
 
     def list_jobs(
-        self, queue: str, *, owner: str | None, status: str | None, type: str | None, limit: int
+        self,
+        queue: str,
+        *,
+        owner: str | None,
+        status: str | None,
+        type: str | None,
+        limit: int,
+        mode: str | None = None,
+        before: int | None = None,
     ) -> list[Job]:
-        rows = self.session.run("list_jobs", queue=queue, owner=owner, status=status, type=type, limit=limit)
+        rows = self.session.run(
+            "list_jobs", queue=queue, owner=owner, status=status, type=type, mode=mode, before=before, limit=limit,
+            prepare=False,
+        )
         return [Job.from_row(row) for row in rows]
 
     def job(self, job_id: int) -> Job | None:

@@ -12,6 +12,7 @@ import asyncio
 from typing import Any
 
 import psycopg
+from psycopg.conninfo import make_conninfo
 from airflow.providers.postgres.hooks.postgres import PostgresHook
 
 from synclane_provider.core import Database, SyncLane
@@ -36,6 +37,22 @@ class SyncLaneHook(PostgresHook):
         here, so calling this at DAG parse time would still open nothing.
         """
         return synclane.database(connect=self.get_conn)
+
+    def conninfo(self) -> str:
+        """The connection as a libpq conninfo string, for tools that connect on their own (``airflow synclane
+        schema`` hands it to the schema command). No IAM token: such a connection goes through ``get_conn``."""
+        conn = self.get_connection(self.get_conn_id())
+        kwargs: dict[str, Any] = {
+            "host": conn.host,
+            "user": conn.login,
+            "password": conn.password,
+            "dbname": self.database or conn.schema,
+            "port": conn.port,
+        }
+        for name, value in conn.extra_dejson.items():
+            if name not in self.ignored_extra_options and name != "iam":
+                kwargs[name] = value
+        return make_conninfo(**{k: v for k, v in kwargs.items() if v not in (None, "")})
 
     async def connect_async(self) -> psycopg.AsyncConnection:
         """An autocommit async connection (for triggers), built from the same connection fields as ``get_conn``.

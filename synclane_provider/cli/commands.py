@@ -1,0 +1,168 @@
+"""What each ``airflow synclane`` command does: one :class:`Monitor` or :class:`Operations` call, printed the way
+Airflow prints (``--output table|json|yaml|plain``). The page, the requeue DAG and these commands share
+those calls; nothing here changes the table by itself.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from typing import Any
+
+from synclane_provider.configured import conn_id, declaration_path, open_operations
+from synclane_provider.core import DeclarationError, Operations, SyncLaneError
+from synclane_provider.core.monitor import Monitor, plain
+
+
+@contextmanager
+def _operations(args: Any) -> Iterator[Operations]:
+    """The configured operations, closed afterwards; a refusal by the engine ends the command with its message."""
+    try:
+        with open_operations(args.declaration, args.conn_id) as operations:
+            yield operations
+    except (SyncLaneError, ValueError) as exc:
+        sys.exit(f"synclane: {exc}")
+
+
+NARROW_JOB = ("id", "owner", "lane", "type", "mode", "status", "window_start", "window_end", "cursor",
+              "processed_count", "attempt_count", "next_run_at", "error")
+"""The job columns ``jobs`` prints as a table; json and yaml give the whole row."""
+
+
+def _queue(operations: Operations, args: Any) -> str:
+    if getattr(args, "queue", None):
+        return str(args.queue)
+    names = [queue.name for queue in operations.synclane.queues]
+    if len(names) != 1:
+        raise DeclarationError(f"the declaration has queues {', '.join(names)}: name one with --queue")
+    return names[0]
+
+
+def _print(rows: list[dict[str, Any]], args: Any, *, next_page: str | None = None, hint: str = "") -> None:
+    from airflow.cli.simple_table import AirflowConsole
+
+    AirflowConsole().print_as(data=rows, output=args.output)
+    if next_page is not None and args.output in ("table", "plain"):
+        print(f"more: {hint} {next_page}", file=sys.stderr)
+
+
+def _flat(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """A nested record as one row: ``running.cursor`` becomes ``running_cursor``."""
+    row: dict[str, Any] = {}
+    for key, value in data.items():
+        if isinstance(value, dict):
+            row.update(_flat(value, f"{prefix}{key}_"))
+        else:
+            row[f"{prefix}{key}"] = value
+    return row
+
+
+def _instant(text: str | None, name: str) -> datetime | None:
+    if text is None:
+        return None
+    try:
+        return datetime.fromisoformat(text)
+    except ValueError:
+        raise DeclarationError(f"{name} must be an ISO 8601 time, e.g. 2026-11-01T00:00:00+00:00, got {text!r}") from None
+
+
+def queues_command(args: Any) -> None:
+    with _operations(args) as operations:
+        rows = []
+        for summary in Monitor(operations).queues():
+            data = plain(summary)
+            counts = {status: f"{count}+" if status in data["more_than"] else count for status, count in data["jobs"].items()}
+            rows.append({"queue": data["queue"], **counts, "done_last_hour": data["done_last_hour"],
+                         "records_last_hour": data["records_last_hour"],
+                         "oldest_waiting_age_s": data["oldest_waiting_age"]})
+        _print(rows, args)
+
+
+def jobs_command(args: Any) -> None:
+    with _operations(args) as operations:
+        page = Monitor(operations).jobs(
+            _queue(operations, args), owner=args.owner, type=args.type, status=args.status, mode=args.mode,
+            before=args.before, limit=args.limit,
+        )
+        rows = [plain(job) for job in page.items]
+        if args.output in ("table", "plain"):  # a terminal's width: the columns an operator scans
+            rows = [{name: row[name] for name in NARROW_JOB} for row in rows]
+        _print(rows, args, next_page=page.next, hint="--before")
+
+
+def lanes_command(args: Any) -> None:
+    with _operations(args) as operations:
+        page = Monitor(operations).lanes(_queue(operations, args), after=args.after, limit=args.limit)
+        rows = []
+        for lane in page.items:
+            data = plain(lane)
+            running = data.pop("running") or {}
+            rows.append(_flat({"lane": data.pop("lane"), "running": {
+                key: running.get(key) for key in ("id", "owner", "type", "window_start", "window_end", "cursor",
+                                                  "records", "worker", "heartbeat_age")}, **data}))
+        _print(rows, args, next_page=page.next, hint="--after")
+
+
+def progress_command(args: Any) -> None:
+    with _operations(args) as operations:
+        queue = _queue(operations, args)
+        if args.owner:
+            done = operations.progress(queue, args.owner, type=args.type)
+            _print([{**plain(done), "complete": done.complete, "settled": done.settled}], args)
+            return
+        page = Monitor(operations).owners(queue, after=args.after, troubled=args.troubled, limit=args.limit)
+        _print([plain(owner) for owner in page.items], args, next_page=page.next, hint="--after")
+
+
+def plan_command(args: Any) -> None:
+    with _operations(args) as operations:
+        summary = operations.plan(_queue(operations, args), owner=args.owner)
+        _print([{"queue": summary.queue, "owners": summary.owners, "inserted": summary.total,
+                 **{f"inserted_{name}": count for name, count in summary.inserted.items()}, "moved": summary.moved}],
+               args)
+
+
+def enqueue_command(args: Any) -> None:
+    with _operations(args) as operations:
+        job = operations.enqueue(
+            _queue(operations, args), args.owner, args.type, lane=args.lane,
+            window_start=_instant(args.window_start, "--window-start"),
+            window_end=_instant(args.window_end, "--window-end"),
+            key=args.key, run_at=_instant(args.run_at, "--run-at"),
+        )
+        if job is None:
+            _print([{"enqueued": 0, "message": "a job with this key exists already: nothing added"}], args)
+        else:
+            _print([{"enqueued": 1, **plain(job)}], args)
+
+
+def requeue_command(args: Any) -> None:
+    with _operations(args) as operations:
+        count = operations.requeue(_queue(operations, args), owner=args.owner, type=args.type, job_id=args.job_id)
+        _print([{"requeued": count}], args)
+
+
+def cancel_command(args: Any) -> None:
+    with _operations(args) as operations:
+        done = operations.cancel(_queue(operations, args), args.owner, args.reason, type=args.type)
+        _print([{"abandoned": done.abandoned, "stopping": done.stopping}], args)
+
+
+def schema_command(args: Any) -> None:
+    """``python -m synclane_provider.core.schema`` on the configured connection and the declaration's schema."""
+    from synclane_provider.core import schema
+    from synclane_provider.hooks.synclane import SyncLaneHook
+    from synclane_provider.locate import locate_synclane
+
+    name = args.schema
+    if name is None:
+        try:
+            name = locate_synclane(declaration_path(args.declaration)).schema
+        except SyncLaneError as exc:
+            sys.exit(f"synclane: {exc} (or name the schema with --schema)")
+    url = SyncLaneHook(synclane_conn_id=conn_id(args.conn_id)).conninfo()
+    code = schema.main(["--schema", name, args.action, "--database-url", url])
+    if code:
+        sys.exit(code)

@@ -1,0 +1,62 @@
+"""Which declaration and connection the operator's tools use: ``[synclane]`` in Airflow's configuration.
+
+The page and ``airflow synclane`` run outside any DAG, so they cannot be handed a declaration the way an
+operator is: they read ``[synclane] declaration`` (``package.module:attribute``; else
+``$SYNCLANE_DECLARATION``, what the example DAGs read) and ``[synclane] conn_id`` (default
+``synclane_default``). A command's ``--declaration`` and ``--conn-id`` win over both.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+
+from synclane_provider.core import DeclarationError, Operations, SyncLane
+from synclane_provider.locate import locate_synclane
+
+SECTION = "synclane"
+DEFAULT_CONN_ID = "synclane_default"
+DECLARATION_VARIABLE = "SYNCLANE_DECLARATION"
+
+
+def declaration_path(given: str | None = None) -> str:
+    """The import path of the declaration: ``given``, else ``[synclane] declaration``, else the variable."""
+    from airflow.configuration import conf
+
+    path = given or conf.get(SECTION, "declaration", fallback=None) or os.environ.get(DECLARATION_VARIABLE)
+    if not path:
+        raise DeclarationError(
+            "no SyncLane declaration configured: set [synclane] declaration = package.module:attribute in "
+            f"airflow.cfg (or AIRFLOW__SYNCLANE__DECLARATION, or ${DECLARATION_VARIABLE}), or pass --declaration"
+        )
+    return path
+
+
+def conn_id(given: str | None = None) -> str:
+    from airflow.configuration import conf
+
+    return given or conf.get(SECTION, "conn_id", fallback=None) or DEFAULT_CONN_ID
+
+
+def open_operations(declaration: str | None = None, connection: str | None = None) -> Operations:
+    """New :class:`Operations` on the configured declaration and connection; the caller closes it."""
+    from synclane_provider.hooks.synclane import SyncLaneHook
+
+    synclane: SyncLane = locate_synclane(declaration_path(declaration))
+    database = SyncLaneHook(synclane_conn_id=conn_id(connection)).get_database(synclane)
+    return Operations(synclane, database)
+
+
+_shared: dict[tuple[str, str], Operations] = {}
+_shared_lock = threading.Lock()
+
+
+def shared_operations() -> Operations:
+    """One :class:`Operations` per configured declaration and connection for a long-lived process (the API
+    server): its session serializes the calls of concurrent requests on one connection, reopened when it
+    breaks, instead of a connection per request."""
+    key = (declaration_path(), conn_id())
+    with _shared_lock:
+        if key not in _shared:
+            _shared[key] = open_operations(*key)
+        return _shared[key]

@@ -1,0 +1,280 @@
+"""The operator's read model: what the Airflow page and ``airflow synclane`` show, answered from indexes.
+
+Four views -- queues, lanes, owners, jobs -- each one statement of ``monitor.sql`` (the jobs view is
+:meth:`Operations.list_jobs`), so a page costs the same with ten million rows as with a thousand: lanes and
+owners come a page at a time, walked in name order from after the last one shown. The actions the views
+offer (requeue, cancel, plan) are :class:`~synclane_provider.core.operations.Operations` calls, made by the
+front ends directly: nothing here writes.
+
+:func:`plain` turns every record here into JSON-ready values, the one shape both front ends print.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, Generic, TypeVar
+
+from synclane_provider.core.operations import Operations
+from synclane_provider.core.records import Job
+from synclane_provider.core.states import JobMode, JobStatus
+
+SOURCE = "monitor.sql"
+MAX_PAGE = 500
+"""The most lanes, owners or jobs one page holds."""
+COUNT_CAP = 10_000
+"""Jobs of one status are counted up to this many (a bounded index read); past it a summary lists the status
+in ``more_than``: there are more. The cost of a summary then stays the same however long the history grows."""
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class QueueSummary:
+    """One queue at a glance: jobs by status, the last hour's output, and how long the backlog has waited."""
+
+    queue: str
+    jobs: dict[str, int]
+    """Every status, with 0 for those that have no job; a status in ``more_than`` has more than its count."""
+    more_than: list[str]
+    """The statuses whose jobs were counted only up to the cap (:data:`COUNT_CAP`): there are more."""
+    done_last_hour: int
+    records_last_hour: int
+    oldest_waiting_age: timedelta | None
+    """How long the longest-due waiting job has been due; None when nothing waiting is due."""
+    now: datetime
+
+    @property
+    def abandoned(self) -> int:
+        return self.jobs[JobStatus.ABANDONED.value]
+
+
+@dataclass(frozen=True)
+class RunningJob:
+    """What a lane runs now."""
+
+    id: int
+    owner: str
+    type: str
+    mode: str
+    window_start: datetime | None
+    window_end: datetime | None
+    cursor: str | None
+    records: int
+    attempt: int
+    worker: str
+    started_at: datetime | None
+    heartbeat_age: timedelta | None
+    lease_expires_at: datetime | None
+
+
+@dataclass(frozen=True)
+class Lane:
+    """One busy lane: its running job (if any), its waiting jobs, and the latest error among them."""
+
+    lane: str
+    running: RunningJob | None
+    waiting: int
+    next_due: datetime | None
+    last_error: str | None
+    error_job_id: int | None
+
+
+@dataclass(frozen=True)
+class OwnerState:
+    """One owner: its initial load, its freshness, and its jobs in trouble."""
+
+    owner: str
+    initial_total: int
+    initial_completed: int
+    initial_abandoned: int
+    initial_running: int
+    initial_records: int
+    fresh_until: datetime | None
+    """The end of the newest completed window (a snapshot: when it completed), for the owner's stalest type."""
+    lag: timedelta | None
+    """Now minus ``fresh_until``: how far behind the owner's data is; None until a job completed."""
+    failed: int
+    """Failed or deferred jobs: still being retried."""
+    abandoned: int
+    last_error: str | None
+    error_job_id: int | None
+    error_type: str | None
+    error_status: str | None
+
+    @property
+    def initial_complete(self) -> bool:
+        return self.initial_total > 0 and self.initial_completed == self.initial_total
+
+
+@dataclass(frozen=True)
+class Page(Generic[T]):
+    """One page of a view, and where the next one starts (None: this was the last)."""
+
+    items: list[T]
+    next: str | None
+
+
+class Monitor:
+    """The read model on an :class:`Operations` (its connection and its declaration)."""
+
+    def __init__(self, operations: Operations, *, count_cap: int = COUNT_CAP) -> None:
+        self.operations = operations
+        self.session = operations.session
+        self.count_cap = count_cap
+
+    def _rows(self, name: str, **params: Any) -> list[dict[str, Any]]:
+        # Unprepared: the optional filters must be planned for their values every time.
+        return self.session.run(name, source=SOURCE, prepare=False, **params)
+
+    def queue_names(self) -> list[str]:
+        return [queue.name for queue in self.operations.synclane.queues]
+
+    def queue(self, queue: str, *, now: datetime | None = None) -> QueueSummary:
+        """One declared queue's summary."""
+        self.operations.synclane.queue(queue)
+        statuses = [status.value for status in JobStatus]
+        counts = {status: 0 for status in statuses}
+        more_than = []
+        counted = self._rows("queue_counts", queue=queue, cap=self.count_cap)[0]
+        for status in statuses:
+            counts[status] = min(counted[status], self.count_cap)
+            if counted[status] > self.count_cap:
+                more_than.append(status)
+        recent = self._rows("queue_recent", queue=queue, now=self.operations._now(now))[0]
+        due_since = recent["due_since"]
+        return QueueSummary(
+            queue=queue,
+            jobs=counts,
+            more_than=more_than,
+            done_last_hour=recent["done_last_hour"],
+            records_last_hour=recent["records_last_hour"],
+            oldest_waiting_age=recent["now"] - due_since if due_since is not None else None,
+            now=recent["now"],
+        )
+
+    def queues(self, *, now: datetime | None = None) -> list[QueueSummary]:
+        """Every declared queue's summary, in declared order."""
+        return [self.queue(name, now=now) for name in self.queue_names()]
+
+    def lanes(
+        self, queue: str, *, after: str | None = None, limit: int = 50, now: datetime | None = None
+    ) -> Page[Lane]:
+        """The queue's busy lanes (a job running or waiting) by name, ``limit`` at a time after ``after``."""
+        self.operations.synclane.queue(queue)
+        rows = self._rows("lanes", queue=queue, after=after, limit=_limit(limit), now=self.operations._now(now))
+        lanes = [
+            Lane(
+                lane=row["lane"],
+                running=None if row["running_id"] is None else RunningJob(
+                    id=row["running_id"],
+                    owner=row["running_owner"],
+                    type=row["running_type"],
+                    mode=row["running_mode"],
+                    window_start=row["running_window_start"],
+                    window_end=row["running_window_end"],
+                    cursor=row["running_cursor"],
+                    records=row["running_records"],
+                    attempt=row["running_attempt"],
+                    worker=row["running_worker"],
+                    started_at=row["running_started_at"],
+                    heartbeat_age=row["heartbeat_age"],
+                    lease_expires_at=row["running_lease_expires_at"],
+                ),
+                waiting=row["waiting"],
+                next_due=row["next_due"],
+                last_error=row["last_error"],
+                error_job_id=row["error_job_id"],
+            )
+            for row in rows
+        ]
+        return Page(lanes, lanes[-1].lane if len(lanes) == limit else None)
+
+    def owners(
+        self,
+        queue: str,
+        *,
+        after: str | None = None,
+        owner: str | None = None,
+        troubled: bool = False,
+        limit: int = 50,
+        now: datetime | None = None,
+    ) -> Page[OwnerState]:
+        """The queue's owners by name, ``limit`` at a time after ``after``: just ``owner`` when given, only those
+        with failed, deferred or abandoned jobs with ``troubled``."""
+        self.operations.synclane.queue(queue)
+        rows = self._rows(
+            "owners", queue=queue, after=after, owner=owner, troubled=bool(troubled), limit=_limit(limit),
+            now=self.operations._now(now),
+        )
+        owners = [
+            OwnerState(
+                owner=row["owner"],
+                initial_total=row["initial_total"],
+                initial_completed=row["initial_completed"],
+                initial_abandoned=row["initial_abandoned"],
+                initial_running=row["initial_running"],
+                initial_records=row["initial_records"],
+                fresh_until=row["fresh_until"],
+                lag=row["lag"],
+                failed=row["failed"],
+                abandoned=row["abandoned"],
+                last_error=row["last_error"],
+                error_job_id=row["error_job_id"],
+                error_type=row["error_type"],
+                error_status=row["error_status"],
+            )
+            for row in rows
+        ]
+        more = owner is None and len(owners) == limit
+        return Page(owners, owners[-1].owner if more else None)
+
+    def jobs(
+        self,
+        queue: str,
+        *,
+        owner: str | None = None,
+        type: str | None = None,
+        status: JobStatus | str | None = None,
+        mode: JobMode | str | None = None,
+        before: int | None = None,
+        limit: int = 50,
+    ) -> Page[Job]:
+        """Jobs newest first, filtered, ``limit`` at a time from before the job id ``before``."""
+        jobs = self.operations.list_jobs(
+            queue, owner=owner, type=type, status=status, mode=mode, before=before, limit=_limit(limit)
+        )
+        return Page(jobs, str(jobs[-1].id) if len(jobs) == limit else None)
+
+
+def _limit(limit: int) -> int:
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE:
+        raise ValueError(f"limit must be an integer from 1 to {MAX_PAGE}, got {limit!r}")
+    return limit
+
+
+def plain(value: Any) -> Any:
+    """``value`` as JSON-ready data: records as dicts, times as ISO 8601 text, durations as seconds."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        data = {field.name: plain(getattr(value, field.name)) for field in dataclasses.fields(value)}
+        if isinstance(value, QueueSummary):
+            data["abandoned"] = value.abandoned
+        if isinstance(value, OwnerState):
+            data["initial_complete"] = value.initial_complete
+        return data
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, timedelta):
+        return round(value.total_seconds(), 3)
+    if isinstance(value, dict):
+        return {key: plain(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)) and not isinstance(value, str):
+        return [plain(item) for item in value]
+    return value
+
+
+__all__ = ["Lane", "Monitor", "OwnerState", "Page", "QueueSummary", "RunningJob", "plain"]

@@ -1,0 +1,186 @@
+-- What the operator's views read (the Airflow page and `airflow synclane`), one statement per view.
+--
+-- Every statement reads from indexes and a bounded number of rows, whatever the size of the history:
+-- lanes and owners are walked one index probe each (a loose index scan), a page at a time, from after the
+-- last one shown (%(after)s). {schema} and %(now)s as in queries.sql.
+
+-- name: queue_counts
+-- How many jobs of a queue are in each status, counted up to %(cap)s + 1 each (jobs_by_status, from the index
+-- alone): a count that reaches past the cap says "at least", so the cost stays bounded however long the
+-- history grows. One subquery per status, each status a constant, so that each is planned for how common
+-- its status is (a rare one from the index, not by reading the table until the limit).
+SELECT (SELECT count(*) FROM (SELECT 1 FROM {schema}.jobs AS j WHERE j.queue = %(queue)s
+                              AND j.status = 'pending' LIMIT %(cap)s + 1) AS counted)::bigint AS pending,
+       (SELECT count(*) FROM (SELECT 1 FROM {schema}.jobs AS j WHERE j.queue = %(queue)s
+                              AND j.status = 'running' LIMIT %(cap)s + 1) AS counted)::bigint AS running,
+       (SELECT count(*) FROM (SELECT 1 FROM {schema}.jobs AS j WHERE j.queue = %(queue)s
+                              AND j.status = 'completed' LIMIT %(cap)s + 1) AS counted)::bigint AS completed,
+       (SELECT count(*) FROM (SELECT 1 FROM {schema}.jobs AS j WHERE j.queue = %(queue)s
+                              AND j.status = 'failed' LIMIT %(cap)s + 1) AS counted)::bigint AS failed,
+       (SELECT count(*) FROM (SELECT 1 FROM {schema}.jobs AS j WHERE j.queue = %(queue)s
+                              AND j.status = 'deferred' LIMIT %(cap)s + 1) AS counted)::bigint AS deferred,
+       (SELECT count(*) FROM (SELECT 1 FROM {schema}.jobs AS j WHERE j.queue = %(queue)s
+                              AND j.status = 'abandoned' LIMIT %(cap)s + 1) AS counted)::bigint AS abandoned;
+
+-- name: queue_recent
+-- A queue's last hour and its backlog: jobs and records completed in the hour before now, and since when
+-- the longest-due waiting job has been due (NULL when nothing waiting is due).
+WITH clock AS (
+    SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now
+)
+SELECT (SELECT count(*) FROM {schema}.jobs AS j
+        WHERE j.queue = %(queue)s AND j.status = 'completed'
+          AND j.completed_at > clock.now - interval '1 hour')::bigint AS done_last_hour,
+       (SELECT coalesce(sum(j.processed_count), 0) FROM {schema}.jobs AS j
+        WHERE j.queue = %(queue)s AND j.status = 'completed'
+          AND j.completed_at > clock.now - interval '1 hour')::bigint AS records_last_hour,
+       (SELECT min(j.next_run_at) FROM {schema}.jobs AS j
+        WHERE j.queue = %(queue)s AND j.status IN ('pending', 'failed', 'deferred')
+          AND j.next_run_at <= clock.now) AS due_since,
+       clock.now
+FROM clock;
+
+-- name: lanes
+-- One page of a queue's busy lanes (a job running or waiting), by name after %(after)s: the running job,
+-- how many wait, when the next is due, and the latest error among the waiting ones (what holds the lane).
+WITH RECURSIVE clock AS (
+    SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now
+),
+waiting_lanes AS (
+    (
+        SELECT j.lane FROM {schema}.jobs AS j
+        WHERE j.queue = %(queue)s AND j.status IN ('pending', 'failed', 'deferred')
+          AND j.lane > coalesce(%(after)s::text, '')
+        ORDER BY j.lane LIMIT 1
+    )
+    UNION ALL
+    SELECT (
+        SELECT j.lane FROM {schema}.jobs AS j
+        WHERE j.queue = %(queue)s AND j.status IN ('pending', 'failed', 'deferred') AND j.lane > w.lane
+        ORDER BY j.lane LIMIT 1
+    )
+    FROM waiting_lanes AS w WHERE w.lane IS NOT NULL
+),
+page AS (
+    SELECT lane FROM (
+        (SELECT lane FROM waiting_lanes WHERE lane IS NOT NULL LIMIT %(limit)s)
+        UNION
+        (
+            SELECT j.lane FROM {schema}.jobs AS j
+            WHERE j.queue = %(queue)s AND j.status = 'running' AND j.lane > coalesce(%(after)s::text, '')
+            ORDER BY j.lane LIMIT %(limit)s
+        )
+    ) AS busy
+    ORDER BY lane
+    LIMIT %(limit)s
+)
+SELECT page.lane,
+       r.id AS running_id, r.owner AS running_owner, r.type AS running_type, r.mode AS running_mode,
+       r.window_start AS running_window_start, r.window_end AS running_window_end, r.cursor AS running_cursor,
+       r.processed_count AS running_records, r.attempt_count AS running_attempt, r.leased_by AS running_worker,
+       r.started_at AS running_started_at, clock.now - r.heartbeat_at AS heartbeat_age,
+       r.lease_expires_at AS running_lease_expires_at,
+       w.waiting, w.next_due, e.id AS error_job_id, e.error AS last_error,
+       clock.now
+FROM page
+CROSS JOIN clock
+LEFT JOIN {schema}.jobs AS r ON r.queue = %(queue)s AND r.lane = page.lane AND r.status = 'running'
+CROSS JOIN LATERAL (
+    SELECT count(*)::bigint AS waiting, min(j.next_run_at) AS next_due
+    FROM {schema}.jobs AS j
+    WHERE j.queue = %(queue)s AND j.lane = page.lane AND j.status IN ('pending', 'failed', 'deferred')
+) AS w
+LEFT JOIN LATERAL (
+    SELECT j.id, j.error
+    FROM {schema}.jobs AS j
+    WHERE j.queue = %(queue)s AND j.lane = page.lane AND j.status IN ('pending', 'failed', 'deferred')
+      AND j.error IS NOT NULL
+    ORDER BY j.id DESC
+    LIMIT 1
+) AS e ON true
+ORDER BY page.lane;
+
+-- name: owners
+-- One page of a queue's owners, by name after %(after)s (only %(owner)s when given; with %(troubled)s only
+-- owners with failed, deferred or abandoned jobs): the initial load's slices and records, how far the
+-- newest completed job reaches per type (the owner's freshness is its stalest type), and its troubled jobs
+-- with the latest error.
+WITH RECURSIVE clock AS (
+    SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now
+),
+all_owners AS (
+    (
+        SELECT j.owner FROM {schema}.jobs AS j
+        WHERE j.queue = %(queue)s AND j.owner > coalesce(%(after)s::text, '')
+        ORDER BY j.owner LIMIT 1
+    )
+    UNION ALL
+    SELECT (
+        SELECT j.owner FROM {schema}.jobs AS j
+        WHERE j.queue = %(queue)s AND j.owner > o.owner
+        ORDER BY j.owner LIMIT 1
+    )
+    FROM all_owners AS o WHERE o.owner IS NOT NULL
+),
+page AS (
+    SELECT owner FROM all_owners
+    WHERE owner IS NOT NULL AND %(owner)s::text IS NULL AND NOT %(troubled)s
+    LIMIT %(limit)s
+),
+troubled_page AS (
+    SELECT DISTINCT j.owner FROM {schema}.jobs AS j
+    WHERE %(troubled)s AND %(owner)s::text IS NULL
+      AND j.queue = %(queue)s AND j.status IN ('failed', 'deferred', 'abandoned')
+      AND j.owner > coalesce(%(after)s::text, '')
+    ORDER BY j.owner
+    LIMIT %(limit)s
+),
+one_owner AS (
+    SELECT j.owner FROM {schema}.jobs AS j
+    WHERE j.queue = %(queue)s AND j.owner = %(owner)s
+    LIMIT 1
+),
+owners AS (
+    SELECT owner FROM page UNION ALL SELECT owner FROM troubled_page UNION ALL SELECT owner FROM one_owner
+)
+SELECT owners.owner,
+       i.initial_total, i.initial_completed, i.initial_abandoned, i.initial_running, i.initial_records,
+       f.fresh_until, clock.now - f.fresh_until AS lag,
+       t.troubled, t.failed, t.abandoned, e.id AS error_job_id, e.type AS error_type, e.status AS error_status,
+       e.error AS last_error,
+       clock.now
+FROM owners
+CROSS JOIN clock
+CROSS JOIN LATERAL (
+    SELECT count(*)::bigint AS initial_total,
+           count(*) FILTER (WHERE j.status = 'completed')::bigint AS initial_completed,
+           count(*) FILTER (WHERE j.status = 'abandoned')::bigint AS initial_abandoned,
+           count(*) FILTER (WHERE j.status = 'running')::bigint AS initial_running,
+           coalesce(sum(j.processed_count), 0)::bigint AS initial_records
+    FROM {schema}.jobs AS j
+    WHERE j.queue = %(queue)s AND j.owner = owners.owner AND j.mode = 'initial'
+) AS i
+CROSS JOIN LATERAL (
+    SELECT min(newest) AS fresh_until FROM (
+        SELECT max(coalesce(j.window_end, j.completed_at)) AS newest
+        FROM {schema}.jobs AS j
+        WHERE j.queue = %(queue)s AND j.owner = owners.owner AND j.status = 'completed'
+        GROUP BY j.type
+    ) AS per_type
+) AS f
+CROSS JOIN LATERAL (
+    SELECT count(*)::bigint AS troubled,
+           count(*) FILTER (WHERE j.status IN ('failed', 'deferred'))::bigint AS failed,
+           count(*) FILTER (WHERE j.status = 'abandoned')::bigint AS abandoned
+    FROM {schema}.jobs AS j
+    WHERE j.queue = %(queue)s AND j.owner = owners.owner AND j.status IN ('failed', 'deferred', 'abandoned')
+) AS t
+LEFT JOIN LATERAL (
+    SELECT j.id, j.type, j.status, j.error
+    FROM {schema}.jobs AS j
+    WHERE j.queue = %(queue)s AND j.owner = owners.owner AND j.status IN ('failed', 'deferred', 'abandoned')
+      AND j.error IS NOT NULL
+    ORDER BY j.id DESC
+    LIMIT 1
+) AS e ON true
+ORDER BY owners.owner;

@@ -1,0 +1,190 @@
+"""The SyncLane page's FastAPI app, mounted by Airflow's API server under ``/synclane``.
+
+Routes are thin: each read is one :class:`~synclane_provider.core.monitor.Monitor` call and each action one
+:class:`~synclane_provider.core.operations.Operations` call, the same ones ``airflow synclane`` and the
+requeue DAG make. The endpoints are documented in ``docs/operating.md``.
+
+Nothing is served to an anonymous caller: a plugin's app is public unless its routes depend on Airflow's
+authentication, so every route (the page and its files too) requires a user whom Airflow's auth manager
+lets read DAGs, and every action a user it lets edit DAGs. The same token or UI cookie as Airflow's own
+API is accepted; without one the answer is 401, with one that may not, 403.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from importlib import resources
+from typing import Any
+
+from fastapi import Depends, FastAPI, HTTPException, Query, Response
+from pydantic import BaseModel, Field
+
+from synclane_provider.configured import shared_operations
+from synclane_provider.core import DeclarationError, Operations, SyncLaneError, UnknownQueueError
+from synclane_provider.core.errors import UnknownJobTypeError, UnknownOwnerError
+from synclane_provider.core.monitor import MAX_PAGE, Monitor, plain
+
+STATIC = {"synclane.js": "text/javascript", "synclane.css": "text/css"}
+
+
+def _read_access() -> Any:
+    from airflow.api_fastapi.core_api.security import requires_access_dag
+
+    return Depends(requires_access_dag("GET"))
+
+
+def _edit_access() -> Any:
+    from airflow.api_fastapi.core_api.security import requires_access_dag
+
+    return Depends(requires_access_dag("PUT"))
+
+
+class RequeueBody(BaseModel):
+    owner: str | None = Field(None, description="only this owner's jobs")
+    type: str | None = Field(None, description="only jobs of this type")
+    job_id: int | None = Field(None, description="only this job")
+
+
+class CancelBody(BaseModel):
+    owner: str = Field(description="the owner whose work stops")
+    type: str | None = Field(None, description="only jobs of this type")
+    reason: str = Field("cancelled from the SyncLane page", description="written into each job's error")
+
+
+class PlanBody(BaseModel):
+    owner: str | None = Field(None, description="only this owner (empty: every owner)")
+
+
+@contextmanager
+def _answering() -> Iterator[Operations]:
+    """The shared operations, with the engine's refusals as 4xx answers that say what was wrong."""
+    try:
+        yield shared_operations()
+    except (UnknownQueueError, UnknownJobTypeError, UnknownOwnerError) as exc:
+        raise HTTPException(404, str(exc)) from None
+    except (DeclarationError, ValueError) as exc:
+        raise HTTPException(400, str(exc)) from None
+    except SyncLaneError as exc:
+        raise HTTPException(503, str(exc)) from None
+
+
+def _jobs_word(count: int) -> str:
+    return f"{count} job" if count == 1 else f"{count} jobs"
+
+
+def create_app(read_access: Callable[[], Any] = _read_access, edit_access: Callable[[], Any] = _edit_access) -> FastAPI:
+    """The app; the access dependencies are Airflow's unless a test passes its own."""
+    app = FastAPI(
+        title="SyncLane",
+        description="SyncLane's queues, lanes, owners and jobs, and the operator's actions on them.",
+        dependencies=[read_access()],
+    )
+
+    @app.get("/", include_in_schema=False)
+    def page() -> Response:
+        return Response(_static("index.html"), media_type="text/html")
+
+    @app.get("/static/{name}", include_in_schema=False)
+    def static(name: str) -> Response:
+        if name not in STATIC:
+            raise HTTPException(404, f"no file {name!r}")
+        return Response(_static(name), media_type=STATIC[name], headers={"Cache-Control": "no-cache"})
+
+    @app.get("/api/queues", summary="Every declared queue: jobs by status, the last hour, the backlog's age")
+    def queues() -> list[dict[str, Any]]:
+        with _answering() as operations:
+            monitor = Monitor(operations)
+            return [
+                {**plain(summary), "types": [t.name for t in operations.synclane.queue(summary.queue).types]}
+                for summary in monitor.queues()
+            ]
+
+    @app.get("/api/queues/{queue}/lanes", summary="Busy lanes by name: running job, waiting jobs, last error")
+    def lanes(queue: str, after: str | None = None, limit: int = Query(50, ge=1, le=MAX_PAGE)) -> dict[str, Any]:
+        with _answering() as operations:
+            return plain(Monitor(operations).lanes(queue, after=after, limit=limit))
+
+    @app.get("/api/queues/{queue}/owners", summary="Owners by name: initial load, freshness, troubled jobs")
+    def owners(
+        queue: str,
+        after: str | None = None,
+        owner: str | None = None,
+        troubled: bool = False,
+        limit: int = Query(50, ge=1, le=MAX_PAGE),
+    ) -> dict[str, Any]:
+        with _answering() as operations:
+            return plain(Monitor(operations).owners(queue, after=after, owner=owner or None, troubled=troubled, limit=limit))
+
+    @app.get("/api/queues/{queue}/owners/{owner}/progress", summary="One owner's initial-load progress")
+    def progress(queue: str, owner: str, type: str | None = None) -> dict[str, Any]:
+        with _answering() as operations:
+            done = operations.progress(queue, owner, type=type or None)
+            return {**plain(done), "complete": done.complete, "settled": done.settled}
+
+    @app.get("/api/queues/{queue}/jobs", summary="Jobs newest first, filtered, a page at a time")
+    def jobs(
+        queue: str,
+        owner: str | None = None,
+        type: str | None = None,
+        status: str | None = None,
+        mode: str | None = None,
+        before: int | None = None,
+        limit: int = Query(50, ge=1, le=MAX_PAGE),
+    ) -> dict[str, Any]:
+        with _answering() as operations:
+            page = Monitor(operations).jobs(
+                queue, owner=owner or None, type=type or None, status=status or None, mode=mode or None,
+                before=before, limit=limit,
+            )
+            return plain(page)
+
+    @app.get("/api/jobs/{job_id}", summary="One job's whole row")
+    def job(job_id: int) -> dict[str, Any]:
+        with _answering() as operations:
+            found = operations.job(job_id)
+            if found is None:
+                raise HTTPException(404, f"no job {job_id}")
+            return plain(found)
+
+    @app.post("/api/queues/{queue}/requeue", dependencies=[edit_access()],
+              summary="Fresh attempts for failed, deferred and abandoned jobs (a job, an owner, an owner's type)")
+    def requeue(queue: str, body: RequeueBody) -> dict[str, Any]:
+        with _answering() as operations:
+            count = operations.requeue(queue, owner=body.owner or None, type=body.type or None, job_id=body.job_id)
+        if body.job_id is not None:
+            message = (f"Requeued job #{body.job_id} of queue {queue}: pending, from its cursor." if count else
+                       f"Job #{body.job_id} of queue {queue} is not failed, deferred or abandoned: nothing requeued.")
+        else:
+            scope = _scope(queue, body.owner, body.type)
+            message = (f"Requeued {_jobs_word(count)} {scope}: pending, each from its cursor." if count else
+                       f"Nothing to requeue {scope}: no failed, deferred or abandoned job.")
+        return {"requeued": count, "message": message}
+
+    @app.post("/api/queues/{queue}/cancel", dependencies=[edit_access()],
+              summary="Stop an owner's work: waiting jobs abandoned now, a running one after its page")
+    def cancel(queue: str, body: CancelBody) -> dict[str, Any]:
+        with _answering() as operations:
+            done = operations.cancel(queue, body.owner, body.reason, type=body.type or None)
+        scope = _scope(queue, body.owner, body.type)
+        return {**plain(done), "message": f"Cancelled {scope}: {_jobs_word(done.abandoned)} abandoned now, "
+                                           f"{_jobs_word(done.stopping)} stopping after the current page."}
+
+    @app.post("/api/queues/{queue}/plan", dependencies=[edit_access()], summary="Plan the queue (or one owner) now")
+    def plan(queue: str, body: PlanBody) -> dict[str, Any]:
+        with _answering() as operations:
+            summary = operations.plan(queue, owner=body.owner or None)
+        scope = _scope(queue, body.owner, None)
+        return {**plain(summary), "total": summary.total,
+                "message": f"Planned {scope}: {_jobs_word(summary.total)} added."}
+
+    return app
+
+
+def _scope(queue: str, owner: str | None, type: str | None) -> str:
+    parts = [f"queue {queue}"] + ([f"owner {owner}"] if owner else []) + ([f"type {type}"] if type else [])
+    return "for " + ", ".join(parts)
+
+
+def _static(name: str) -> bytes:
+    return resources.files(__package__).joinpath("static", name).read_bytes()

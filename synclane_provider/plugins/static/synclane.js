@@ -1,0 +1,267 @@
+// The SyncLane page: four views over the JSON endpoints of this app, refreshed every few seconds, and the
+// operator's actions (each confirmed, each answered with what it changed). Every URL is relative, so the
+// page works wherever Airflow mounts it (a proxy, a base path).
+"use strict";
+
+const REFRESH_MS = 5000;
+const state = {
+  view: "queues", queue: null, queues: [],
+  cursor: null, next: null,        // where the current page starts, and where the next would
+  jobFilters: {}, ownerFilters: {}, detail: null,
+  params: new URLSearchParams(location.search),
+};
+const $ = (selector, root = document) => root.querySelector(selector);
+
+function esc(value) {
+  return String(value ?? "").replace(/[&<>"']/g, (c) => ({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;"})[c]);
+}
+function when(iso) { return iso ? iso.replace("T", " ").replace(/\.\d+/, "").replace("+00:00", " UTC") : "–"; }
+function age(seconds) {
+  if (seconds === null || seconds === undefined) return "–";
+  const s = Math.max(0, Math.round(seconds));
+  if (s < 60) return `${s}s`;
+  if (s < 3600) return `${Math.floor(s / 60)}m ${s % 60}s`;
+  if (s < 86400) return `${Math.floor(s / 3600)}h ${Math.floor((s % 3600) / 60)}m`;
+  return `${Math.floor(s / 86400)}d ${Math.floor((s % 86400) / 3600)}h`;
+}
+function windowText(start, end) { return start ? `${when(start).slice(0, 16)} → ${when(end).slice(0, 16)}` : "snapshot"; }
+function number(n) { return Number(n ?? 0).toLocaleString("en-US"); }
+
+async function api(path, options = {}) {
+  const response = await fetch(path, {credentials: "same-origin", headers: {"Accept": "application/json", "Content-Type": "application/json"}, ...options});
+  const text = await response.text();
+  let body = null;
+  try { body = text ? JSON.parse(text) : null; } catch (e) { body = {detail: text}; }
+  if (!response.ok) {
+    const detail = body && body.detail ? (typeof body.detail === "string" ? body.detail : JSON.stringify(body.detail)) : response.statusText;
+    throw new Error(`${response.status}: ${detail}`);
+  }
+  return body;
+}
+function queuePath(rest) { return `api/queues/${encodeURIComponent(state.queue)}/${rest}`; }
+
+function say(text, isError = false) {
+  const box = $("#message");
+  box.textContent = text;
+  box.className = isError ? "error" : "";
+  box.hidden = false;
+}
+
+// -- actions: one confirmation, one call, the server's own words about what changed ------------------------
+
+// Airflow frames the page in a sandbox without allow-modals, where window.confirm and window.prompt answer
+// "no" without asking: the page asks in a box of its own. Resolves to true (or the reason typed), or null.
+function ask(question, reason = null) {
+  const box = $("#confirm"), input = $("#confirm-input");
+  $("#confirm-text").textContent = question;
+  $("#confirm-reason").hidden = reason === null;
+  input.value = reason ?? "";
+  box.hidden = false;
+  (reason === null ? $("#confirm-yes") : input).focus();
+  return new Promise((resolve) => {
+    const done = (answer) => { box.hidden = true; $("#confirm-yes").onclick = $("#confirm-no").onclick = null; resolve(answer); };
+    $("#confirm-yes").onclick = () => done(reason === null ? true : (input.value.trim() || null));
+    $("#confirm-no").onclick = () => done(null);
+  });
+}
+
+async function act(what, question, body) {
+  if (!(await ask(question))) return;
+  try {
+    const answer = await api(queuePath(what), {method: "POST", body: JSON.stringify(body)});
+    say(answer.message);
+  } catch (error) {
+    say(`${what} refused: ${error.message}`, true);
+  }
+  await refresh();
+}
+const actions = {
+  "requeue-job": (d) => act("requeue", `Requeue job #${d.job} (${d.owner}/${d.type})? It restarts from its cursor.`, {job_id: Number(d.job)}),
+  "requeue-owner": (d) => act("requeue", `Requeue every failed, deferred or abandoned job of ${d.owner}?`, {owner: d.owner}),
+  "requeue-type": (d) => act("requeue", `Requeue the failed, deferred or abandoned ${d.type} jobs of ${d.owner}?`, {owner: d.owner, type: d.type}),
+  "cancel-owner": async (d) => {
+    const reason = await ask(`Cancel ${d.owner}'s work? Its waiting jobs are abandoned now, a running one after its current page; a requeue continues them from their cursors.`, "account disconnected");
+    if (reason === null) return;
+    try {
+      say((await api(queuePath("cancel"), {method: "POST", body: JSON.stringify({owner: d.owner, reason})})).message);
+    } catch (error) { say(`cancel refused: ${error.message}`, true); }
+    await refresh();
+  },
+  "plan-owner": (d) => act("plan", `Plan ${d.owner} now?`, {owner: d.owner}),
+  "plan-queue": () => act("plan", `Plan every owner of ${state.queue} now?`, {}),
+  "show-job": (d) => showJob(d.job),
+};
+document.addEventListener("click", (event) => {
+  const button = event.target.closest("[data-action]");
+  if (!button) return;
+  event.preventDefault();
+  actions[button.dataset.action](button.dataset);
+});
+function button(action, label, data, danger = false) {
+  const attributes = Object.entries(data).map(([k, v]) => `data-${k}="${esc(v)}"`).join(" ");
+  return `<button data-action="${action}" ${attributes}${danger ? ' class="danger"' : ""}>${esc(label)}</button>`;
+}
+
+// -- the views ------------------------------------------------------------------------------------------------
+
+function renderQueues(queues) {
+  const order = ["pending", "running", "failed", "deferred", "abandoned", "completed"];
+  return `<div class="cards">${queues.map((q) => `
+    <div class="card" data-queue="${esc(q.queue)}">
+      <h2>${esc(q.queue)}</h2>
+      <div class="stats">
+        ${order.map((s) => `<div class="stat ${s === "abandoned" && q.jobs[s] > 0 ? "bad" : ""}"><b>${number(q.jobs[s])}${q.more_than.includes(s) ? "+" : ""}</b>${s}</div>`).join("")}
+        <div class="stat"><b>${number(q.done_last_hour)}</b>jobs done, last hour</div>
+        <div class="stat"><b>${number(q.records_last_hour)}</b>records, last hour</div>
+        <div class="stat"><b>${age(q.oldest_waiting_age)}</b>oldest due job waiting</div>
+      </div>
+    </div>`).join("")}</div>`;
+}
+
+function renderLanes(page) {
+  if (!page.items.length) return `<p class="muted">No lane has a job running or waiting.</p>`;
+  return `<table id="lanes-table"><thead><tr><th>Lane</th><th>Running</th><th>Window</th><th>Cursor</th><th class="num">Records</th>
+    <th>Heartbeat</th><th>Worker</th><th class="num">Waiting</th><th>Next due</th><th>Last error</th></tr></thead><tbody>
+    ${page.items.map((l) => {
+      const r = l.running;
+      return `<tr data-lane="${esc(l.lane)}">
+        <td><b>${esc(l.lane)}</b></td>
+        <td>${r ? `${button("show-job", `#${r.id}`, {job: r.id})} ${esc(r.owner)}/${esc(r.type)} <span class="muted">${esc(r.mode)}, attempt ${r.attempt}</span>` : '<span class="muted">idle</span>'}</td>
+        <td>${r ? windowText(r.window_start, r.window_end) : ""}</td>
+        <td><code>${r ? esc(r.cursor ?? "start") : ""}</code></td>
+        <td class="num">${r ? number(r.records) : ""}</td>
+        <td>${r ? age(r.heartbeat_age) + " ago" : ""}</td>
+        <td><code>${r ? esc(r.worker) : ""}</code></td>
+        <td class="num">${number(l.waiting)}</td>
+        <td>${when(l.next_due)}</td>
+        <td>${l.last_error ? `<span class="error-text">${esc(l.last_error)}</span> (${button("show-job", `#${l.error_job_id}`, {job: l.error_job_id})})` : ""}</td>
+      </tr>`;
+    }).join("")}</tbody></table>`;
+}
+
+function renderOwners(page) {
+  if (!page.items.length) return `<p class="muted">No owner matches.</p>`;
+  return `<table id="owners-table"><thead><tr><th>Owner</th><th>Initial load</th><th class="num">Records</th><th>Fresh until</th>
+    <th>Lag</th><th class="num">Failing</th><th class="num">Abandoned</th><th>Last error</th><th>Actions</th></tr></thead><tbody>
+    ${page.items.map((o) => {
+      const pct = o.initial_total ? Math.round(100 * o.initial_completed / o.initial_total) : 0;
+      const bad = o.abandoned > 0;
+      return `<tr data-owner="${esc(o.owner)}" class="${bad ? "bad" : ""}">
+        <td><b>${esc(o.owner)}</b></td>
+        <td><span class="bar" title="${pct}%"><span style="width:${pct}%"></span></span>
+            ${o.initial_completed}/${o.initial_total} ${o.initial_complete ? "✓" : ""}</td>
+        <td class="num">${number(o.initial_records)}</td>
+        <td>${when(o.fresh_until)}</td>
+        <td>${age(o.lag)}</td>
+        <td class="num">${o.failed}</td>
+        <td class="num ${bad ? "bad" : ""}">${o.abandoned}</td>
+        <td>${o.last_error ? `<span class="error-text">${esc(o.last_error)}</span> (${esc(o.error_type)} ${button("show-job", `#${o.error_job_id}`, {job: o.error_job_id})})` : ""}</td>
+        <td>${button("plan-owner", "Plan now", {owner: o.owner})}
+            ${o.failed + o.abandoned > 0 ? button("requeue-owner", "Requeue owner", {owner: o.owner}) : ""}
+            ${o.error_type ? button("requeue-type", `Requeue ${o.error_type}`, {owner: o.owner, type: o.error_type}) : ""}
+            ${button("cancel-owner", "Cancel", {owner: o.owner}, true)}</td>
+      </tr>`;
+    }).join("")}</tbody></table>`;
+}
+
+const STOPPED = new Set(["failed", "deferred", "abandoned"]);
+function renderJobs(page) {
+  if (!page.items.length) return `<p class="muted">No job matches.</p>`;
+  return `<table id="jobs-table"><thead><tr><th>Job</th><th>Owner</th><th>Type</th><th>Mode</th><th>Status</th><th>Window</th>
+    <th>Cursor</th><th class="num">Records</th><th class="num">Attempts</th><th>Next run</th><th>Error</th><th></th></tr></thead><tbody>
+    ${page.items.map((j) => `<tr data-job="${j.id}" data-status="${esc(j.status)}">
+      <td>${button("show-job", `#${j.id}`, {job: j.id})}</td><td>${esc(j.owner)}</td><td>${esc(j.type)}</td><td>${esc(j.mode)}</td>
+      <td><span class="status ${esc(j.status)}">${esc(j.status)}</span></td>
+      <td>${windowText(j.window_start, j.window_end)}</td><td><code>${esc(j.cursor ?? "")}</code></td>
+      <td class="num">${number(j.processed_count)}</td><td class="num">${j.attempt_count}</td><td>${when(j.next_run_at)}</td>
+      <td>${j.error ? `<span class="error-text">${esc(j.error)}</span>` : ""}</td>
+      <td>${STOPPED.has(j.status) ? button("requeue-job", "Requeue", {job: j.id, owner: j.owner, type: j.type}) : ""}</td>
+    </tr>`).join("")}</tbody></table>`;
+}
+
+async function showJob(id) {
+  state.detail = id;
+  if (state.view !== "jobs") switchView("jobs", false);
+  const box = $("#job-detail");
+  try {
+    const job = await api(`api/jobs/${encodeURIComponent(id)}`);
+    box.innerHTML = `<h3>Job #${job.id}</h3><table>${Object.entries(job).map(([k, v]) =>
+      `<tr><th>${esc(k)}</th><td><code>${esc(v === null ? "null" : v)}</code></td></tr>`).join("")}</table>
+      ${STOPPED.has(job.status) ? button("requeue-job", "Requeue this job", {job: job.id, owner: job.owner, type: job.type}) : ""}`;
+    box.hidden = false;
+  } catch (error) { say(`job #${id}: ${error.message}`, true); }
+}
+
+// -- loading and refreshing -----------------------------------------------------------------------------------
+
+async function load() {
+  const section = $(`#view-${state.view}`);
+  const target = $(".content", section) || section;
+  let html, next = null;
+  if (state.view === "queues") {
+    html = renderQueues(state.queues);
+  } else if (state.view === "lanes") {
+    const page = await api(queuePath("lanes?" + new URLSearchParams(state.cursor ? {after: state.cursor} : {})));
+    html = renderLanes(page); next = page.next;
+  } else if (state.view === "owners") {
+    const query = {...state.ownerFilters, ...(state.cursor ? {after: state.cursor} : {})};
+    const page = await api(queuePath("owners?" + new URLSearchParams(query)));
+    html = renderOwners(page); next = page.next;
+  } else {
+    const query = {...state.jobFilters, ...(state.cursor ? {before: state.cursor} : {})};
+    const page = await api(queuePath("jobs?" + new URLSearchParams(query)));
+    html = renderJobs(page); next = page.next;
+  }
+  target.innerHTML = html;
+  state.next = next;
+  $("#pager").hidden = state.view === "queues";
+  $("#next-page").disabled = !next;
+  $("#first-page").disabled = !state.cursor;
+}
+
+async function refresh() {
+  try {
+    state.queues = await api("api/queues");
+    const select = $("#queue");
+    if (!select.options.length) {
+      select.innerHTML = state.queues.map((q) => `<option>${esc(q.queue)}</option>`).join("");
+      state.queue = state.queues.length ? state.queues[0].queue : null;
+      const types = $("#job-filters select[name=type]");
+      const current = state.queues[0];
+      if (current) types.innerHTML += current.types.map((t) => `<option>${esc(t)}</option>`).join("");
+    }
+    if (state.queue) await load();
+    if (state.detail && state.view === "jobs") await showJob(state.detail);
+    $("#updated").textContent = `updated ${new Date().toLocaleTimeString()}`;
+  } catch (error) {
+    say(`Could not load: ${error.message}`, true);
+  }
+}
+
+function switchView(view, reload = true) {
+  state.view = view; state.cursor = null; state.next = null;
+  if (view !== "jobs") { state.detail = null; $("#job-detail").hidden = true; }
+  document.querySelectorAll("#views button").forEach((b) => b.classList.toggle("active", b.dataset.view === view));
+  document.querySelectorAll(".view").forEach((s) => { s.hidden = s.id !== `view-${view}`; });
+  if (reload) refresh();
+}
+
+function formValues(form) {
+  const values = {};
+  for (const [k, v] of new FormData(form).entries()) if (v) values[k] = v === "on" ? "true" : v;
+  return values;
+}
+
+document.querySelectorAll("#views button").forEach((b) => b.addEventListener("click", () => switchView(b.dataset.view)));
+$("#queue").addEventListener("change", (e) => { state.queue = e.target.value; switchView(state.view); });
+$("#owner-filters").addEventListener("submit", (e) => { e.preventDefault(); state.ownerFilters = formValues(e.target); state.cursor = null; refresh(); });
+$("#job-filters").addEventListener("submit", (e) => { e.preventDefault(); state.jobFilters = formValues(e.target); state.cursor = null; state.detail = null; $("#job-detail").hidden = true; refresh(); });
+$("#plan-queue").addEventListener("click", () => actions["plan-queue"]());
+$("#next-page").addEventListener("click", () => { if (state.next) { state.cursor = state.next; refresh(); } });
+$("#first-page").addEventListener("click", () => { state.cursor = null; refresh(); });
+
+// ?view= opens a view; the tab on a DAG's page (?dag=…, the worker DAG's) opens on the lanes it works.
+const initial = state.params.get("view") || (state.params.get("dag") ? "lanes" : null);
+if (initial && ["queues", "lanes", "owners", "jobs"].includes(initial)) switchView(initial, false);
+refresh();
+setInterval(refresh, REFRESH_MS);

@@ -1,0 +1,156 @@
+"""``airflow synclane …`` through the real ``airflow`` executable: every command, every output format.
+
+The commands read the declaration from ``[synclane] declaration`` (here ``AIRFLOW__SYNCLANE__DECLARATION``)
+and the connection ``synclane_default``, unless ``--declaration`` and ``--conn-id`` say otherwise. The
+table holds the operator tests' scene (``tests/support/operate_scene.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import psycopg
+import pytest
+import yaml
+from psycopg import sql
+
+from synclane_demo.local import airflow_connection
+from synclane_provider.cli.commands import NARROW_JOB
+from tests.support.api_server import airflow, airflow_env
+from tests.support.operate_scene import BROKEN, job, set_scene
+
+pytestmark = [pytest.mark.airflow, pytest.mark.slow, pytest.mark.timeout(900)]
+
+FORMATS = ("table", "json", "yaml", "plain")
+LISTINGS = {
+    "queues": ["queues"],
+    "jobs": ["jobs", "--owner", "globex"],
+    "lanes": ["lanes"],
+    "progress": ["progress"],
+    "progress-one": ["progress", "globex"],
+}
+
+
+@pytest.fixture(scope="module")
+def cli_schema(database_url: str):
+    name = f"synclane_cli_{uuid.uuid4().hex[:8]}"
+    yield name
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
+
+
+@pytest.fixture(scope="module")
+def env(database_url, cli_schema, tmp_path_factory) -> dict[str, str]:
+    return airflow_env(tmp_path_factory.mktemp("airflow-cli"), database_url=database_url, schema=cli_schema)
+
+
+@pytest.fixture
+def scene(database_url, cli_schema) -> dict[str, int]:
+    return set_scene(database_url, cli_schema)
+
+
+def synclane(*args: str, env: dict[str, str]) -> str:
+    done = airflow("synclane", *args, env=env)
+    assert done.returncode == 0, f"airflow synclane {' '.join(args)}\n{done.stdout}\n{done.stderr}"
+    return done.stdout
+
+
+@pytest.fixture(scope="module")
+def listings(database_url, cli_schema, env) -> dict[tuple[str, str], str]:
+    """Every listing in every format, four at a time (each call starts Airflow's CLI afresh)."""
+    set_scene(database_url, cli_schema)
+    calls = [(name, output) for name in LISTINGS for output in FORMATS]
+    with ThreadPoolExecutor(4) as pool:
+        outputs = pool.map(lambda call: synclane(*LISTINGS[call[0]], "--output", call[1], env=env), calls)
+        return dict(zip(calls, outputs))
+
+
+def steady(rows: list[dict]) -> list[dict]:
+    """The rows without the ages, which grow between two calls."""
+    return [{k: v for k, v in row.items() if not k.endswith(("age", "age_s", "lag"))} for row in rows]
+
+
+@pytest.mark.parametrize("name", LISTINGS)
+def test_a_listing_prints_the_same_rows_as_json_yaml_plain_and_table(listings, name):
+    rows = json.loads(listings[name, "json"])
+    assert rows and steady(yaml.safe_load(listings[name, "yaml"])) == steady(rows)
+    header = listings[name, "plain"].splitlines()[0].split()
+    # a table of jobs shows the columns an operator scans; every other listing the same columns as json
+    assert header == (list(NARROW_JOB) if name == "jobs" else list(rows[0]))
+    for row in rows:
+        first = str(next(iter(row.values())))
+        assert first in listings[name, "plain"] and first in listings[name, "table"]
+
+
+def test_queues_count_jobs_by_status(listings, database_url, cli_schema):
+    [shops] = json.loads(listings["queues", "json"])
+    assert (shops["queue"], shops["abandoned"], shops["running"], shops["failed"]) == ("shops", "1", "1", "1")
+
+
+def test_lanes_show_the_running_job_its_cursor_and_worker(listings):
+    lanes = {lane["lane"]: lane for lane in json.loads(listings["lanes", "json"])}
+    assert (lanes["globex"]["running_cursor"], lanes["globex"]["running_worker"]) == ("75", "worker-host-1:slot-0")
+    assert lanes["initech"]["last_error"] == "TimeoutError: the shop did not answer in 10s"
+
+
+def test_progress_shows_every_owner_and_one_owner_alone(listings):
+    owners = {o["owner"]: o for o in json.loads(listings["progress", "json"])}
+    assert list(owners) == ["acme-eu", "acme-us", "globex", "initech"]
+    assert owners["acme-us"]["initial_complete"] == "True"
+    assert (owners["globex"]["abandoned"], owners["globex"]["last_error"]) == ("1", BROKEN)
+    [globex] = json.loads(listings["progress-one", "json"])
+    assert (globex["owner"], globex["abandoned"], globex["running"], globex["complete"]) == ("globex", "1", "1", "False")
+
+
+def test_jobs_filter_and_say_where_the_next_page_starts(scene, env, database_url, cli_schema):
+    [abandoned] = json.loads(synclane("jobs", "--status", "abandoned", "-o", "json", env=env))
+    assert (abandoned["id"], abandoned["cursor"], abandoned["error"]) == (str(scene["abandoned"]), "50", BROKEN)
+    done = airflow("synclane", "jobs", "--owner", "globex", "--limit", "1", env=env)
+    with psycopg.connect(database_url) as conn:
+        newest = conn.execute(sql.SQL("SELECT max(id) FROM {}.jobs WHERE owner = 'globex'").format(
+            sql.Identifier(cli_schema))).fetchone()[0]
+    assert done.returncode == 0 and f"more: --before {newest}" in done.stderr
+    [second] = json.loads(synclane("jobs", "--owner", "globex", "--limit", "1", "--before", str(newest), "-o", "json",
+                                   env=env))
+    assert int(second["id"]) < newest
+
+
+def test_requeue_cancel_enqueue_and_plan_change_the_table(scene, env, database_url, cli_schema):
+    assert json.loads(synclane("requeue", "--job-id", str(scene["abandoned"]), "-o", "json", env=env)) == [{"requeued": "1"}]
+    assert (job(database_url, cli_schema, scene["abandoned"])["status"], job(database_url, cli_schema, scene["abandoned"])["cursor"]) == ("pending", "50")
+
+    assert json.loads(synclane("cancel", "initech", "--reason", "account disconnected", "-o", "json", env=env)) == [
+        {"abandoned": "4", "stopping": "0"}]
+    cancelled = job(database_url, cli_schema, scene["failed"])
+    assert (cancelled["status"], cancelled["error"]) == ("abandoned", "Cancelled: account disconnected")
+
+    [enqueued] = json.loads(synclane("enqueue", "globex", "products", "--key", "after-ticket-42", "-o", "json", env=env))
+    assert (enqueued["enqueued"], enqueued["mode"], enqueued["dedup_key"]) == ("1", "manual", "manual:after-ticket-42")
+
+    [planned] = json.loads(synclane("plan", "--owner", "globex", "-o", "json", env=env))
+    assert (planned["queue"], planned["owners"], planned["inserted"]) == ("shops", "1", "0")  # planned already
+    assert "requeued" in synclane("requeue", "--owner", "globex", "-o", "table", env=env)
+
+
+def test_schema_reports_applies_and_prints_the_migrations(scene, env):
+    assert "as this SyncLane needs" in synclane("schema", "status", env=env)
+    assert "0007_monitor_indexes" in synclane("schema", "status", env=env)
+    assert "applied" not in synclane("schema", "apply", env=env).replace("already", "")
+    assert synclane("schema", "sql", env=env).strip().startswith("--")
+
+
+def test_the_declaration_and_connection_can_be_named_on_the_command_line(scene, env, database_url):
+    done = airflow("synclane", "queues", "--declaration", "nowhere.at_all:synclane", env=env)
+    assert done.returncode != 0 and "cannot import module 'nowhere.at_all'" in done.stderr
+    unconfigured = {k: v for k, v in env.items() if k != "AIRFLOW__SYNCLANE__DECLARATION"}
+    done = airflow("synclane", "queues", env=unconfigured)
+    assert done.returncode != 0 and "[synclane] declaration" in done.stderr
+    other = {**unconfigured, "AIRFLOW_CONN_REPORTING_DB": airflow_connection(database_url)}
+    rows = json.loads(synclane("queues", "--declaration", "tests.support.operate_declaration:synclane",
+                               "--conn-id", "reporting_db", "-o", "json", env=other))
+    assert rows[0]["abandoned"] == "1"
+    done = airflow("synclane", "queues", "--conn-id", "no_such_connection", env=env)
+    assert done.returncode != 0 and "no_such_connection" in done.stdout + done.stderr

@@ -1,0 +1,91 @@
+"""Nothing of the SyncLane page is served to an anonymous caller, and only a user who may edit DAGs acts.
+
+Against a real ``airflow api-server`` with the plugin loaded (see ``tests/support/api_server.py``): the
+plugin's app is public unless its routes depend on Airflow's authentication, so each route is called
+without a token, with a forged one, as a viewer and as an admin.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.support.operate_scene import job
+
+pytestmark = [pytest.mark.airflow, pytest.mark.slow, pytest.mark.timeout(600)]
+
+READS = [
+    "/synclane/",
+    "/synclane/static/synclane.js",
+    "/synclane/static/synclane.css",
+    "/synclane/api/queues",
+    "/synclane/api/queues/shops/lanes",
+    "/synclane/api/queues/shops/owners",
+    "/synclane/api/queues/shops/owners/globex/progress",
+    "/synclane/api/queues/shops/jobs?status=abandoned",
+    "/synclane/api/jobs/1",
+]
+ACTIONS = [
+    ("/synclane/api/queues/shops/requeue", {"owner": "globex"}),
+    ("/synclane/api/queues/shops/cancel", {"owner": "globex", "reason": "test"}),
+    ("/synclane/api/queues/shops/plan", {"owner": "globex"}),
+]
+
+
+@pytest.mark.parametrize("path", READS)
+def test_a_read_without_a_token_is_refused_with_401_and_no_data(api_server, scene, path):
+    status, body = api_server.call("GET", path)
+    assert status == 401
+    assert b"globex" not in body and b"shops" not in body
+
+
+@pytest.mark.parametrize("path, body", ACTIONS)
+def test_an_action_without_a_token_is_refused_and_changes_nothing(api_server, scene, database_url, operate_schema,
+                                                                  path, body):
+    status, _ = api_server.call("POST", path, body=body)
+    assert status == 401
+    assert job(database_url, operate_schema, scene["abandoned"])["status"] == "abandoned"
+
+
+def test_a_forged_token_is_refused(api_server, scene):
+    status, _ = api_server.call("GET", "/synclane/api/queues", token="not-a-token")
+    assert status in (401, 403)
+
+
+@pytest.mark.parametrize("path", READS)
+def test_a_viewer_may_read_every_view(api_server, scene, path):
+    status, _ = api_server.call("GET", path, token=api_server.token("viewer"))
+    assert status == 200
+
+
+@pytest.mark.parametrize("path, body", ACTIONS)
+def test_a_viewer_may_not_act_and_the_table_is_unchanged(api_server, scene, database_url, operate_schema, path, body):
+    before = job(database_url, operate_schema, scene["abandoned"])
+    status, answer = api_server.call("POST", path, token=api_server.token("viewer"), body=body)
+    assert (status, json.loads(answer)["detail"]) == (403, "Forbidden")
+    assert job(database_url, operate_schema, scene["abandoned"]) == before
+
+
+def test_an_admin_requeues_a_job_and_is_told_what_changed(api_server, scene, database_url, operate_schema):
+    status, answer = api_server.call("POST", "/synclane/api/queues/shops/requeue", token=api_server.token("admin"),
+                                     body={"job_id": scene["abandoned"]})
+    assert status == 200, answer
+    assert json.loads(answer) == {
+        "requeued": 1,
+        "message": f"Requeued job #{scene['abandoned']} of queue shops: pending, from its cursor.",
+    }
+    row = job(database_url, operate_schema, scene["abandoned"])
+    assert (row["status"], row["cursor"]) == ("pending", "50")
+
+
+def test_the_views_answer_as_documented(api_server, scene):
+    token = api_server.token("viewer")
+    status, body = api_server.call("GET", "/synclane/api/queues/shops/lanes", token=token)
+    lanes = {lane["lane"]: lane for lane in json.loads(body)["items"]}
+    assert lanes["globex"]["running"]["cursor"] == "75"
+    assert lanes["globex"]["running"]["worker"] == "worker-host-1:slot-0"
+    status, body = api_server.call("GET", "/synclane/api/queues/shops/owners?troubled=true", token=token)
+    assert [o["owner"] for o in json.loads(body)["items"]] == ["globex", "initech"]
+    status, body = api_server.call("GET", "/synclane/api/queues/nowhere/lanes", token=token)
+    assert status == 404 and "nowhere" in json.loads(body)["detail"]

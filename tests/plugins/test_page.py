@@ -1,0 +1,151 @@
+"""The SyncLane page in a real Chromium, inside a real Airflow: an operator logs in, opens SyncLane from the
+navigation, reads the queues, the lanes and the owners' progress, and requeues the abandoned slice with its
+button; the row is pending again at its cursor.
+
+A screenshot of each view is saved under ``test-artifacts/page/`` (or ``$SYNCLANE_TEST_ARTIFACTS/page``).
+The browser is the system's Chromium driven by Playwright (``scripts/test`` installs both when it can);
+without one the test is skipped, except under ``CI=true``, where it fails.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.support.operate_scene import BROKEN, job
+
+pytestmark = [pytest.mark.airflow, pytest.mark.slow, pytest.mark.timeout(600)]
+
+PROJECT = Path(__file__).resolve().parent.parent.parent
+ARTIFACTS = Path(os.environ.get("SYNCLANE_TEST_ARTIFACTS", PROJECT / "test-artifacts")) / "page"
+
+
+def chromium() -> str:
+    """The system Chromium, or the reason there is none (a failure under CI, else a skip)."""
+    found = next((shutil.which(name) for name in (os.environ.get("SYNCLANE_CHROMIUM", ""), "chromium",
+                                                  "chromium-browser", "google-chrome") if name and shutil.which(name)),
+                 None)
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        found, why = None, "the playwright package is not installed (pip install -e '.[test]')"
+    else:
+        why = "no Chromium found (apt-get install chromium, or set SYNCLANE_CHROMIUM)"
+    if found is None:
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"the browser test cannot run: {why}", pytrace=False)
+        pytest.skip(why)
+    return found
+
+
+@pytest.fixture
+def browser_page():
+    from playwright.sync_api import sync_playwright
+
+    executable = chromium()
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=executable, args=["--no-sandbox"])
+        try:
+            page = browser.new_page(viewport={"width": 1500, "height": 950})
+            page.set_default_timeout(60_000)
+            yield page
+        finally:
+            browser.close()
+
+
+def shot(page, name: str) -> None:
+    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+
+
+def test_an_operator_finds_the_abandoned_slice_and_requeues_it_from_the_page(
+    api_server, scene, browser_page, database_url, operate_schema
+):
+    from playwright.sync_api import expect
+
+    expect.set_options(timeout=30_000)  # a busy machine: Airflow's UI and the page's refresh take their time
+    page = browser_page
+    dialogs: list[str] = []
+    page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.accept()))
+
+    # Log in with Airflow's own form, then open SyncLane from Airflow's navigation.
+    page.goto(api_server.base + "/")
+    page.locator("input[name=username]").fill("admin")
+    page.locator("input[name=password]").fill(api_server.password("admin"))
+    page.locator("button[type=submit]").click()
+    link = page.get_by_role("link", name="SyncLane")
+    expect(link).to_have_attribute("href", "/plugin/synclane")
+    link.click()
+    expect(page).to_have_url(re.compile(r"/plugin/synclane$"))
+    frame = page.frame_locator("iframe")
+
+    # Queues: the jobs by status, the abandoned one in red.
+    card = frame.locator(".card[data-queue=shops]")
+    expect(card.locator(".stat.bad")).to_contain_text("1abandoned")
+    expect(card).to_contain_text("1running")
+    shot(page, "1-queues")
+
+    # Lanes: globex runs its slice at cursor 75 on worker-host-1; acme (two shops) has jobs waiting.
+    frame.get_by_role("button", name="Lanes", exact=True).click()
+    globex = frame.locator("#lanes-table tr[data-lane=globex]")
+    expect(globex).to_contain_text("worker-host-1:slot-0")
+    expect(globex.locator("code").first).to_have_text("75")
+    expect(frame.locator("#lanes-table tr[data-lane=acme]")).to_be_visible()
+    shot(page, "2-lanes")
+
+    # Owners: acme-us's first load done (a full bar), globex's abandoned slice with the shop's error.
+    frame.get_by_role("button", name="Owners", exact=True).click()
+    acme_us = frame.locator("#owners-table tr[data-owner=acme-us]")
+    total = sum(1 for row in _rows(database_url, operate_schema) if row["owner"] == "acme-us" and row["mode"] == "initial")
+    expect(acme_us).to_contain_text(f"{total}/{total} ✓")
+    globex_owner = frame.locator("#owners-table tr[data-owner=globex]")
+    expect(globex_owner).to_contain_text(BROKEN)
+    expect(globex_owner).to_have_class("bad")
+    shot(page, "3-owners")
+
+    # Jobs: the abandoned ones; the slice's row, its whole record, and its Requeue button.
+    frame.get_by_role("button", name="Jobs", exact=True).click()
+    frame.locator("#job-filters select[name=status]").select_option("abandoned")
+    frame.get_by_role("button", name="Show", exact=True).click()
+    row = frame.locator(f"#jobs-table tr[data-job='{scene['abandoned']}']")
+    expect(row).to_contain_text("abandoned")
+    row.get_by_role("button", name=f"#{scene['abandoned']}").click()
+    expect(frame.locator("#job-detail")).to_contain_text(BROKEN)
+    shot(page, "4-jobs")
+
+    row.get_by_role("button", name="Requeue", exact=True).click()
+    confirm = frame.get_by_role("dialog")
+    expect(confirm).to_contain_text(f"Requeue job #{scene['abandoned']} (globex/orders)? It restarts from its cursor.")
+    assert job(database_url, operate_schema, scene["abandoned"])["status"] == "abandoned"  # nothing before a yes
+    shot(page, "5-confirm")
+    confirm.get_by_role("button", name="Yes, do it").click()
+    expect(frame.locator("#message")).to_have_text(
+        f"Requeued job #{scene['abandoned']} of queue shops: pending, from its cursor.")
+    assert dialogs == []  # the page asks in its own box: Airflow's frame allows no window.confirm
+    requeued = job(database_url, operate_schema, scene["abandoned"])
+    assert (requeued["status"], requeued["cursor"], requeued["attempt_count"]) == ("pending", "50", 0)
+    expect(frame.locator("#job-detail")).to_contain_text("pending")  # the page refreshes by itself
+    shot(page, "6-requeued")
+
+
+def test_the_plugin_is_in_the_navigation_and_on_dag_pages(api_server):
+    status, body = api_server.call("GET", "/api/v2/plugins", token=api_server.token("viewer"))
+    assert status == 200
+    plugin = next(p for p in json.loads(body)["plugins"] if p["name"] == "synclane")
+    views = {(view["destination"], view["href"]) for view in plugin["external_views"]}
+    assert views == {("nav", "synclane/"), ("dag", "synclane/?dag={DAG_ID}")}
+    assert [app["url_prefix"] for app in plugin["fastapi_apps"]] == ["/synclane"]
+
+
+def _rows(database_url: str, schema: str) -> list[dict]:
+    import psycopg
+    from psycopg import sql
+    from psycopg.rows import dict_row
+
+    with psycopg.connect(database_url, row_factory=dict_row) as conn:
+        return conn.execute(sql.SQL("SELECT * FROM {}.jobs").format(sql.Identifier(schema))).fetchall()

@@ -1,0 +1,153 @@
+"""The operator's read model: queues, lanes, owners and jobs as the Airflow page and the CLI show them."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from synclane_provider.core import Operations, JobStatus
+from synclane_provider.core.monitor import Monitor, plain
+from tests.helpers import declare, execute, orders, owners, products, rows
+
+
+@pytest.fixture
+def lane(schema):
+    return declare(schema, products(), orders(), owner_source=owners("acme", "globex", "initech"))
+
+
+@pytest.fixture
+def monitor(lane, database_url, clock):
+    with Operations(lane, lane.database(database_url), clock=clock) as operations:
+        operations.plan("shops")
+        yield Monitor(operations)
+
+
+@pytest.fixture
+def scene(monitor, admin, schema, clock):
+    """acme is done; globex runs a slice at cursor 50 and has one abandoned; initech waits."""
+    execute(admin, schema, "UPDATE {jobs} SET status = 'completed', processed_count = 10, completed_at = %s "
+                           "WHERE owner = 'acme'", [clock.now - timedelta(minutes=10)])
+    globex = [r["id"] for r in rows(admin, schema, "owner = 'globex' AND type = 'orders' AND mode = 'initial'")]
+    execute(admin, schema, "UPDATE {jobs} SET status = 'abandoned', cursor = '50', error = 'ShopError: page 50 broken' "
+                           "WHERE id = %s", [globex[0]])
+    execute(admin, schema, "UPDATE {jobs} SET status = 'running', cursor = '75', processed_count = 75, "
+                           "leased_by = 'worker-1', lease_expires_at = %s, heartbeat_at = %s, started_at = %s "
+                           "WHERE id = %s",
+            [clock.now + timedelta(minutes=4), clock.now - timedelta(seconds=30), clock.now - timedelta(minutes=2),
+             globex[1]])
+    return {"abandoned": globex[0], "running": globex[1]}
+
+
+def test_a_queue_counts_its_jobs_by_status_and_its_last_hour(monitor, scene, admin, schema, clock):
+    summary = monitor.queue("shops", now=clock.now)
+    by_status = {s.value: len(rows(admin, schema, "status = %s", [s.value])) for s in JobStatus}
+    assert summary.jobs == by_status
+    assert (summary.abandoned, summary.jobs["running"]) == (1, 1)
+    acme = rows(admin, schema, "owner = 'acme'")
+    assert summary.done_last_hour == len(acme)
+    assert summary.records_last_hour == 10 * len(acme)
+    oldest_due = min(r["next_run_at"] for r in rows(admin, schema, "status = 'pending'"))
+    assert summary.oldest_waiting_age == clock.now - oldest_due
+
+
+def test_the_last_hour_leaves_out_what_completed_before_it(monitor, scene, admin, schema, clock):
+    execute(admin, schema, "UPDATE {jobs} SET completed_at = %s WHERE owner = 'acme'",
+            [clock.now - timedelta(minutes=61)])
+    summary = monitor.queue("shops", now=clock.now)
+    assert (summary.done_last_hour, summary.records_last_hour) == (0, 0)
+
+
+def test_a_lane_shows_its_running_job_with_cursor_worker_and_heartbeat_age(monitor, scene, admin, schema, clock):
+    page = monitor.lanes("shops", now=clock.now)
+    lanes = {lane.lane: lane for lane in page.items}
+    assert list(lanes) == ["globex", "initech"]  # acme has nothing running or waiting
+    running = lanes["globex"].running
+    assert (running.id, running.cursor, running.records, running.worker) == (scene["running"], "75", 75, "worker-1")
+    assert running.heartbeat_age == timedelta(seconds=30)
+    assert lanes["globex"].waiting == len(rows(admin, schema, "owner = 'globex' AND status = 'pending'"))
+    assert lanes["initech"].running is None
+    assert lanes["initech"].next_due == min(r["next_run_at"] for r in rows(admin, schema, "owner = 'initech'"))
+
+
+def test_a_lane_names_the_latest_error_of_its_waiting_jobs(monitor, scene, admin, schema, clock):
+    failed = rows(admin, schema, "owner = 'initech' AND type = 'products'")[0]["id"]
+    execute(admin, schema, "UPDATE {jobs} SET status = 'failed', error = 'TimeoutError: shop slow' WHERE id = %s",
+            [failed])
+    initech = monitor.lanes("shops", now=clock.now).items[-1]
+    assert (initech.lane, initech.last_error, initech.error_job_id) == ("initech", "TimeoutError: shop slow", failed)
+
+
+def test_lanes_come_a_page_at_a_time_in_name_order(monitor, scene, clock):
+    first = monitor.lanes("shops", limit=1, now=clock.now)
+    assert ([lane.lane for lane in first.items], first.next) == (["globex"], "globex")
+    second = monitor.lanes("shops", after=first.next, limit=1, now=clock.now)
+    assert [lane.lane for lane in second.items] == ["initech"]
+    assert monitor.lanes("shops", after=second.next, limit=1, now=clock.now).items == []
+
+
+def test_an_owner_shows_its_initial_load_freshness_and_trouble(monitor, scene, admin, schema, clock):
+    owners_ = {o.owner: o for o in monitor.owners("shops", now=clock.now).items}
+    assert list(owners_) == ["acme", "globex", "initech"]
+    acme, globex, initech = owners_["acme"], owners_["globex"], owners_["initech"]
+    acme_initial = rows(admin, schema, "owner = 'acme' AND mode = 'initial'")
+    assert (acme.initial_completed, acme.initial_total, acme.initial_records) == (
+        len(acme_initial), len(acme_initial), 10 * len(acme_initial))
+    assert acme.initial_complete
+    # freshness: the stalest type -- products (a snapshot) completed 10 minutes ago, orders up to its window end
+    newest_orders = max(r["window_end"] for r in rows(admin, schema, "owner = 'acme' AND type = 'orders'"))
+    assert acme.fresh_until == min(newest_orders, clock.now - timedelta(minutes=10))
+    assert acme.lag == clock.now - acme.fresh_until
+    assert (globex.abandoned, globex.initial_running, globex.last_error, globex.error_job_id) == (
+        1, 1, "ShopError: page 50 broken", scene["abandoned"])
+    assert not globex.initial_complete
+    assert (initech.lag, initech.abandoned, initech.last_error) == (None, 0, None)
+
+
+def test_owners_can_be_narrowed_to_one_or_to_those_in_trouble(monitor, scene, clock):
+    assert [o.owner for o in monitor.owners("shops", owner="initech", now=clock.now).items] == ["initech"]
+    assert [o.owner for o in monitor.owners("shops", troubled=True, now=clock.now).items] == ["globex"]
+    first = monitor.owners("shops", limit=2, now=clock.now)
+    assert ([o.owner for o in first.items], first.next) == (["acme", "globex"], "globex")
+    assert [o.owner for o in monitor.owners("shops", after=first.next, limit=2, now=clock.now).items] == ["initech"]
+
+
+def test_jobs_filter_by_owner_type_status_and_mode_and_page_by_id(monitor, scene, admin, schema):
+    globex_orders = rows(admin, schema, "owner = 'globex' AND type = 'orders'", order="id DESC")
+    first = monitor.jobs("shops", owner="globex", type="orders", limit=1)
+    assert ([j.id for j in first.items], first.next) == ([globex_orders[0]["id"]], str(globex_orders[0]["id"]))
+    rest = monitor.jobs("shops", owner="globex", type="orders", before=int(first.next), limit=50)
+    assert [j.id for j in rest.items] == [r["id"] for r in globex_orders[1:]]
+    assert [j.id for j in monitor.jobs("shops", status="abandoned").items] == [scene["abandoned"]]
+    assert {j.mode.value for j in monitor.jobs("shops", mode="recurring").items} <= {"recurring"}
+    assert monitor.jobs("shops", mode="manual").items == []
+
+
+def test_a_requeue_of_one_job_leaves_the_owners_other_stopped_jobs_alone(monitor, scene, admin, schema, clock):
+    other = rows(admin, schema, "owner = 'globex' AND type = 'products'")[0]["id"]
+    execute(admin, schema, "UPDATE {jobs} SET status = 'failed' WHERE id = %s", [other])
+    assert monitor.operations.requeue("shops", job_id=scene["abandoned"], now=clock.now) == 1
+    statuses = {r["id"]: (r["status"], r["cursor"]) for r in rows(admin, schema, "owner = 'globex'")}
+    assert statuses[scene["abandoned"]] == ("pending", "50")
+    assert statuses[other][0] == "failed"
+
+
+def test_every_view_is_plain_json_data(monitor, scene, clock):
+    import json
+
+    for value in (monitor.queues(now=clock.now), monitor.lanes("shops", now=clock.now),
+                  monitor.owners("shops", now=clock.now), monitor.jobs("shops")):
+        json.dumps(plain(value))
+    assert plain(monitor.queue("shops", now=clock.now))["abandoned"] == 1
+
+
+def test_a_page_larger_than_the_most_is_refused(monitor):
+    with pytest.raises(ValueError, match="limit must be an integer from 1 to 500"):
+        monitor.owners("shops", limit=501)
+
+
+def test_a_status_is_counted_up_to_a_cap_and_then_said_to_have_more(monitor, scene, admin, schema, clock):
+    pending = len(rows(admin, schema, "status = 'pending'"))
+    summary = Monitor(monitor.operations, count_cap=pending - 1).queue("shops", now=clock.now)
+    assert (summary.jobs["pending"], summary.more_than) == (pending - 1, ["pending"])
+    assert monitor.queue("shops", now=clock.now).more_than == []
