@@ -17,7 +17,8 @@ CREATE TABLE IF NOT EXISTS {schema}.coverage (
     covered_until          timestamptz,
     first_created_at       timestamptz,
     last_created_at        timestamptz,
-    pruned_count           bigint      NOT NULL DEFAULT 0 CHECK (pruned_count >= 0),
+    pruned_count           bigint      NOT NULL DEFAULT 0
+                           CONSTRAINT coverage_pruned_count_not_negative CHECK (pruned_count >= 0),
     last_pruned_completion timestamptz,
     PRIMARY KEY (queue, owner, type)
 );
