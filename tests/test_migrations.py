@@ -13,6 +13,7 @@ import functools
 import hashlib
 import logging
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -195,6 +196,19 @@ def test_the_objects_start_up_checks_are_the_ones_the_migrations_make(admin, dat
         assert required_tables(migrations) | {VERSION_TABLE} == {t["name"] for t in found["tables"]}
 
 
+def test_every_rule_on_a_row_is_named_for_what_it_guards(admin, database_url, fresh_schema):
+    """A hand-written UPDATE that breaks a rule is told which one, in words (not ``jobs_check1``)."""
+    migrated(database_url, fresh_schema)
+    names = {c["name"] for c in snapshot(admin, fresh_schema)["constraints"]}
+    assert "jobs_running_means_leased" in names
+    assert [name for name in names if re.fullmatch(r"\w+_(check|key|excl)\d*", name)] == []
+
+    admin.execute(sql.SQL("INSERT INTO {}.jobs (queue, owner, lane, type, mode, dedup_key) VALUES "
+                          "('shops', 'acme', 'acme', 'orders', 'manual', 'k')").format(sql.Identifier(fresh_schema)))
+    with pytest.raises(psycopg.errors.CheckViolation, match="jobs_running_means_leased"):
+        admin.execute(sql.SQL("UPDATE {}.jobs SET status = 'running'").format(sql.Identifier(fresh_schema)))
+
+
 # --- upgrading ------------------------------------------------------------------------------------------------
 
 
@@ -231,7 +245,7 @@ def test_the_catalog_comparison_sees_a_changed_column_constraint_or_index_predic
     for change in (
         "ALTER TABLE {s}.jobs ALTER COLUMN priority SET DEFAULT 1",
         "ALTER TABLE {s}.jobs ALTER COLUMN cursor SET NOT NULL",
-        "ALTER TABLE {s}.jobs DROP CONSTRAINT jobs_attempt_count_check, ADD CHECK (attempt_count >= 1)",
+        "ALTER TABLE {s}.jobs DROP CONSTRAINT jobs_attempt_count_not_negative, ADD CHECK (attempt_count >= 1)",
         "DROP INDEX {s}.jobs_waiting_by_time; CREATE INDEX jobs_waiting_by_time ON {s}.jobs (queue, next_run_at)"
         " WHERE status IN ('pending', 'failed')",
     ):

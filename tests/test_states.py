@@ -15,7 +15,7 @@ against ``synclane_provider/core/states.py``.
   a status must have run.
 
 Adding a status: one member of ``JobStatus`` (and of the sets it belongs to, and its transitions), one
-migration replacing the ``jobs_status_check`` constraint (and the partial indexes, if it waits), and a step in
+migration replacing the ``jobs_status_is_known`` constraint (and the partial indexes, if it waits), and a step in
 ``test_every_transition_the_engine_performs_is_allowed_and_every_allowed_one_is_performed`` that performs
 its transitions. These tests name every statement, index and pair still to update.
 """
@@ -202,8 +202,8 @@ def test_the_table_checks_and_indexes_agree_with_the_python_sets(admin, database
         [f"{sql.Identifier(fresh_schema).as_string(admin)}.jobs"],
     ).fetchall()
     by_name = {row["conname"]: row["definition"] for row in checks}
-    assert values_in(by_name["jobs_status_check"]) == STATUSES
-    assert values_in(by_name["jobs_mode_check"]) == MODES
+    assert values_in(by_name["jobs_status_is_known"]) == STATUSES
+    assert values_in(by_name["jobs_mode_is_known"]) == MODES
     for name, definition in by_name.items():
         uses = state_uses(f"constraint {name}", definition.replace("::text", ""))
         assert check_members(uses) == []

@@ -24,6 +24,7 @@ from synclane_provider.core.errors import (
 )
 from synclane_provider.core.operations import Operations
 from synclane_provider.core.planner import PlanSummary
+from synclane_provider.core.ratelimit import Rate
 from synclane_provider.core.retention import Pruned
 from synclane_provider.core.retry import Jitter, RetryPolicy
 from synclane_provider.core.records import Activity, Cancelled, Job, Page, Progress
@@ -57,6 +58,7 @@ __all__ = [
     "Progress",
     "Pruned",
     "Queue",
+    "Rate",
     "RetryPolicy",
     "RunResult",
     "SchemaNotReadyError",

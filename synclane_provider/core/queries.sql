@@ -30,7 +30,8 @@
 -- whole queue only to find nothing.
 --
 -- Returns one row: finished (whether the named job was written; false means its lease was lost), the
--- leased job's columns (all NULL when nothing was taken) and lost_worker.
+-- leased job's columns (all NULL when nothing was taken), lost_worker, and lane_wait: the seconds left of a
+-- pause a throttle put on the taken job's lane (NULL: none), which the worker waits out before its first page.
 WITH RECURSIVE clock AS (
     SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now
 ),
@@ -159,21 +160,75 @@ taken AS (
     WHERE j.id = candidate.id
     RETURNING j.*, candidate.lost_worker
 )
-SELECT EXISTS (SELECT 1 FROM finished) AS finished, taken.*
+SELECT EXISTS (SELECT 1 FROM finished) AS finished, taken.*,
+       (SELECT greatest(extract(epoch FROM b.paused_until - clock.now), 0)::float8
+        FROM {schema}.lane_budgets AS b, clock
+        WHERE b.queue = taken.queue AND b.lane = taken.lane) AS lane_wait
 FROM (SELECT) AS one
 LEFT JOIN taken ON true;
 
 -- name: save_page
 -- After a page: store the cursor and the absolute record count, and renew the lease. Fenced on the lease:
 -- zero rows means another worker holds the job now. Absolute values make a retried save harmless. Returns
--- the stop reason a cancel may have set meanwhile: the worker then ends the job after this page.
+-- the stop reason a cancel may have set meanwhile: the worker then ends the job after this page; and the
+-- seconds left of a pause a throttle put on the job's lane (NULL: none), to wait out before the next page.
 UPDATE {schema}.jobs
 SET cursor = %(cursor)s,
     processed_count = %(processed_count)s,
     heartbeat_at = coalesce(%(now)s::timestamptz, statement_timestamp()),
     lease_expires_at = coalesce(%(now)s::timestamptz, statement_timestamp()) + %(lease)s::interval
 WHERE id = %(id)s AND leased_by = %(worker)s AND status = 'running'
-RETURNING lease_expires_at, stop_reason;
+RETURNING lease_expires_at, stop_reason,
+    (SELECT greatest(extract(epoch FROM b.paused_until - coalesce(%(now)s::timestamptz, statement_timestamp())), 0)::float8
+     FROM {schema}.lane_budgets AS b
+     WHERE b.queue = jobs.queue AND b.lane = jobs.lane) AS lane_wait;
+
+-- name: take_lane_budget
+-- Before a page (or before more requests within one, job.spend): take %(cost)s (units x the rate's interval)
+-- of the lane's rate budget, shared by every worker on every machine. GCRA: the lane's theoretical arrival
+-- time tat moves forward by the cost, from where the last taker left it, or from now if the lane has been
+-- idle, or from the end of a throttle's pause; the taker may send %(tolerance)s (the burst) before its turn
+-- starts and never before the pause ends. One statement, no lock held afterwards: the row lock is the
+-- statement's own, so concurrent takers line up in turns and each gets its own wait. Returns wait: the
+-- seconds to sleep before sending (0: at once).
+WITH taken AS (
+    INSERT INTO {schema}.lane_budgets AS b (queue, lane, tat)
+    VALUES (%(queue)s, %(lane)s, coalesce(%(now)s::timestamptz, statement_timestamp()) + %(cost)s::interval)
+    ON CONFLICT (queue, lane) DO UPDATE
+    SET tat = greatest(b.tat, excluded.tat - %(cost)s::interval, b.paused_until) + %(cost)s::interval
+    RETURNING b.tat, b.paused_until
+)
+SELECT greatest(extract(epoch FROM
+           greatest(taken.tat - %(cost)s::interval - %(tolerance)s::interval, taken.paused_until)
+           - coalesce(%(now)s::timestamptz, statement_timestamp())), 0)::float8 AS wait
+FROM taken;
+
+-- name: pause_lane
+-- A server named a wait (429 + Retry-After) for a job of this lane: the wait is the lane's, not the job's.
+-- Records when the lane may send again (a later pause already recorded is kept), and moves the lane's
+-- waiting jobs' next_run_at to that instant, so that idle workers take other lanes' jobs meanwhile instead of
+-- taking this lane's only to wait. Runs before the throttled job's finish, whose take must not see the lane
+-- free. A job that starts in the lane during the pause anyway (inserted or requeued since, or running beside)
+-- waits it out before its next page (save_page, finish_and_take and take_lane_budget return what is left).
+-- Returns paused_until and how many waiting jobs were held back.
+WITH paused AS (
+    INSERT INTO {schema}.lane_budgets AS b (queue, lane, paused_until)
+    VALUES (%(queue)s, %(lane)s, coalesce(%(now)s::timestamptz, statement_timestamp()) + %(wait)s::interval)
+    ON CONFLICT (queue, lane) DO UPDATE
+    SET paused_until = greatest(b.paused_until, excluded.paused_until)
+    RETURNING b.paused_until
+),
+held AS (
+    UPDATE {schema}.jobs AS j
+    SET next_run_at = paused.paused_until
+    FROM paused
+    WHERE j.queue = %(queue)s AND j.lane = %(lane)s
+      AND j.status IN ('pending', 'failed', 'deferred')
+      AND j.next_run_at < paused.paused_until
+    RETURNING j.id
+)
+SELECT paused.paused_until, (SELECT count(*) FROM held)::int AS held
+FROM paused;
 
 -- name: renew_lease
 -- Heartbeat while a slow page is in flight. Fenced like save_page.
@@ -328,13 +383,18 @@ ON CONFLICT (queue, owner, type, dedup_key) DO NOTHING
 RETURNING *;
 
 -- name: requeue
--- Give failed, deferred and abandoned jobs fresh attempts, due now; cursors and counts are kept.
+-- Give failed, deferred and abandoned jobs fresh attempts, due now; cursors and counts are kept. A pending
+-- job set to run later (by hand, or enqueued with run_at) is brought forward to now as well.
+WITH clock AS (
+    SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now
+)
 UPDATE {schema}.jobs
 SET status = 'pending',
     attempt_count = 0,
-    next_run_at = coalesce(%(now)s::timestamptz, statement_timestamp())
+    next_run_at = clock.now
+FROM clock
 WHERE queue = %(queue)s
-  AND status IN ('failed', 'deferred', 'abandoned')
+  AND (status IN ('failed', 'deferred', 'abandoned') OR (status = 'pending' AND next_run_at > clock.now))
   AND (%(owner)s::text IS NULL OR owner = %(owner)s)
   AND (%(type)s::text IS NULL OR type = %(type)s)
 RETURNING id;

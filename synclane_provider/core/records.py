@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, fields
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any, Mapping
 
 from synclane_provider.core.errors import HandlerResultError
@@ -37,6 +39,23 @@ class Job:
     heartbeat_at: datetime | None
     completed_at: datetime | None
     stop_reason: str | None
+
+    def spend(self, units: int = 1) -> timedelta:
+        """Take ``units`` more of the lane's rate budget before making that many more requests in this page.
+
+        The worker takes one unit before each page; a handler that makes several requests a page calls this
+        before each further one (``job.spend()``) or once for all (``job.spend(3)``). It waits until the lane's
+        budget allows them and returns how long it waited (zero when the lane has no rate, or outside a worker).
+        """
+        spend: Callable[[int], timedelta] | None = self.__dict__.get("_spend")  # see with_spend
+        return spend(units) if spend is not None else timedelta(0)
+
+    def with_spend(self, spend: Callable[[int], timedelta]) -> "Job":
+        """A copy whose :meth:`spend` calls ``spend``: what a worker hands its handler. (An attribute of the copy,
+        not a field: a job is a row, and equality, ``repr`` and ``dataclasses.replace`` ignore it.)"""
+        copy = dataclasses.replace(self)
+        object.__setattr__(copy, "_spend", spend)
+        return copy
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> "Job":
