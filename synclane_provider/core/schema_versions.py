@@ -50,7 +50,7 @@ COMMAND = "python -m synclane_provider.core.schema"
 """The command that prints, applies and reports migrations (see schema.py)."""
 DATABASE_URL_VARIABLE = "SYNCLANE_DATABASE_URL"
 
-RESERVED_VERSIONS = frozenset({3, 4, 5})
+RESERVED_VERSIONS = frozenset({5})
 """Migration numbers taken by branches not merged yet (each branch that adds a migration is given its number
 in advance, so that two never take the same one). Until they land, the shipped numbers may skip exactly
 these; the merge that brings one removes it here."""
