@@ -1,6 +1,5 @@
 -- 0007 monitor indexes: what the operator's views (the Airflow page, `airflow synclane`) read, from indexes.
 --
--- Numbered 0007: 0003 to 0006 are taken by work landing beside this one (see RESERVED_VERSIONS).
 -- The indexes cover only columns a job's status change already rewrites (status, completed_at) or
 -- that never change after insert (owner, type; lane only when its owner moves), so a cursor save or a
 -- heartbeat stays a HOT update.
