@@ -23,8 +23,7 @@ from importlib.metadata import version
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-LOCAL_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
-DATABASE_URL = os.environ.get("SYNCLANE_TEST_DATABASE_URL", LOCAL_URL)
+from tests.support.database import DATABASE_URL
 
 HOME = Path(tempfile.mkdtemp(prefix="synclane-airflow-home-"))
 atexit.register(shutil.rmtree, HOME, ignore_errors=True)

@@ -6,7 +6,7 @@ import tests.airflow_env  # noqa: F401 - Airflow's environment, before anything 
 
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta, timezone
 
 import psycopg
@@ -15,8 +15,7 @@ from psycopg import sql
 
 from synclane_provider.core import PinnedClock
 
-LOCAL_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
-DATABASE_URL = os.environ.get("SYNCLANE_TEST_DATABASE_URL", LOCAL_URL)
+from tests.support.database import DATABASE_URL, drop_schemas
 
 
 @pytest.fixture(scope="session")
@@ -40,8 +39,7 @@ def run_schema(database_url: str) -> Iterator[str]:
     """A schema of this test run's own, dropped afterwards."""
     name = f"synclane_test_{uuid.uuid4().hex[:10]}"
     yield name
-    with psycopg.connect(database_url, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
+    drop_schemas(database_url, name)
 
 
 @pytest.fixture
@@ -74,12 +72,22 @@ def schema(run_schema: str, admin: psycopg.Connection) -> str:
 
 
 @pytest.fixture
-def fresh_schema(database_url: str) -> Iterator[str]:
+def schemas(database_url: str) -> Iterator[Callable[[], str]]:
+    """Fresh schema names for one test, all dropped afterwards."""
+    made: list[str] = []
+
+    def new() -> str:
+        made.append(f"synclane_test_{uuid.uuid4().hex[:10]}")
+        return made[-1]
+
+    yield new
+    drop_schemas(database_url, *made)
+
+
+@pytest.fixture
+def fresh_schema(schemas: Callable[[], str]) -> str:
     """A schema for one test alone, for tests that change indexes."""
-    name = f"synclane_test_{uuid.uuid4().hex[:10]}"
-    yield name
-    with psycopg.connect(database_url, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
+    return schemas()
 
 
 @pytest.fixture

@@ -78,19 +78,6 @@ def with_probes():
     return load_migrations(SHIPPED, probe_directory())
 
 
-@pytest.fixture
-def schemas(database_url: str) -> Iterator[Callable[[], str]]:
-    """Fresh schema names for one test, all dropped afterwards."""
-    made: list[str] = []
-
-    def new() -> str:
-        made.append(f"synclane_test_{uuid.uuid4().hex[:10]}")
-        return made[-1]
-
-    yield new
-    with psycopg.connect(database_url, autocommit=True) as conn:
-        for name in made:
-            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
 
 
 class DataRole:

@@ -14,6 +14,7 @@ from synclane_provider.core import Operations
 from synclane_provider.core.schema import create_schema
 from synclane_provider.core.schema_versions import migration_script, read_status
 from tests.helpers import declare, products
+from tests.support.database import drop_schemas
 
 
 def indexes(admin, schema):
@@ -60,7 +61,7 @@ def test_any_identifier_works_as_schema_name(admin, database_url, name):
             ops.plan("shops")
             assert len(ops.list_jobs("shops")) == 1
     finally:
-        admin.execute(psycopg.sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(psycopg.sql.Identifier(name)))
+        drop_schemas(admin, name)
 
 
 def test_a_table_created_by_hand_from_the_printed_sql_is_used_as_is(admin, database_url, fresh_schema):

@@ -16,6 +16,7 @@ from synclane_demo.shop.catalogue import Catalogue
 from synclane_demo.shop.faults import Faults
 from synclane_demo.shop.limits import Limits
 from synclane_demo.shop.server import Shop, ShopServer
+from tests.support.database import drop_schemas
 
 
 @pytest.fixture
@@ -42,9 +43,7 @@ def demo_schemas(database_url: str) -> Iterator[tuple[str, str]]:
     suffix = uuid.uuid4().hex[:8]
     names = (f"synclane_demo_jobs_{suffix}", f"synclane_demo_data_{suffix}")
     yield names
-    with psycopg.connect(database_url, autocommit=True) as conn:
-        for name in names:
-            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
+    drop_schemas(database_url, *names)
 
 
 @pytest.fixture

@@ -29,6 +29,7 @@ from synclane_provider.core import (
 from synclane_provider.core.runner import Outcome
 from synclane_provider.core.wakeups import channel
 from tests.helpers import declare, failing, owners, paged, products, rows
+from tests.support.database import drop_schemas
 
 ODD_NAMES = [
     "it's \"quoted\"; DROP TABLE jobs; --",
@@ -145,7 +146,7 @@ def test_the_longest_schema_name_works_end_to_end_including_wake_ups(database_ur
             assert len(channel(name).encode()) <= 63
             assert channel(name) != channel("s" * 62 + "t")
     finally:
-        admin.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
+        drop_schemas(admin, name)
 
 
 # --- what handlers return and raise -------------------------------------------------------------------------

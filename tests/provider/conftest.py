@@ -16,6 +16,7 @@ from psycopg.conninfo import conninfo_to_dict
 
 from synclane_provider.core.schema import create_schema
 from tests.airflow_env import METADATA_DB, MIGRATED_COPY, PROVIDER_SCHEMA
+from tests.support.database import drop_schemas
 
 DECLARATION = "tests.provider.declaration:synclane"
 
@@ -39,8 +40,7 @@ def airflow_db() -> None:
 @pytest.fixture(scope="session")
 def provider_schema_cleanup(database_url: str) -> Iterator[str]:
     yield PROVIDER_SCHEMA
-    with psycopg.connect(database_url, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(PROVIDER_SCHEMA)))
+    drop_schemas(database_url, PROVIDER_SCHEMA)
 
 
 @pytest.fixture
