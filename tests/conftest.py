@@ -4,17 +4,16 @@ from __future__ import annotations
 
 import tests.airflow_env  # noqa: F401 - Airflow's environment, before anything imports airflow
 
-import os
+# isort: split
 import uuid
 from collections.abc import Callable, Iterator
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 
 import psycopg
 import pytest
 from psycopg import sql
 
 from synclane_provider.core import PinnedClock
-
 from tests.support.database import DATABASE_URL, drop_schemas
 
 

@@ -7,9 +7,9 @@ policy's seeded random (see ``tests/support/stampede.py``).
 from __future__ import annotations
 
 import psycopg
-from psycopg import sql
 
 from synclane_provider.core.retry import Jitter
+from tests.support.database import drop_schemas
 from tests.support.stampede import stampede
 
 
@@ -32,7 +32,7 @@ def test_the_stampede_is_the_same_every_run_with_the_same_seed(database_url, fre
         assert first.first_after == again.first_after and first.requests_per_second == again.requests_per_second
     finally:
         with psycopg.connect(database_url, autocommit=True) as conn:
-            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(fresh_schema + "_again")))
+            drop_schemas(conn, fresh_schema + "_again")
 
 
 def test_without_jitter_the_same_outage_brings_every_job_back_in_the_same_second(database_url, fresh_schema):

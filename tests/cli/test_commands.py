@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import psycopg
 import pytest
@@ -20,6 +19,7 @@ from psycopg import sql
 from synclane_demo.local import airflow_connection
 from synclane_provider.cli.commands import NARROW_JOB
 from tests.support.api_server import airflow, airflow_env
+from tests.support.database import drop_schemas
 from tests.support.operate_scene import BROKEN, job, set_scene
 
 pytestmark = [pytest.mark.airflow, pytest.mark.slow, pytest.mark.timeout(900)]
@@ -39,7 +39,7 @@ def cli_schema(database_url: str):
     name = f"synclane_cli_{uuid.uuid4().hex[:8]}"
     yield name
     with psycopg.connect(database_url, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
+        drop_schemas(conn, name)
 
 
 @pytest.fixture(scope="module")

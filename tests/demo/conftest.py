@@ -7,9 +7,7 @@ import uuid
 from collections.abc import Iterator
 from datetime import timedelta
 
-import psycopg
 import pytest
-from psycopg import sql
 
 from synclane_demo.settings import DemoSettings
 from synclane_demo.shop.catalogue import Catalogue

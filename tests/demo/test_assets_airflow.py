@@ -8,8 +8,6 @@ windows the jobs table holds, and the downstream runs together counted every acc
 
 from __future__ import annotations
 
-import sys
-import time
 import urllib.parse
 import uuid
 from collections import defaultdict
@@ -21,6 +19,7 @@ from psycopg.rows import dict_row
 
 from synclane_demo.local import PROJECT, airflow_environment, airflow_service, wait_for_airflow
 from tests.real_airflow import AirflowApi, clean_environment, free_port, wait_until
+from tests.support.database import drop_schemas
 
 pytestmark = [pytest.mark.airflow, pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -114,4 +113,4 @@ def test_the_downstream_dag_runs_when_orders_land_with_owners_windows_and_counts
         airflow.stop(graceful=60)
         with psycopg.connect(database_url, autocommit=True) as conn:
             conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(metadata_db)))
-            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+            drop_schemas(conn, schema)

@@ -39,6 +39,7 @@ from synclane_demo.processes import Service, wait_for_http
 from synclane_demo.shop.catalogue import Catalogue
 from synclane_demo.store import Store
 from tests.real_airflow import AirflowApi, Sampler, clean_environment, free_port, wait_until
+from tests.support.database import drop_schemas
 
 pytestmark = [pytest.mark.airflow, pytest.mark.slow, pytest.mark.timeout(2400)]
 
@@ -233,7 +234,7 @@ def scenario(database_url: str, tmp_path_factory) -> Scenario:
             with psycopg.connect(database_url, autocommit=True) as conn:
                 conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(metadata_db)))
                 for schema in (jobs_schema, data_schema):
-                    conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+                    drop_schemas(conn, schema)
         if "run" in locals():
             print(report(run, home / "airflow" / "logs"))
 

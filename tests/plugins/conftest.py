@@ -7,9 +7,9 @@ from collections.abc import Iterator
 
 import psycopg
 import pytest
-from psycopg import sql
 
 from tests.support.api_server import ApiServer, start_api_server
+from tests.support.database import drop_schemas
 from tests.support.operate_scene import set_scene
 
 
@@ -18,7 +18,7 @@ def operate_schema(database_url: str) -> Iterator[str]:
     name = f"synclane_operate_{uuid.uuid4().hex[:8]}"
     yield name
     with psycopg.connect(database_url, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
+        drop_schemas(conn, name)
 
 
 @pytest.fixture(scope="session")

@@ -23,6 +23,7 @@ from psycopg import sql
 from psycopg.rows import dict_row
 
 from synclane_provider.core import Job, Operations, Owner, Page, Queue, SnapshotType, SyncLane
+from tests.support.database import drop_schemas
 
 QUEUE = "scaleout"
 RECORDS_PER_PAGE = 10
@@ -112,7 +113,7 @@ class Workload:
 
     def drop(self) -> None:
         with psycopg.connect(self.database_url, autocommit=True) as conn:
-            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(self.schema)))
+            drop_schemas(conn, self.schema)
 
 
 def _select(workload: Workload, query: str) -> list[dict]:
