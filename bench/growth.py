@@ -57,7 +57,7 @@ FROM (
 """
 
 
-def declaration(schema: str) -> SyncLane:
+def growth_declaration(schema: str) -> SyncLane:
     def noop(job) -> Page:
         return Page(None, 0)
 
@@ -100,8 +100,8 @@ def build(url: str, schema: str, history: int) -> float:
         for _, definition in indexes:
             conn.execute(definition)
         conn.execute(sql.SQL("VACUUM ANALYZE {}").format(jobs))
-    lane = declaration(schema)
-    with Operations(lane, lane.database(url)) as ops:
+    declaration = growth_declaration(schema)
+    with Operations(declaration, declaration.database(url)) as ops:
         ops.plan("shops", now=NOW)  # the first plan: reads each owner's history once into its coverage row
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(sql.SQL("VACUUM ANALYZE {}").format(jobs))
@@ -111,8 +111,8 @@ def build(url: str, schema: str, history: int) -> float:
 
 def takes(url: str, schema: str, count: int, worker: str) -> list[float]:
     """Seconds per ``finish_and_take``, each completing the job the last one leased."""
-    lane = declaration(schema)
-    store = Store(Session(lane.database(url)))
+    declaration = growth_declaration(schema)
+    store = Store(Session(declaration.database(url)))
     seconds = []
     held = None
     try:
@@ -134,8 +134,8 @@ def takes(url: str, schema: str, count: int, worker: str) -> list[float]:
 
 
 def replan(url: str, schema: str) -> float:
-    lane = declaration(schema)
-    with Operations(lane, lane.database(url)) as ops:
+    declaration = growth_declaration(schema)
+    with Operations(declaration, declaration.database(url)) as ops:
         ops.activity("shops")  # connect outside the timing
         started = time.perf_counter()
         summary = ops.plan("shops", now=NOW)
@@ -185,7 +185,7 @@ def main() -> None:
                 ).fetchone()
                 print(f"{label}: {size[0]:,} rows, {size[1] / 2**20:,.0f} MiB with indexes")
         owners = [f"owner-{i}" for i in range(1, OWNERS + 1, OWNERS // PROGRESS_OWNERS)] * ROUNDS
-        connected = {label: Operations(declaration(f"growth_{label}"), declaration(f"growth_{label}").database(url))
+        connected = {label: Operations(growth_declaration(f"growth_{label}"), growth_declaration(f"growth_{label}").database(url))
                      for label in sizes}
         for ops in connected.values():
             ops.activity("shops")  # connect outside the timing

@@ -107,7 +107,7 @@ def session_settings(synchronous_commit: str) -> dict[str, str]:
 def run_engine(url: str, schema: str, *, workers: int, pages: int, seconds: float,
                synchronous_commit: str = WORKER_SETTINGS["synchronous_commit"]) -> Run:
     """The engine's own worker loop (a WorkerPool) for ``seconds``; then it stops gracefully."""
-    lane = SyncLane(
+    declaration = SyncLane(
         queues=[Queue(QUEUE, owners=lambda q: [], types=[SnapshotType("work", noop_handler(pages), every=timedelta(days=1))])],
         schema=schema,
         create_schema=False,
@@ -115,7 +115,7 @@ def run_engine(url: str, schema: str, *, workers: int, pages: int, seconds: floa
     shipped = dict(WORKER_SETTINGS)
     WORKER_SETTINGS.update(session_settings(synchronous_commit))  # read by each slot's session as it is made
     try:
-        pool = WorkerPool(lane, lane.database(url), QUEUE, slots=workers, poll_interval=POLL)
+        pool = WorkerPool(declaration, declaration.database(url), QUEUE, slots=workers, poll_interval=POLL)
     finally:
         WORKER_SETTINGS.update(shipped)
     timer = threading.Timer(seconds, pool.shutdown)

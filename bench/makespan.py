@@ -42,13 +42,13 @@ def main() -> None:
 
     url = database_url()
     schema = schema_name("makespan")
-    lane = SyncLane(
+    declaration = SyncLane(
         queues=[Queue("makespan", owners=lambda q: [], types=[WindowedType("work", handler, horizon=timedelta(days=150), slice=timedelta(days=30),
                                                                   every=timedelta(days=1))])],
         schema=schema,
     )
-    database = lane.database(url)
-    with Operations(lane, database) as ops:
+    database = declaration.database(url)
+    with Operations(declaration, database) as ops:
         ops.activity("makespan")  # creates the schema
     # Owner i has (i % 5) + 1 thirty-day slices back from today; owners are spread round-robin over the lanes.
     today = datetime(2026, 11, 30, tzinfo=timezone.utc)
@@ -69,7 +69,7 @@ def main() -> None:
     total = per_job * len(jobs)
     bound = max(max(lane_work.values()), total / args.slots)
 
-    pool = WorkerPool(lane, database, "makespan", slots=args.slots, poll_interval=timedelta(milliseconds=200))
+    pool = WorkerPool(declaration, database, "makespan", slots=args.slots, poll_interval=timedelta(milliseconds=200))
     started = time.perf_counter()
     summary = pool.drain()
     achieved = time.perf_counter() - started

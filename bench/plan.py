@@ -27,7 +27,7 @@ NOW = datetime(2026, 11, 30, 10, 20, tzinfo=timezone.utc)
 DAY = timedelta(days=1)
 
 
-def declaration(schema: str, owners: list[Owner], horizon_days: int) -> SyncLane:
+def plan_declaration(schema: str, owners: list[Owner], horizon_days: int) -> SyncLane:
     def noop(job) -> Page:
         return Page(None, 0)
 
@@ -135,8 +135,8 @@ def main() -> None:
         return seconds
 
     def plan(horizon: int):
-        lane = declaration(schema, owners, horizon)
-        with Operations(lane, lane.database(url)) as ops:
+        declaration = plan_declaration(schema, owners, horizon)
+        with Operations(declaration, declaration.database(url)) as ops:
             ops.activity("shops")  # connect (and create the schema) outside the timing
             return timed(lambda: ops.plan("shops", now=NOW))
 

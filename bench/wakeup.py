@@ -68,11 +68,11 @@ def main() -> None:
         ran.set()
         return Page(None, 1)
 
-    lane = SyncLane(queues=[Queue("wake", owners=lambda q: [], types=[SnapshotType("ping", handler, every=timedelta(days=1))])],
+    declaration = SyncLane(queues=[Queue("wake", owners=lambda q: [], types=[SnapshotType("ping", handler, every=timedelta(days=1))])],
                     schema=schema)
-    database = lane.database(URL)
-    ops = Operations(lane, database)
-    slot = WorkerSlot(lane, database, "wake")
+    database = declaration.database(URL)
+    ops = Operations(declaration, database)
+    slot = WorkerSlot(declaration, database, "wake")
     ops.activity("wake")  # creates the schema
 
     results: dict[str, list[float]] = {"insert": [], "requeue": [], "next_run_at": []}
@@ -104,7 +104,7 @@ def main() -> None:
             assert result is not None and ran.is_set(), "the trigger fired but no job could be taken"
             results[kind].append(started[result.job.id] - became_due)
 
-    herd = herd_of_idle_slots(lane, database, ops, schema, slots=args.slots, jobs=herd_jobs)
+    herd = herd_of_idle_slots(declaration, database, ops, schema, slots=args.slots, jobs=herd_jobs)
 
     slot.close()
     ops.close()
@@ -123,13 +123,13 @@ def main() -> None:
     )
 
 
-def herd_of_idle_slots(lane: SyncLane, database, ops: Operations, schema: str, *, slots: int, jobs: int) -> dict:
+def herd_of_idle_slots(declaration: SyncLane, database, ops: Operations, schema: str, *, slots: int, jobs: int) -> dict:
     """``slots`` deferred slots, ``jobs`` jobs enqueued one at a time: how many wake-ups each job costs."""
     name = f"{APPLICATION}-herd"
     os.environ["AIRFLOW_CONN_SYNCLANE_HERD"] = f"{URL}{'&' if '?' in URL else '?'}application_name={name}"
     takers: queues.Queue[WorkerSlot] = queues.Queue()
     for _ in range(4):  # slots share a few connections to take with: the wake-ups are what is counted
-        takers.put(WorkerSlot(lane, database, "wake"))
+        takers.put(WorkerSlot(declaration, database, "wake"))
     lock = threading.Lock()
     counts = {"wakeups": 0, "taken": 0}
     fired: list[float] = []

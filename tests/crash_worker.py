@@ -18,7 +18,7 @@ LEASE = timedelta(seconds=2)
 RETRY_DELAY = timedelta(milliseconds=100)
 
 
-def crash_lane(schema: str, hang_at: str | None = None):
+def crash_declaration(schema: str, hang_at: str | None = None):
     pages = paged(TOTAL_RECORDS, 50)
 
     def handler(job: Job) -> Page:
@@ -32,8 +32,8 @@ def crash_lane(schema: str, hang_at: str | None = None):
 
 def main() -> None:
     url, schema, hang_at = sys.argv[1:4]
-    lane = crash_lane(schema, hang_at)
-    WorkerSlot(lane, lane.database(url), "shops").run_one()
+    declaration = crash_declaration(schema, hang_at)
+    WorkerSlot(declaration, declaration.database(url), "shops").run_one()
 
 
 if __name__ == "__main__":

@@ -12,16 +12,16 @@ from pathlib import Path
 
 from synclane_provider.core import Operations, WorkerSlot
 from synclane_provider.core.runner import Outcome
-from tests.crash_worker import TOTAL_RECORDS, crash_lane
+from tests.crash_worker import TOTAL_RECORDS, crash_declaration
 from tests.helpers import rows
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_a_killed_worker_is_taken_over_from_its_cursor_and_its_late_writes_are_refused(database_url, schema, admin):
-    lane = crash_lane(schema)
-    database = lane.database(database_url)
-    with Operations(lane, database) as ops:
+    declaration = crash_declaration(schema)
+    database = declaration.database(database_url)
+    with Operations(declaration, database) as ops:
         ops.plan("shops")
     child = subprocess.Popen(
         [sys.executable, "-m", "tests.crash_worker", database_url, schema, "150"],
@@ -42,7 +42,7 @@ def test_a_killed_worker_is_taken_over_from_its_cursor_and_its_late_writes_are_r
     [row] = rows(admin, schema)
     assert (row["status"], row["cursor"], row["processed_count"], row["leased_by"]) == ("running", "150", 150, dead_worker)
 
-    rescuer = WorkerSlot(lane, database, "shops")
+    rescuer = WorkerSlot(declaration, database, "shops")
     assert rescuer.take() is None  # the lease is still the dead worker's until it expires
     results = []
     deadline = time.monotonic() + 10

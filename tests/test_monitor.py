@@ -12,13 +12,13 @@ from tests.helpers import declare, execute, orders, owners, products, rows
 
 
 @pytest.fixture
-def lane(schema):
+def declaration(schema):
     return declare(schema, products(), orders(), owner_source=owners("acme", "globex", "initech"))
 
 
 @pytest.fixture
-def monitor(lane, database_url, clock):
-    with Operations(lane, lane.database(database_url), clock=clock) as operations:
+def monitor(declaration, database_url, clock):
+    with Operations(declaration, declaration.database(database_url), clock=clock) as operations:
         operations.plan("shops")
         yield Monitor(operations)
 

@@ -29,13 +29,13 @@ UTC = timezone.utc
 
 
 @pytest.fixture
-def lane(schema):
+def declaration(schema):
     return declare(schema, products(), orders(), owner_source=owners("acme", "globex"))
 
 
 @pytest.fixture
-def ops(lane, database_url):
-    with Operations(lane, lane.database(database_url)) as operations:
+def ops(declaration, database_url):
+    with Operations(declaration, declaration.database(database_url)) as operations:
         yield operations
 
 
@@ -105,7 +105,7 @@ def test_enqueue_refuses_bad_input_by_name(ops, admin, schema, arguments, error,
     assert rows(admin, schema) == []
 
 
-def test_requeue_gives_stopped_jobs_fresh_attempts_from_their_cursors(lane, database_url, admin, schema, clock):
+def test_requeue_gives_stopped_jobs_fresh_attempts_from_their_cursors(declaration, database_url, admin, schema, clock):
     def broken_second_page(job):
         if job.cursor is None:
             return Page("50", 50)
@@ -162,9 +162,9 @@ def test_a_requeued_job_shows_its_last_error_until_it_completes(ops, admin, sche
     assert {r["error"] for r in rows(admin, schema, "type = 'products'")} == {"HTTP 500"}
 
 
-def test_cancel_abandons_waiting_jobs_now_and_marks_the_running_one_to_stop(ops, admin, schema, clock, lane, database_url):
+def test_cancel_abandons_waiting_jobs_now_and_marks_the_running_one_to_stop(ops, admin, schema, clock, declaration, database_url):
     ops.plan("shops", now=clock.now)
-    with WorkerSlot(lane, lane.database(database_url), "shops", clock=clock) as slot:
+    with WorkerSlot(declaration, declaration.database(database_url), "shops", clock=clock) as slot:
         running = slot.take()
     assert running.owner == "acme"
 
@@ -251,20 +251,20 @@ def test_activity_says_what_is_due_running_and_next(ops, admin, schema, clock):
 
 def test_errors_are_stored_bounded_and_safe(schema, database_url, admin, clock):
     huge = "x" * 100_000
-    lane = declare(schema, products(failing(RuntimeError(huge + "\x00\udcff"))))
-    database = lane.database(database_url)
-    with Operations(lane, database) as ops:
+    declaration = declare(schema, products(failing(RuntimeError(huge + "\x00\udcff"))))
+    database = declaration.database(database_url)
+    with Operations(declaration, database) as ops:
         ops.plan("shops", now=clock.now)
-    WorkerSlot(lane, database, "shops", clock=clock).run_one()
+    WorkerSlot(declaration, database, "shops", clock=clock).run_one()
     [row] = rows(admin, schema)
     assert row["status"] == "failed"
     assert row["error"].startswith("RuntimeError: xxx") and len(row["error"]) == 2000
 
 
-def test_a_pinned_clock_given_to_operations_plans_and_schedules_at_its_time(lane, database_url, admin, schema):
+def test_a_pinned_clock_given_to_operations_plans_and_schedules_at_its_time(declaration, database_url, admin, schema):
     clock = PinnedClock(datetime(2026, 11, 30, 10, 20, tzinfo=UTC))
-    database = lane.database(database_url)
-    with Operations(lane, database, clock=clock) as ops, WorkerSlot(lane, database, "shops", clock=clock) as slot:
+    database = declaration.database(database_url)
+    with Operations(declaration, database, clock=clock) as ops, WorkerSlot(declaration, database, "shops", clock=clock) as slot:
         assert ops.plan("shops").inserted == {"products": 2, "orders": 6}
         while slot.run_one() is not None:
             pass
@@ -303,11 +303,11 @@ def test_times_are_in_utc_whatever_the_session_time_zone(schema, database_url, c
     assert len(times) == 6 and all(t.tzinfo is UTC for t in times)
     assert job.created_at == clock.now
 
-def test_a_cancelled_job_whose_worker_was_lost_is_abandoned_by_the_worker_that_takes_it_over(lane, database_url, admin, schema):
+def test_a_cancelled_job_whose_worker_was_lost_is_abandoned_by_the_worker_that_takes_it_over(declaration, database_url, admin, schema):
     clock = PinnedClock(datetime(2026, 11, 30, 10, 20, tzinfo=UTC))
-    database = lane.database(database_url)
-    with Operations(lane, database, clock=clock) as ops, WorkerSlot(lane, database, "shops", clock=clock) as lost, \
-            WorkerSlot(lane, database, "shops", clock=clock) as taker:
+    database = declaration.database(database_url)
+    with Operations(declaration, database, clock=clock) as ops, WorkerSlot(declaration, database, "shops", clock=clock) as lost, \
+            WorkerSlot(declaration, database, "shops", clock=clock) as taker:
         ops.plan("shops", owner="acme")
         job = lost.take()  # and its worker is never heard of again
         assert ops.cancel("shops", "acme", "account disconnected").stopping == 1
@@ -319,9 +319,9 @@ def test_a_cancelled_job_whose_worker_was_lost_is_abandoned_by_the_worker_that_t
 def test_a_stop_request_does_not_outlive_its_attempt(database_url, admin, schema):
     """An operator who puts a cancelled running job back by hand gets it run, not abandoned again."""
     clock = PinnedClock(datetime(2026, 11, 30, 10, 20, tzinfo=UTC))
-    lane = declare(schema, products(paged(120)))
-    database = lane.database(database_url)
-    with Operations(lane, database, clock=clock) as ops, WorkerSlot(lane, database, "shops", clock=clock) as slot:
+    declaration = declare(schema, products(paged(120)))
+    database = declaration.database(database_url)
+    with Operations(declaration, database, clock=clock) as ops, WorkerSlot(declaration, database, "shops", clock=clock) as slot:
         ops.plan("shops", owner="acme")
         job = slot.take()
         ops.cancel("shops", "acme", "by mistake", type=job.type)

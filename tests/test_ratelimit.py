@@ -58,12 +58,12 @@ def test_a_queue_or_owner_rate_must_be_a_rate():
 
 
 def test_owners_sharing_a_lane_must_name_the_same_rate():
-    lane = declare("synclane", products(), owner_source=lambda queue: [
+    declaration = declare("synclane", products(), owner_source=lambda queue: [
         Owner("acme-us", lane="acme", rate=Rate(5)), Owner("acme-eu", lane="acme", rate=Rate(10)),
     ])
     with pytest.raises(OwnerSourceError, match=r"'acme-us' and 'acme-eu' share lane 'acme' but name different rates "
                                               r"\(5/1 s and 10/1 s\)"):
-        owners_of(lane.queue("shops"))
+        owners_of(declaration.queue("shops"))
     same = declare("synclane", products(), owner_source=lambda queue: [
         Owner("acme-us", lane="acme", rate=Rate(5)), Owner("acme-eu", lane="acme", rate=Rate(5)), Owner("globex"),
     ])

@@ -36,8 +36,8 @@ def test_a_bad_retention_is_refused_when_declared(retention, complaint):
 
 
 def test_prune_without_a_retention_says_how_to_declare_one(schema, database_url):
-    lane = declare(schema, products())
-    with Operations(lane, lane.database(database_url)) as ops:
+    declaration = declare(schema, products())
+    with Operations(declaration, declaration.database(database_url)) as ops:
         with pytest.raises(DeclarationError, match=r"declares no retention.*retention=timedelta\(days=30\)"):
             ops.prune("shops")
 
@@ -45,8 +45,8 @@ def test_prune_without_a_retention_says_how_to_declare_one(schema, database_url)
 def test_prune_deletes_old_completed_and_cancelled_jobs_and_keeps_what_waits_for_a_person(
     schema, database_url, admin, clock
 ):
-    lane = declare(schema, orders(), products(), owner_source=owners("acme", "globex"), retention=30 * DAY)
-    with Operations(lane, lane.database(database_url)) as ops:
+    declaration = declare(schema, orders(), products(), owner_source=owners("acme", "globex"), retention=30 * DAY)
+    with Operations(declaration, declaration.database(database_url)) as ops:
         ops.plan("shops", now=clock.now)
         finish_all(admin, schema, clock.now)
         progress = {owner: ops.progress("shops", owner) for owner in ("acme", "globex")}
@@ -86,9 +86,9 @@ def test_prune_deletes_old_completed_and_cancelled_jobs_and_keeps_what_waits_for
 
 
 def test_prune_runs_in_bounded_batches_and_says_when_more_is_left(schema, database_url, admin, clock):
-    lane = declare(schema, products(every=timedelta(hours=1)), owner_source=owners(*[f"o{i}" for i in range(5)]),
+    declaration = declare(schema, products(every=timedelta(hours=1)), owner_source=owners(*[f"o{i}" for i in range(5)]),
                    retention=DAY)
-    with Operations(lane, lane.database(database_url)) as ops:
+    with Operations(declaration, declaration.database(database_url)) as ops:
         for hour in range(4):
             ops.plan("shops", now=clock.now + hour * timedelta(hours=1))
             finish_all(admin, schema, clock.now + hour * timedelta(hours=1))
@@ -103,8 +103,8 @@ def test_prune_runs_in_bounded_batches_and_says_when_more_is_left(schema, databa
 
 
 def test_prune_skips_a_locked_job_instead_of_waiting(schema, database_url, admin, clock):
-    lane = declare(schema, products(every=timedelta(hours=1)), owner_source=owners("acme", "globex"), retention=DAY)
-    with Operations(lane, lane.database(database_url)) as ops:
+    declaration = declare(schema, products(every=timedelta(hours=1)), owner_source=owners("acme", "globex"), retention=DAY)
+    with Operations(declaration, declaration.database(database_url)) as ops:
         ops.plan("shops", now=clock.now)
         clock.advance(timedelta(hours=1))
         ops.plan("shops", now=clock.now)
@@ -123,8 +123,8 @@ def test_prune_skips_a_locked_job_instead_of_waiting(schema, database_url, admin
 
 
 def test_jobs_without_a_coverage_row_are_not_pruned_until_the_planner_has_read_them(schema, database_url, admin, clock):
-    lane = declare(schema, products(every=timedelta(hours=1)), owner_source=owners("acme"), retention=DAY)
-    with Operations(lane, lane.database(database_url)) as ops:
+    declaration = declare(schema, products(every=timedelta(hours=1)), owner_source=owners("acme"), retention=DAY)
+    with Operations(declaration, declaration.database(database_url)) as ops:
         ops.plan("shops", now=clock.now)
         clock.advance(timedelta(hours=1))
         ops.plan("shops", now=clock.now)

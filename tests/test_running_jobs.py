@@ -23,15 +23,15 @@ def setup(schema, database_url, clock):
     made = []
 
     def make(*types, owner_source=None, plan=True, **settings):
-        lane = declare(schema, *types, owner_source=owner_source, **settings)
-        database = lane.database(database_url)
-        ops = Operations(lane, database)
+        declaration = declare(schema, *types, owner_source=owner_source, **settings)
+        database = declaration.database(database_url)
+        ops = Operations(declaration, database)
         made.append(ops)
         if plan:
             ops.plan("shops", now=clock.now)
 
         def slot(**kwargs):
-            worker = WorkerSlot(lane, database, "shops", clock=clock, **kwargs)
+            worker = WorkerSlot(declaration, database, "shops", clock=clock, **kwargs)
             made.append(worker)
             return worker
 
@@ -364,11 +364,11 @@ def test_a_heartbeat_keeps_the_lease_while_a_slow_page_is_in_flight(schema, data
         time.sleep(1.2)
         return Page(None, 1)
 
-    lane = declare(schema, products(slow_page), lease=timedelta(seconds=0.6))
-    database = lane.database(database_url)
-    with Operations(lane, database) as ops:
+    declaration = declare(schema, products(slow_page), lease=timedelta(seconds=0.6))
+    database = declaration.database(database_url)
+    with Operations(declaration, database) as ops:
         ops.plan("shops")
-    worker, rival = WorkerSlot(lane, database, "shops"), WorkerSlot(lane, database, "shops")
+    worker, rival = WorkerSlot(declaration, database, "shops"), WorkerSlot(declaration, database, "shops")
     outcome = {}
     thread = threading.Thread(target=lambda: outcome.setdefault("result", worker.run_one()))
     thread.start()
@@ -438,15 +438,15 @@ def test_a_slot_that_stops_hands_back_the_job_it_took_for_later(setup, admin, sc
 
 
 def test_an_idle_pool_starts_on_new_jobs_as_soon_as_it_is_woken(schema, database_url):
-    lane = declare(schema, products(paged(120)), owner_source=owners("acme", "globex"))
-    database = lane.database(database_url)
-    pool = WorkerPool(lane, database, "shops", slots=2, poll_interval=timedelta(minutes=10))
+    declaration = declare(schema, products(paged(120)), owner_source=owners("acme", "globex"))
+    database = declaration.database(database_url)
+    pool = WorkerPool(declaration, database, "shops", slots=2, poll_interval=timedelta(minutes=10))
     outcome = []
     working = threading.Thread(target=lambda: outcome.append(pool.run()))
     working.start()
     try:
         time.sleep(0.3)  # both slots find nothing; their next look of their own is ten minutes away
-        with Operations(lane, database) as ops:
+        with Operations(declaration, database) as ops:
             ops.plan("shops")
             pool.wake()
             deadline = time.monotonic() + 20

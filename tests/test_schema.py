@@ -55,9 +55,9 @@ def test_creating_the_schema_is_idempotent_and_safe_to_race(admin, database_url,
 
 @pytest.mark.parametrize("name", ["Odd$Name", "synclane_Test_Mixed"])
 def test_any_identifier_works_as_schema_name(admin, database_url, name):
-    lane = declare(name, products())
+    declaration = declare(name, products())
     try:
-        with Operations(lane, lane.database(database_url)) as ops:
+        with Operations(declaration, declaration.database(database_url)) as ops:
             ops.plan("shops")
             assert len(ops.list_jobs("shops")) == 1
     finally:
@@ -66,9 +66,9 @@ def test_any_identifier_works_as_schema_name(admin, database_url, name):
 
 def test_a_table_created_by_hand_from_the_printed_sql_is_used_as_is(admin, database_url, fresh_schema):
     admin.execute(migration_script(fresh_schema).encode())
-    lane = declare(fresh_schema, products())
-    database = lane.database(database_url)
+    declaration = declare(fresh_schema, products())
+    database = declaration.database(database_url)
     database.create_schema = False
-    with Operations(lane, database) as ops:
+    with Operations(declaration, database) as ops:
         ops.plan("shops")
         assert len(ops.list_jobs("shops")) == 1

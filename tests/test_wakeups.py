@@ -21,12 +21,12 @@ def wakeup(ops: Operations, clock) -> Wakeup:
 
 
 def test_a_due_job_in_a_free_lane_can_be_taken_but_not_in_a_busy_lane(schema, database_url, clock):
-    lane = declare(schema, products(), owner_source=owners(Owner("acme-us", "acme"), Owner("acme-eu", "acme")))
-    database = lane.database(database_url)
-    with Operations(lane, database) as ops:
+    declaration = declare(schema, products(), owner_source=owners(Owner("acme-us", "acme"), Owner("acme-eu", "acme")))
+    database = declaration.database(database_url)
+    with Operations(declaration, database) as ops:
         ops.plan("shops", now=clock.now)
         assert wakeup(ops, clock).takeable is True
-        holder = WorkerSlot(lane, database, "shops", clock=clock)
+        holder = WorkerSlot(declaration, database, "shops", clock=clock)
         try:
             assert holder.take() is not None
             state = wakeup(ops, clock)
@@ -41,8 +41,8 @@ def test_a_due_job_in_a_free_lane_can_be_taken_but_not_in_a_busy_lane(schema, da
 
 
 def test_the_wakeup_names_the_earliest_waiting_job(schema, database_url, clock):
-    lane = declare(schema, products())
-    with Operations(lane, lane.database(database_url)) as ops:
+    declaration = declare(schema, products())
+    with Operations(declaration, declaration.database(database_url)) as ops:
         assert wakeup(ops, clock) == Wakeup(takeable=False, wake_at=None, now=clock.now)
         ops.enqueue("shops", "acme", "products", key="later", run_at=clock.now + 3 * MINUTE, now=clock.now)
         ops.enqueue("shops", "acme", "products", key="sooner", run_at=clock.now + MINUTE, now=clock.now)
@@ -53,8 +53,8 @@ def test_the_wakeup_names_the_earliest_waiting_job(schema, database_url, clock):
 
 
 def test_initial_load_waiting_lists_owners_not_complete(schema, database_url, admin, clock):
-    lane = declare(schema, orders(), products(), owner_source=owners("acme", "globex"))
-    with Operations(lane, lane.database(database_url)) as ops:
+    declaration = declare(schema, orders(), products(), owner_source=owners("acme", "globex"))
+    with Operations(declaration, declaration.database(database_url)) as ops:
         ops.plan("shops", now=clock.now, owner="acme")
 
         def waiting(type=None, settled=False):
@@ -85,13 +85,13 @@ def test_a_job_handed_back_on_a_graceful_stop_notifies_idle_workers(schema, data
             stop.set()
         return inner(job)
 
-    lane = declare(schema, products(handler))
-    database = lane.database(database_url)
-    with Operations(lane, database) as ops:
+    declaration = declare(schema, products(handler))
+    database = declaration.database(database_url)
+    with Operations(declaration, database) as ops:
         ops.plan("shops")
     with psycopg.connect(database_url, autocommit=True) as listener:
         listener.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel(schema))))
-        worker = WorkerSlot(lane, database, "shops", stop=stop)
+        worker = WorkerSlot(declaration, database, "shops", stop=stop)
         try:
             assert worker.run_one().outcome.value == "released"
         finally:
@@ -105,7 +105,7 @@ def test_idle_waiters_take_turns_one_per_job_that_can_be_taken(schema, database_
     from synclane_provider.core.queries import statement
     from synclane_provider.core.wakeups import waiter_key
 
-    lane = declare(schema, products(), owner_source=owners("acme", "globex", "initech"))
+    declaration = declare(schema, products(), owner_source=owners("acme", "globex", "initech"))
     key = waiter_key(schema, "shops")
     query = statement("worker_wakeup", schema)
     waiters = [psycopg.connect(database_url, autocommit=True) for _ in range(4)]
@@ -123,7 +123,7 @@ def test_idle_waiters_take_turns_one_per_job_that_can_be_taken(schema, database_
                 found.append((takeable, behind))
             return found
 
-        with Operations(lane, lane.database(database_url)) as ops:
+        with Operations(declaration, declaration.database(database_url)) as ops:
             assert turns() == [(False, 0)] * 4  # nothing to take: nobody is behind anyone
             ops.enqueue("shops", "acme", "products", key="one", now=clock.now)
             assert turns() == [(True, 0), (False, 1), (False, 2), (False, 3)]
@@ -134,7 +134,7 @@ def test_idle_waiters_take_turns_one_per_job_that_can_be_taken(schema, database_
             waiters.pop(0).close()  # the first one woke: the others move up
             assert turns() == [(True, 0), (True, 0), (False, 1)]
         # Without the key (a worker looking for itself) it is first in line.
-        with Operations(lane, lane.database(database_url)) as ops:
+        with Operations(declaration, declaration.database(database_url)) as ops:
             assert ops.store.wakeup("shops", now=clock.now).takeable is True
     finally:
         for conn in waiters:

@@ -45,19 +45,19 @@ def worker(schema, database_url):
 
     def make(handler, *, through=None, owner_source=None, **settings):
         name = application_name("worker")
-        lane = declare(schema, products(handler), owner_source=owner_source, **settings)
-        with Operations(lane, lane.database(database_url)) as ops:
+        declaration = declare(schema, products(handler), owner_source=owner_source, **settings)
+        with Operations(declaration, declaration.database(database_url)) as ops:
             ops.plan("shops")
         db = database(database_url, schema, name, conninfo=through.conninfo() if through else None)
 
         def slot(**kwargs):
-            made.append(WorkerSlot(lane, db, "shops", **kwargs))
+            made.append(WorkerSlot(declaration, db, "shops", **kwargs))
             if through is not None:
                 # Prepared statements cross the wire by name; the proxy recognises statements by their text.
                 made[-1].session.prepare_threshold = None
             return made[-1]
 
-        return slot, name, lane, db
+        return slot, name, declaration, db
 
     yield make
     for slot in made:
@@ -127,8 +127,8 @@ def test_a_connection_killed_during_a_slow_page_is_reopened_by_the_heartbeat_whi
         return pages(job)
 
     log = PageLog(handler)
-    slot, name, lane, _ = worker(log, lease=lease)
-    rival = WorkerSlot(lane, lane.database(database_url), "shops")
+    slot, name, declaration, _ = worker(log, lease=lease)
+    rival = WorkerSlot(declaration, declaration.database(database_url), "shops")
     try:
         result = slot().run_one()
     finally:
@@ -193,10 +193,10 @@ def test_killing_every_connection_of_a_pool_again_and_again_loses_nothing_and_ne
 
     log = PageLog(handler)
     source = owners(*[Owner(f"owner-{i}", lane=f"lane-{i % 3}") for i in range(12)])
-    lane = declare(schema, products(log), owner_source=source)
-    with Operations(lane, lane.database(database_url)) as ops:
+    declaration = declare(schema, products(log), owner_source=source)
+    with Operations(declaration, declaration.database(database_url)) as ops:
         ops.plan("shops")
-    pool = WorkerPool(lane, database(database_url, schema, name), "shops", slots=4)
+    pool = WorkerPool(declaration, database(database_url, schema, name), "shops", slots=4)
     try:
         summary = pool.drain()
     finally:
@@ -359,8 +359,8 @@ def test_a_worker_cut_off_longer_than_its_lease_stops_writing_and_the_job_is_tak
         return pages(job)
 
     log = PageLog(handler)
-    slot, _, lane, _ = worker(log, through=proxy, lease=timedelta(seconds=1), retry_delay=timedelta(milliseconds=50))
-    rival = WorkerSlot(lane, lane.database(database_url), "shops")
+    slot, _, declaration, _ = worker(log, through=proxy, lease=timedelta(seconds=1), retry_delay=timedelta(milliseconds=50))
+    rival = WorkerSlot(declaration, declaration.database(database_url), "shops")
     cut_off = slot()
     try:
         result = cut_off.run_one()

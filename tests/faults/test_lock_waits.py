@@ -61,13 +61,13 @@ def bounded(call, what: str):
 def test_takes_skip_a_waiting_job_held_by_another_transaction_and_every_other_job_runs(
     schema, database_url, admin, locker
 ):
-    lane = declare(schema, products(paged(100, 50)), owner_source=LANES)
-    database = lane.database(database_url)
-    with Operations(lane, database) as ops:
+    declaration = declare(schema, products(paged(100, 50)), owner_source=LANES)
+    database = declaration.database(database_url)
+    with Operations(declaration, database) as ops:
         ops.plan("shops")
     [held] = lock(locker, schema, "owner = 'a-1'")
 
-    slot = WorkerSlot(lane, database, "shops")
+    slot = WorkerSlot(declaration, database, "shops")
     try:
         summary = bounded(slot.drain, "draining while a job row is locked")
     finally:
@@ -83,22 +83,22 @@ def test_takes_skip_a_waiting_job_held_by_another_transaction_and_every_other_jo
         ("c-2", "completed"),
     }
     locker.rollback()
-    slot = WorkerSlot(lane, database, "shops")
+    slot = WorkerSlot(declaration, database, "shops")
     assert slot.run_one().job.id == held
     slot.close()
 
 
 def test_an_expired_lease_held_by_another_transaction_is_not_waited_for(schema, database_url, admin, locker, clock):
-    lane = declare(schema, products(paged(100, 50)), owner_source=LANES)
-    database = lane.database(database_url)
-    with Operations(lane, database) as ops:
+    declaration = declare(schema, products(paged(100, 50)), owner_source=LANES)
+    database = declaration.database(database_url)
+    with Operations(declaration, database) as ops:
         ops.plan("shops", now=clock.now)
-    dead = WorkerSlot(lane, database, "shops", clock=clock)
+    dead = WorkerSlot(declaration, database, "shops", clock=clock)
     stranded = dead.take()  # its worker dies here
     clock.advance(timedelta(minutes=10))
     lock(locker, schema, "id = %s", [stranded.id])
 
-    slot = WorkerSlot(lane, database, "shops", clock=clock)
+    slot = WorkerSlot(declaration, database, "shops", clock=clock)
     try:
         summary = bounded(slot.drain, "draining while an expired job row is locked")
     finally:
@@ -130,10 +130,10 @@ def test_a_worker_whose_own_row_is_held_waits_for_it_alone_while_other_lanes_run
         return paged(100, 50)(job)
 
     log = PageLog(handler)
-    lane = declare(schema, products(log), owner_source=LANES)
-    with Operations(lane, lane.database(database_url)) as ops:
+    declaration = declare(schema, products(log), owner_source=LANES)
+    with Operations(declaration, declaration.database(database_url)) as ops:
         ops.plan("shops")
-    pool = WorkerPool(lane, database, "shops", slots=2)
+    pool = WorkerPool(declaration, database, "shops", slots=2)
     caplog.set_level(logging.WARNING, logger="synclane_provider.core.database")
     outcome = {}
     thread = threading.Thread(target=lambda: outcome.setdefault("summary", pool.drain()))
@@ -167,8 +167,8 @@ def test_a_worker_whose_own_row_is_held_waits_for_it_alone_while_other_lanes_run
 
 def test_a_statement_the_server_refuses_for_what_it_is_fails_at_once_without_retries(schema, database_url, admin):
     """Here a maintenance trigger refuses new rows (as an index would refuse a value too large for it)."""
-    lane = declare(schema, products(), owner_source=LANES)
-    with Operations(lane, lane.database(database_url)) as ops:
+    declaration = declare(schema, products(), owner_source=LANES)
+    with Operations(declaration, declaration.database(database_url)) as ops:
         ops.activity("shops")  # creates the table
     for statement in [
         "CREATE SEQUENCE {jobs}_refusals",
@@ -181,9 +181,9 @@ def test_a_statement_the_server_refuses_for_what_it_is_fails_at_once_without_ret
     ]:
         execute(admin, schema, statement)
     try:
-        session = Session(lane.database(database_url), give_up_after=timedelta(seconds=3))
+        session = Session(declaration.database(database_url), give_up_after=timedelta(seconds=3))
         with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState, match="read-only during maintenance"):
-            planner.plan(Store(session), lane.queue("shops"))
+            planner.plan(Store(session), declaration.queue("shops"))
         session.close()
         [attempts] = admin.execute(
             sql.SQL("SELECT last_value FROM {}.jobs_refusals").format(sql.Identifier(schema))
@@ -241,14 +241,14 @@ def test_a_refused_renewal_does_not_end_the_heartbeat(schema, database_url, admi
             wait_for(lambda: heartbeat(job.id) > last, "the heartbeat to renew the lease again")
         return pages(job)
 
-    lane = declare(schema, products(handler), lease=timedelta(seconds=1.5))
-    database = lane.database(database_url)
-    with Operations(lane, database) as ops:
+    declaration = declare(schema, products(handler), lease=timedelta(seconds=1.5))
+    database = declaration.database(database_url)
+    with Operations(declaration, database) as ops:
         ops.plan("shops")
     try:
         for statement in REFUSE_RENEWALS:
             execute(admin, schema, statement)
-        slot = WorkerSlot(lane, database, "shops")
+        slot = WorkerSlot(declaration, database, "shops")
         result = slot.run_one()
         slot.close()
     finally:
