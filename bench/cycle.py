@@ -18,8 +18,8 @@ from __future__ import annotations
 import argparse
 
 from harness import (
-    Run,
     WORKER_SETTINGS,
+    Run,
     database_url,
     drop_schema,
     fresh_jobs_table,
@@ -29,7 +29,6 @@ from harness import (
     run_procrastinate,
     schema_name,
 )
-
 
 SHIPPED = WORKER_SETTINGS["synchronous_commit"]
 

@@ -26,10 +26,10 @@ import time
 from datetime import datetime, timedelta, timezone
 
 import psycopg
+from harness import database_url
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
-from harness import database_url
 from synclane_provider.core import JobStatus, Operations, Owner, Page, Queue, SnapshotType, SyncLane, WindowedType
 from synclane_provider.core.database import Session
 from synclane_provider.core.schema import create_schema

@@ -26,7 +26,6 @@ from synclane_provider.core import Job, Page, Queue, SnapshotType, SyncLane, Wor
 from synclane_provider.core.queries import statement  # noqa: E402
 from synclane_provider.core.schema import create_schema  # noqa: E402
 from synclane_provider.core.worker import WORKER_SETTINGS  # noqa: E402
-
 from tools.postgres import find_url  # noqa: E402
 
 QUEUE = "bench"

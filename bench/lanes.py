@@ -18,7 +18,8 @@ from __future__ import annotations
 import argparse
 
 from harness import database_url, drop_schema, schema_name
-from tests.lane_race import lane_race
+
+from tests.support.lane_race import lane_race
 
 
 def main() -> None:

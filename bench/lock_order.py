@@ -25,9 +25,9 @@ import argparse
 import time
 
 import psycopg
-
 from harness import drop_schema, fresh_jobs_table, run_baseline, run_engine
 from soak_cluster import PrivateCluster
+
 from synclane_provider.core import queries
 
 GUARD = " AND (SELECT n FROM finish_first) >= 0"

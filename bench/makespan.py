@@ -17,9 +17,9 @@ from collections import defaultdict
 from datetime import datetime, timedelta, timezone
 
 import psycopg
+from harness import database_url, drop_schema, schema_name
 from psycopg import sql
 
-from harness import database_url, drop_schema, schema_name
 from synclane_provider.core import Job, Operations, Page, Queue, SyncLane, WindowedType, WorkerPool
 
 

@@ -17,9 +17,9 @@ import time
 from datetime import datetime, timedelta, timezone
 
 import psycopg
+from harness import database_url, drop_schema, schema_name
 from psycopg import sql
 
-from harness import database_url, drop_schema, schema_name
 from synclane_provider.core import Operations, Owner, Page, Queue, SnapshotType, SyncLane, WindowedType
 from synclane_provider.core.schema import create_schema
 

@@ -16,8 +16,9 @@ import argparse
 from datetime import timedelta
 
 from harness import database_url, drop_schema, schema_name
+
 from synclane_provider.core import Rate
-from tests.budget_race import budget_run
+from tests.support.budget_race import budget_run
 
 
 def main() -> None:

@@ -1,6 +1,6 @@
 """Scale-out: jobs per second with one and with two Celery workers, each worker with the same number of slots.
 
-Airflow runs with the CeleryExecutor on this machine (tests/scaleout/cluster.py): API server, scheduler,
+Airflow runs with the CeleryExecutor on this machine (tests/support/celery_cluster.py): API server, scheduler,
 DAG processor, triggerer, Redis as the broker, and 1 or 2 Celery workers of --slots processes each; the
 queue's concurrency is slots x workers, so the worker DAG maps that many tasks. The queue holds --owners
 one-job owners over --lanes lanes; a job is --pages pages and each page waits --latency seconds on a slow
@@ -30,11 +30,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import psycopg
+from harness import database_url
 from psycopg import sql
 
-from harness import database_url
-from tests.scaleout.cluster import CeleryCluster, find_redis
-from tests.scaleout.workload import Workload, lane_overlaps
+from tests.support.celery_cluster import CeleryCluster, find_redis
+from tests.support.celery_workload import Workload, lane_overlaps
 
 
 @dataclass(frozen=True)

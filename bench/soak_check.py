@@ -21,7 +21,7 @@ import bisect
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from soak_api import Call, pages_of, PAGE_RECORDS
+from soak_api import PAGE_RECORDS, Call, pages_of
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ import argparse
 from datetime import timedelta
 
 from harness import database_url, drop_schema, schema_name
+
 from synclane_provider.core.retry import Jitter
 from tests.support.stampede import StampedeResult, stampede
 

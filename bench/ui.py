@@ -26,9 +26,8 @@ from argparse import Namespace
 from datetime import timedelta
 
 import psycopg
-from psycopg import sql
-
 from harness import ROOT, database_url, drop_schema, schema_name
+from psycopg import sql
 
 SCHEMA = os.environ.get("SYNCLANE_BENCH_UI_SCHEMA") or schema_name("ui")
 os.environ["SYNCLANE_BENCH_UI_SCHEMA"] = SCHEMA

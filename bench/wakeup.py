@@ -45,8 +45,8 @@ import psycopg  # noqa: E402
 
 from synclane_provider.core import Job, Operations, Page, Queue, SnapshotType, SyncLane, WorkerSlot  # noqa: E402
 from synclane_provider.triggers.due import JobDueTrigger  # noqa: E402
-from tests.helpers import execute  # noqa: E402
-from tests.provider.helpers import in_background, wait_until_waiting  # noqa: E402
+from tests.support.helpers import execute  # noqa: E402
+from tests.support.provider_helpers import in_background, wait_until_waiting  # noqa: E402
 
 
 def main() -> None:

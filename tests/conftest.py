@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import tests.airflow_env  # noqa: F401 - Airflow's environment, before anything imports airflow
+import tests.support.airflow_env  # noqa: F401 - Airflow's environment, before anything imports airflow
 
 # isort: split
 import uuid

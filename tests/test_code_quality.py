@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from tests.airflow_env import REPO
+from tests.support.airflow_env import REPO
 
 
 def test_the_engine_type_checks_strictly():

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import pytest
 
 from synclane_provider.core import Operations, WorkerPool, WorkerSlot
-from tests.helpers import Background, connections_open, declare, owners, paged, products
+from tests.support.helpers import Background, connections_open, declare, owners, paged, products
 
 
 @pytest.fixture

@@ -12,8 +12,8 @@ from pathlib import Path
 
 from synclane_provider.core import Operations, WorkerSlot
 from synclane_provider.core.runner import Outcome
-from tests.crash_worker import TOTAL_RECORDS, crash_declaration
-from tests.helpers import rows
+from tests.support.crash_worker import TOTAL_RECORDS, crash_declaration
+from tests.support.helpers import rows
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -24,7 +24,7 @@ def test_a_killed_worker_is_taken_over_from_its_cursor_and_its_late_writes_are_r
     with Operations(declaration, database) as ops:
         ops.plan("shops")
     child = subprocess.Popen(
-        [sys.executable, "-m", "tests.crash_worker", database_url, schema, "150"],
+        [sys.executable, "-m", "tests.support.crash_worker", database_url, schema, "150"],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         text=True,

@@ -8,7 +8,7 @@ import pytest
 
 from synclane_provider.core import DeclarationError, Queue, SnapshotType, SyncLane, UnknownQueueError, WindowedType
 from synclane_provider.core.errors import UnknownJobTypeError
-from tests.helpers import orders, owners, paged, products
+from tests.support.helpers import orders, owners, paged, products
 
 DAY = timedelta(days=1)
 

@@ -18,8 +18,8 @@ import pytest
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
-from tests.airflow_env import REPO
-from tests.helpers import connections_open
+from tests.support.airflow_env import REPO
+from tests.support.helpers import connections_open
 
 DOCUMENTED_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 BLOCK = re.compile(r"^```python\n(.*?)^```", re.DOTALL | re.MULTILINE)

@@ -10,9 +10,8 @@ from psycopg import sql
 
 from synclane_provider.core import Operations, Owner, WorkerSlot
 from synclane_provider.core.errors import DeclarationError, OwnerSourceError
-from tests.helpers import declare, orders, owners, products, rows
-from tests.lane_race import lane_race, max_concurrency
-
+from tests.support.helpers import declare, orders, owners, products, rows
+from tests.support.lane_race import lane_race, max_concurrency
 
 HARSH = {"waves": 20, "page_seconds": 0.02}
 """Twenty moments when every worker asks at once, and pages long enough that a slot taken twice is seen running
@@ -37,7 +36,7 @@ def test_without_the_slot_index_the_same_race_runs_a_lane_wider_than_2(database_
 
 @pytest.mark.parametrize("width", [0, -1, 1.5, "2", True, None])
 def test_a_lane_width_that_is_not_a_whole_number_of_at_least_1_is_refused_when_declared(width):
-    with pytest.raises(DeclarationError, match=f"lane_width of owner 'acme' must be a whole number of at least 1"):
+    with pytest.raises(DeclarationError, match="lane_width of owner 'acme' must be a whole number of at least 1"):
         Owner("acme", lane_width=width)
 
 

@@ -8,8 +8,8 @@ from collections import defaultdict
 from datetime import timedelta
 
 from synclane_provider.core import Job, Operations, Owner, Page, WorkerPool
-from tests.helpers import Background, declare, orders, rows
-from tests.lane_race import count_overlaps, lane_race
+from tests.support.helpers import Background, declare, orders, rows
+from tests.support.lane_race import count_overlaps, lane_race
 
 
 def test_the_overlap_check_counts_overlapping_intervals():

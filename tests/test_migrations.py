@@ -46,8 +46,8 @@ from synclane_provider.core.schema_versions import (
     required_tables,
     shipped_migrations,
 )
-from tests.helpers import declare, paged, products, rows
 from tests.support.catalog import differences, snapshot
+from tests.support.helpers import declare, paged, products, rows
 from tests.support.released import SCHEMA_0_1_0, install_0_1_0
 
 SUPPORT = Path(__file__).parent / "support"

@@ -6,9 +6,9 @@ from datetime import timedelta
 
 import pytest
 
-from synclane_provider.core import Operations, JobStatus
+from synclane_provider.core import JobStatus, Operations
 from synclane_provider.core.monitor import Monitor, plain
-from tests.helpers import declare, execute, orders, owners, products, rows
+from tests.support.helpers import declare, execute, orders, owners, products, rows
 
 
 @pytest.fixture

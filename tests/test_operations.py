@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
-import pytest
-
 import psycopg
+import pytest
 
 from synclane_provider.core import (
     Activity,
@@ -23,7 +22,7 @@ from synclane_provider.core import (
 )
 from synclane_provider.core.errors import UnknownJobTypeError
 from synclane_provider.core.runner import Outcome
-from tests.helpers import declare, execute, failing, orders, owners, paged, products, rows
+from tests.support.helpers import declare, execute, failing, orders, owners, paged, products, rows
 
 UTC = timezone.utc
 

@@ -6,12 +6,11 @@ import time
 from datetime import datetime, timedelta, timezone
 
 import psycopg
-
 import pytest
 
 from synclane_provider.core import DeclarationError, Operations, Owner, UnknownOwnerError, WorkerSlot
 from synclane_provider.core.errors import OwnerSourceError
-from tests.helpers import declare, execute, orders, owners, products, race, rows
+from tests.support.helpers import declare, execute, orders, owners, products, race, rows
 
 DAY = timedelta(days=1)
 UTC = timezone.utc

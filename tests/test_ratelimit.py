@@ -12,20 +12,26 @@ import re
 import threading
 from datetime import timedelta
 
-import psycopg
 import pytest
 from psycopg import sql
 
 from synclane_provider.core import (
-    DeclarationError, Job, Operations, Owner, OwnerSourceError, Queue, Rate, SyncLane, WorkerPool,
+    DeclarationError,
+    Job,
+    Operations,
+    Owner,
+    OwnerSourceError,
+    Rate,
+    SyncLane,
+    WorkerPool,
 )
 from synclane_provider.core.database import Session
 from synclane_provider.core.lane_gate import LaneGate
 from synclane_provider.core.owners import owners_of
 from synclane_provider.core.ratelimit import reserve
 from synclane_provider.core.store import Store
-from tests.budget_race import QUEUE, FakeAPI, Throttle, budget_run, declaration, max_in_any_window
-from tests.helpers import Background, declare, paged, products, race
+from tests.support.budget_race import QUEUE, FakeAPI, Throttle, budget_run, declaration, max_in_any_window
+from tests.support.helpers import Background, declare, paged, products, race
 
 FIVE_A_SECOND = Rate(5, per=timedelta(seconds=1), burst=1)
 

@@ -10,7 +10,7 @@ import pytest
 
 from synclane_provider.core import DeclarationError, JobAbandoned, JobStatus, JobThrottled, Queue, WorkerLost
 from synclane_provider.core.retry import Jitter, RetryPolicy
-from tests.helpers import owners, products
+from tests.support.helpers import owners, products
 
 MINUTE = timedelta(minutes=1)
 EXACT = RetryPolicy(max_attempts=5, retry_max_delay=5 * MINUTE, jitter=Jitter.NONE)

@@ -8,10 +8,19 @@ from datetime import timedelta
 
 import pytest
 
-from synclane_provider.core import JobAbandoned, JobStatus, JobThrottled, Operations, Owner, Page, WorkerPool, WorkerSlot
+from synclane_provider.core import (
+    JobAbandoned,
+    JobStatus,
+    JobThrottled,
+    Operations,
+    Owner,
+    Page,
+    WorkerPool,
+    WorkerSlot,
+)
 from synclane_provider.core.runner import Outcome
 from synclane_provider.core.store import Finish
-from tests.helpers import Recorder, declare, execute, failing, orders, owners, paged, products, rows
+from tests.support.helpers import Recorder, declare, execute, failing, orders, owners, paged, products, rows
 
 MINUTE = timedelta(minutes=1)
 

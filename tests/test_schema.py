@@ -13,8 +13,8 @@ import pytest
 from synclane_provider.core import Operations
 from synclane_provider.core.schema import create_schema
 from synclane_provider.core.schema_versions import migration_script, read_status
-from tests.helpers import declare, products
 from tests.support.database import drop_schemas
+from tests.support.helpers import declare, products
 
 
 def indexes(admin, schema):

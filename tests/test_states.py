@@ -44,7 +44,7 @@ from synclane_provider.core import (
 from synclane_provider.core.queries import statement
 from synclane_provider.core.schema_versions import ensure_schema, shipped_migrations
 from synclane_provider.core.states import ALLOWED_TRANSITIONS, STOPPED, UNSETTLED, WAITING, WAITING_IN_TURN
-from tests.helpers import declare, owners, products
+from tests.support.helpers import declare, owners, products
 
 STATUSES = {s.value for s in JobStatus}
 MODES = {m.value for m in JobMode}

@@ -13,7 +13,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from synclane_provider.core import Operations, WorkerSlot
-from tests.helpers import declare, execute, orders, owners, products
+from tests.support.helpers import declare, execute, orders, owners, products
 
 UTC = timezone.utc
 NOW = datetime(2026, 11, 30, 10, 20, tzinfo=UTC)

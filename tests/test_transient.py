@@ -18,7 +18,7 @@ from psycopg import sql
 from synclane_provider.core import Database, Operations
 from synclane_provider.core.transient import Backoff, passes
 from synclane_provider.core.watch import TableWatch
-from tests.helpers import Background, declare, products
+from tests.support.helpers import Background, declare, products
 
 LOCKED_FOR = 0.8
 

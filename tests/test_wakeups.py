@@ -11,7 +11,7 @@ from psycopg import sql
 from synclane_provider.core import Operations, Owner, WorkerSlot
 from synclane_provider.core.records import Wakeup
 from synclane_provider.core.wakeups import channel
-from tests.helpers import declare, execute, orders, owners, paged, products
+from tests.support.helpers import declare, execute, orders, owners, paged, products
 
 MINUTE = timedelta(minutes=1)
 

@@ -18,8 +18,8 @@ from psycopg import sql
 from psycopg.rows import dict_row
 
 from synclane_demo.local import PROJECT, airflow_environment, airflow_service, wait_for_airflow
-from tests.real_airflow import AirflowApi, clean_environment, free_port, wait_until
 from tests.support.database import drop_schemas
+from tests.support.real_airflow import AirflowApi, clean_environment, free_port, wait_until
 
 pytestmark = [pytest.mark.airflow, pytest.mark.slow, pytest.mark.timeout(900)]
 

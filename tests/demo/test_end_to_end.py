@@ -38,8 +38,8 @@ from synclane_demo.local import PROJECT, airflow_environment, airflow_service, w
 from synclane_demo.processes import Service, wait_for_http
 from synclane_demo.shop.catalogue import Catalogue
 from synclane_demo.store import Store
-from tests.real_airflow import AirflowApi, Sampler, clean_environment, free_port, wait_until
 from tests.support.database import drop_schemas
+from tests.support.real_airflow import AirflowApi, Sampler, clean_environment, free_port, wait_until
 
 pytestmark = [pytest.mark.airflow, pytest.mark.slow, pytest.mark.timeout(2400)]
 

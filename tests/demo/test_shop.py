@@ -12,8 +12,8 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from synclane_demo.shop.catalogue import ACCOUNTS, PAGE_SIZE, Catalogue
-from synclane_demo.shop.limits import Limits, Refusal, parse_limits
 from synclane_demo.shop.faults import Faults
+from synclane_demo.shop.limits import Limits, Refusal, parse_limits
 
 NOW = datetime(2026, 11, 30, 10, 20, tzinfo=timezone.utc)
 

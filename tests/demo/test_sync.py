@@ -15,11 +15,11 @@ import pytest
 from psycopg import sql
 from psycopg.rows import dict_row
 
-from synclane_provider.core import Operations, WorkerPool, WorkerSlot
-from synclane_provider.core.lane_gate import LaneGate
 from synclane_demo.store import Store
 from synclane_demo.sync import build
-from tests.helpers import Background
+from synclane_provider.core import Operations, WorkerPool, WorkerSlot
+from synclane_provider.core.lane_gate import LaneGate
+from tests.support.helpers import Background
 
 
 def settle(synclane, database, queue="shops", timeout=60.0) -> None:

@@ -28,8 +28,8 @@ from synclane_provider.core import (
 )
 from synclane_provider.core.runner import Outcome
 from synclane_provider.core.wakeups import channel
-from tests.helpers import declare, failing, owners, paged, products, rows
 from tests.support.database import drop_schemas
+from tests.support.helpers import declare, failing, owners, paged, products, rows
 
 ODD_NAMES = [
     "it's \"quoted\"; DROP TABLE jobs; --",

@@ -16,7 +16,7 @@ from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
 from synclane_provider.core import Database, Operations, WorkerPool
-from tests.helpers import Background, connections_open, declare, owners, paged, products, rows
+from tests.support.helpers import Background, connections_open, declare, owners, paged, products, rows
 
 LIMIT = 4
 SLOTS = 12

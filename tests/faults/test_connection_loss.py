@@ -11,10 +11,18 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from synclane_provider.core import DatabaseUnavailableError, Job, Operations, Owner, Page, Session, WorkerPool, WorkerSlot
+from synclane_provider.core import (
+    DatabaseUnavailableError,
+    Job,
+    Operations,
+    Owner,
+    Page,
+    Session,
+    WorkerPool,
+    WorkerSlot,
+)
 from synclane_provider.core.runner import Outcome
-from tests.faults.proxy import Proxy
-from tests.faults.tools import (
+from tests.support.fault_tools import (
     PATIENCE,
     PageLog,
     application_name,
@@ -24,7 +32,8 @@ from tests.faults.tools import (
     wait_for,
     waiting_on_a_lock,
 )
-from tests.helpers import declare, owners, paged, products, rows
+from tests.support.helpers import declare, owners, paged, products, rows
+from tests.support.proxy import Proxy
 
 TOTAL = 300
 PAGE = 50

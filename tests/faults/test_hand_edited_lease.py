@@ -16,7 +16,7 @@ import pytest
 
 from synclane_provider.core import Operations, Page, WorkerSlot
 from synclane_provider.core.runner import Outcome
-from tests.helpers import Background, declare, execute, owners, products, rows
+from tests.support.helpers import Background, declare, execute, owners, products, rows
 
 PAGE_SECONDS = 0.3
 

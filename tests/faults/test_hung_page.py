@@ -11,9 +11,9 @@ from datetime import timedelta
 
 import pytest
 
-from synclane_provider.core import Operations, Owner, Page, WorkerPool, WorkerSlot
+from synclane_provider.core import Operations, Owner, WorkerPool, WorkerSlot
 from synclane_provider.core.runner import Outcome
-from tests.helpers import Background, declare, owners, paged, products, rows
+from tests.support.helpers import Background, declare, owners, paged, products, rows
 
 ACME = owners(Owner("acme-us", lane="acme"), Owner("acme-eu", lane="acme"))
 

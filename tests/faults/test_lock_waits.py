@@ -16,12 +16,11 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from synclane_provider.core import Database, Job, Operations, Owner, Page, Session, WorkerPool, WorkerSlot
-from synclane_provider.core import planner
-from synclane_provider.core.store import Store
+from synclane_provider.core import Database, Job, Operations, Owner, Page, Session, WorkerPool, WorkerSlot, planner
 from synclane_provider.core.runner import Outcome
-from tests.faults.tools import PATIENCE, PageLog, application_name, wait_for, waiting_on_a_lock
-from tests.helpers import declare, execute, owners, paged, products, rows
+from synclane_provider.core.store import Store
+from tests.support.fault_tools import PATIENCE, PageLog, application_name, wait_for, waiting_on_a_lock
+from tests.support.helpers import declare, execute, owners, paged, products, rows
 
 LANES = owners(*[Owner(f"{lane}-{n}", lane=lane) for lane in ("a", "b", "c") for n in (1, 2)])
 

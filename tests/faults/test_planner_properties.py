@@ -19,7 +19,7 @@ from psycopg import sql
 from synclane_provider.core import Operations, Owner, Queue, SnapshotType, SyncLane, WindowedType
 from synclane_provider.core.planning import Coverage, PlannedJob, instant_key, midnight, period_start, plan_type
 from synclane_provider.core.states import JobMode
-from tests.helpers import owners, paged, rows
+from tests.support.helpers import owners, paged, rows
 
 UTC = timezone.utc
 DAY = timedelta(days=1)

@@ -11,8 +11,8 @@ import time
 from pathlib import Path
 
 from synclane_provider.core import Operations
-from tests.faults.poison_worker import MAX_ATTEMPTS, declaration
-from tests.helpers import rows
+from tests.support.helpers import rows
+from tests.support.poison_worker import MAX_ATTEMPTS, declaration
 
 ROOT = Path(__file__).resolve().parents[2]
 DEADLINE = 90.0
@@ -27,7 +27,7 @@ def test_a_page_that_kills_its_worker_every_time_is_abandoned_and_its_lane_goes_
     while True:
         assert time.monotonic() - started < DEADLINE, f"not settled after {len(deaths)} worker deaths: {rows(admin, schema)}"
         child = subprocess.run(
-            [sys.executable, "-m", "tests.faults.poison_worker", database_url, schema],
+            [sys.executable, "-m", "tests.support.poison_worker", database_url, schema],
             cwd=ROOT, capture_output=True, text=True, timeout=DEADLINE,
         )
         pid = int(child.stdout.split()[1])

@@ -22,9 +22,9 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 from synclane_provider.core import Operations
-from tests.faults.crash_pool import LANES, OWNERS_PER_LANE, declaration, records_of
-from tests.helpers import rows
-from tests.lane_race import count_overlaps
+from tests.support.crash_pool import LANES, OWNERS_PER_LANE, declaration, records_of
+from tests.support.helpers import rows
+from tests.support.lane_race import count_overlaps
 
 ROOT = Path(__file__).resolve().parents[2]
 KILLS = 30
@@ -39,7 +39,7 @@ class Child:
     def __init__(self, number: int, url: str, schema: str, events: queue.Queue, stderr) -> None:
         self.number = number
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "tests.faults.crash_pool", url, schema],
+            [sys.executable, "-m", "tests.support.crash_pool", url, schema],
             cwd=ROOT,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,

@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "bench"
 sys.path.insert(0, str(BENCH))
 
-from soak_api import Call, PAGE_RECORDS, pages_of  # noqa: E402
+from soak_api import PAGE_RECORDS, Call, pages_of  # noqa: E402
 from soak_check import Ack, Faults, Row, check  # noqa: E402
 
 

@@ -15,15 +15,15 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
 from synclane_provider.core.schema import create_schema
-from tests.airflow_env import METADATA_DB, MIGRATED_COPY, PROVIDER_SCHEMA
+from tests.support.airflow_env import METADATA_DB, MIGRATED_COPY, PROVIDER_SCHEMA
 from tests.support.database import drop_schemas
 
-DECLARATION = "tests.provider.declaration:synclane"
+DECLARATION = "tests.support.provider_declaration:synclane"
 
 
 @pytest.fixture(scope="session")
 def airflow_db() -> None:
-    """Airflow's metadata database: copied in by tests/airflow_env.py when a migrated copy exists, else migrated now."""
+    """Airflow's metadata database: copied in by tests/support/airflow_env.py when a migrated copy exists, else migrated now."""
     if METADATA_DB.exists() and METADATA_DB.stat().st_size > 0:
         return
     from airflow.utils.db import initdb
@@ -46,7 +46,7 @@ def provider_schema_cleanup(database_url: str) -> Iterator[str]:
 @pytest.fixture
 def provider_schema(provider_schema_cleanup: str, admin: psycopg.Connection) -> str:
     """The provider tests' schema with an empty jobs table (the declaration in declaration.py uses it)."""
-    from tests.provider import declaration
+    from tests.support import provider_declaration as declaration
 
     create_schema(admin, PROVIDER_SCHEMA)
     admin.execute(sql.SQL("TRUNCATE {0}.jobs, {0}.coverage RESTART IDENTITY").format(sql.Identifier(PROVIDER_SCHEMA)))

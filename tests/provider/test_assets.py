@@ -10,10 +10,10 @@ from airflow.sdk.execution_time.context import OutletEventAccessors
 from synclane_provider.assets import alias, alias_name, asset, asset_uri
 from synclane_provider.operators.assets import SyncLaneAssetsOperator
 from synclane_provider.operators.work import SyncLaneWorkOperator
-from tests.helpers import rows
-from tests.provider import declaration as decl
 from tests.provider.conftest import DECLARATION
-from tests.provider.helpers import first_event, operations
+from tests.support import provider_declaration as decl
+from tests.support.helpers import rows
+from tests.support.provider_helpers import first_event, operations
 
 pytestmark = pytest.mark.airflow
 

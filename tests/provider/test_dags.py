@@ -9,10 +9,10 @@ import sys
 
 import pytest
 
-from tests.airflow_env import REPO
-from tests.helpers import rows
-from tests.provider import declaration as decl
-from tests.provider.helpers import operations
+from tests.support import provider_declaration as decl
+from tests.support.airflow_env import REPO
+from tests.support.helpers import rows
+from tests.support.provider_helpers import operations
 
 pytestmark = pytest.mark.airflow
 
@@ -20,7 +20,7 @@ pytestmark = pytest.mark.airflow
 
 @pytest.mark.parametrize(
     "declaration",
-    [None, "tests.provider.declaration:synclane"],
+    [None, "tests.support.provider_declaration:synclane"],
     ids=["example declaration", "test declaration"],
 )
 def test_the_dag_files_parse_without_touching_any_database_or_connection(declaration):
@@ -30,7 +30,7 @@ def test_the_dag_files_parse_without_touching_any_database_or_connection(declara
     # Were anything to use the connection at parse time, it would find nothing listening.
     env["AIRFLOW_CONN_SYNCLANE_DEFAULT"] = "postgresql://postgres@127.0.0.1:1/postgres"
     result = subprocess.run(
-        [sys.executable, "-m", "tests.provider.parse_probe", str(REPO / "dags")],
+        [sys.executable, "-m", "tests.support.parse_probe", str(REPO / "dags")],
         capture_output=True,
         text=True,
         cwd=REPO,
@@ -139,7 +139,7 @@ def test_every_operator_and_sensor_serializes_into_a_dag():
     from synclane_provider.sensors.drained import SyncLaneDrainedSensor
     from synclane_provider.sensors.initial_load import SyncLaneInitialLoadSensor
 
-    common = dict(synclane="tests.provider.declaration:synclane", synclane_queue="shops")
+    common = dict(synclane="tests.support.provider_declaration:synclane", synclane_queue="shops")
     with DAG("synclane_everything", schedule=None, start_date=datetime(2026, 1, 1, tzinfo=timezone.utc)) as dag:
         plan = SyncLanePlanOperator(task_id="plan", owner_id="globex", **common)
         work = SyncLaneWorkOperator(task_id="work", slot=1, idle_timeout=5, max_run_time=60, **common)

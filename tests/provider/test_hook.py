@@ -9,8 +9,8 @@ import pytest
 from synclane_provider.core import Operations
 from synclane_provider.hooks.synclane import SyncLaneHook
 from synclane_provider.operators.plan import SyncLanePlanOperator
-from tests.provider import declaration as decl
 from tests.provider.conftest import DECLARATION
+from tests.support import provider_declaration as decl
 
 pytestmark = pytest.mark.airflow
 

@@ -9,9 +9,9 @@ from synclane_provider.assets import initial_load_asset
 from synclane_provider.core import WorkerSlot
 from synclane_provider.hooks.synclane import SyncLaneHook
 from synclane_provider.triggers.initial_loads import InitialLoadsTrigger
-from tests.helpers import execute
-from tests.provider import declaration as decl
-from tests.provider.helpers import in_background, operations, unique_name, wait_until_waiting
+from tests.support import provider_declaration as decl
+from tests.support.helpers import execute
+from tests.support.provider_helpers import in_background, operations, unique_name, wait_until_waiting
 
 pytestmark = pytest.mark.airflow
 

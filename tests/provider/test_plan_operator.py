@@ -10,9 +10,9 @@ import pytest
 from synclane_provider.core import DeclarationError, UnknownOwnerError, UnknownQueueError
 from synclane_provider.locate import locate_queue, locate_synclane
 from synclane_provider.operators.plan import SyncLanePlanOperator, retry_bound
-from tests.helpers import execute, rows
-from tests.provider import declaration as decl
 from tests.provider.conftest import DECLARATION
+from tests.support import provider_declaration as decl
+from tests.support.helpers import execute, rows
 
 pytestmark = pytest.mark.airflow
 
@@ -61,10 +61,10 @@ def test_planning_one_owner(provider_schema, admin):
 @pytest.mark.parametrize(
     ("path", "message"),
     [
-        ("tests.provider.declaration", "must be an import path like 'package.module:attribute'"),
+        ("tests.support.provider_declaration", "must be an import path like 'package.module:attribute'"),
         ("tests.provider.nowhere:synclane", "cannot import module 'tests.provider.nowhere'"),
-        ("tests.provider.declaration:missing", "module 'tests.provider.declaration' has no attribute 'missing'"),
-        ("tests.provider.declaration:shops", "names a function, expected a SyncLane declaration"),
+        ("tests.support.provider_declaration:missing", "module 'tests.support.provider_declaration' has no attribute 'missing'"),
+        ("tests.support.provider_declaration:shops", "names a function, expected a SyncLane declaration"),
         (":synclane", "must be an import path"),
     ],
 )

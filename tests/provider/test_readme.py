@@ -11,7 +11,7 @@ import pytest
 from synclane_provider.core import Operations, WorkerPool
 from synclane_provider.hooks.synclane import SyncLaneHook
 from synclane_provider.locate import locate_synclane
-from tests.airflow_env import REPO
+from tests.support.airflow_env import REPO
 
 pytestmark = pytest.mark.airflow
 

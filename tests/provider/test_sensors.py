@@ -11,10 +11,10 @@ from synclane_provider.sensors.drained import SyncLaneDrainedSensor
 from synclane_provider.sensors.initial_load import SyncLaneInitialLoadSensor
 from synclane_provider.triggers.drained import DrainedTrigger
 from synclane_provider.triggers.initial_load import InitialLoadTrigger
-from tests.helpers import execute
-from tests.provider import declaration as decl
 from tests.provider.conftest import DECLARATION
-from tests.provider.helpers import in_background, operations
+from tests.support import provider_declaration as decl
+from tests.support.helpers import execute
+from tests.support.provider_helpers import in_background, operations
 
 pytestmark = pytest.mark.airflow
 

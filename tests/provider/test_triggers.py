@@ -13,9 +13,9 @@ from synclane_provider.core import WorkerSlot
 from synclane_provider.triggers.drained import DrainedTrigger
 from synclane_provider.triggers.due import JobDueTrigger
 from synclane_provider.triggers.initial_load import InitialLoadTrigger
-from tests.helpers import execute
-from tests.provider import declaration as decl
-from tests.provider.helpers import first_event, in_background, operations, unique_name, wait_until_waiting
+from tests.support import provider_declaration as decl
+from tests.support.helpers import execute
+from tests.support.provider_helpers import first_event, in_background, operations, unique_name, wait_until_waiting
 
 pytestmark = pytest.mark.airflow
 

@@ -14,10 +14,10 @@ from airflow.sdk.exceptions import AirflowException, TaskDeferred
 from synclane_provider.core import DatabaseUnavailableError
 from synclane_provider.operators.work import DEFER_GRACE, SyncLaneWorkOperator
 from synclane_provider.triggers.due import JobDueTrigger
-from tests.helpers import rows
-from tests.provider import declaration as decl
 from tests.provider.conftest import DECLARATION
-from tests.provider.helpers import first_event, operations
+from tests.support import provider_declaration as decl
+from tests.support.helpers import rows
+from tests.support.provider_helpers import first_event, operations
 
 pytestmark = pytest.mark.airflow
 

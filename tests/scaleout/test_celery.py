@@ -25,9 +25,9 @@ from datetime import datetime
 
 import pytest
 
-from tests.real_airflow import Sampler
-from tests.scaleout.cluster import WORK_DAG, CeleryCluster, RedisUnavailable, find_redis
-from tests.scaleout.workload import RECORDS_PER_PAGE, Workload, lane_overlaps
+from tests.support.celery_cluster import WORK_DAG, CeleryCluster, RedisUnavailable, find_redis
+from tests.support.celery_workload import RECORDS_PER_PAGE, Workload, lane_overlaps
+from tests.support.real_airflow import Sampler
 
 pytestmark = [pytest.mark.airflow, pytest.mark.slow, pytest.mark.timeout(600)]
 

@@ -7,9 +7,9 @@ import shutil
 import pytest
 import redis
 
-from tests.real_airflow import free_port
-from tests.scaleout import cluster
-from tests.scaleout.cluster import CLAIM_KEY, RedisUnavailable, find_redis
+from tests.support import celery_cluster as cluster
+from tests.support.celery_cluster import CLAIM_KEY, RedisUnavailable, find_redis
+from tests.support.real_airflow import free_port
 
 
 def _reachable(url: str) -> bool:

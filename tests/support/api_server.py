@@ -21,7 +21,7 @@ from pathlib import Path
 
 from synclane_demo.local import airflow_connection
 from synclane_demo.processes import Service, wait_for_http
-from tests.real_airflow import clean_environment, free_port
+from tests.support.real_airflow import clean_environment, free_port
 
 PROJECT = Path(__file__).resolve().parent.parent.parent
 DECLARATION = "tests.support.operate_declaration:synclane"

@@ -1,4 +1,4 @@
-"""A worker process for the rate-budget run: a pool of slots on the queue of ``tests.budget_race`` until every job
+"""A worker process for the rate-budget run: a pool of slots on the queue of ``tests.support.budget_race`` until every job
 is settled; exits non-zero (with the traceback on stderr) if the pool raised.
 
     python tests/support/budget_worker.py DATABASE_URL SCHEMA API_URL SPEC_JSON SLOTS
@@ -9,11 +9,10 @@ from __future__ import annotations
 import json
 import sys
 from datetime import timedelta
-
-from synclane_provider.core import Rate, WorkerPool
 from urllib.request import urlopen
 
-from tests.budget_race import QUEUE, WARM_UP_ACCOUNT, declaration
+from synclane_provider.core import Rate, WorkerPool
+from tests.support.budget_race import QUEUE, WARM_UP_ACCOUNT, declaration
 
 
 def main() -> None:

@@ -1,7 +1,7 @@
 """A worker process whose queue holds a poison page: the second page of ``acme-us``'s job kills the process
 that runs it (as an out-of-memory kill or a crashing parser would), every time.
 
-    python -m tests.faults.poison_worker DATABASE_URL SCHEMA
+    python -m tests.support.poison_worker DATABASE_URL SCHEMA
 
 It prints ``started PID`` and runs the queue until every job is settled, then prints ``settled``.
 """

@@ -1,6 +1,6 @@
 """Parses the dags/ folder the way Airflow's DAG processor does, recording every attempt to reach a database.
 
-Run as a script (``python -m tests.provider.parse_probe``) by test_dags.py, in
+Run as a script (``python -m tests.support.parse_probe``) by test_dags.py, in
 a fresh process so that nothing imported earlier hides an import-time
 connection. Prints one JSON line: DAG ids, import errors, parse seconds, and
 the connection attempts seen.

@@ -37,8 +37,8 @@ from psycopg import sql
 
 from synclane_demo.local import PROJECT, airflow_environment, sqlalchemy_url
 from synclane_demo.processes import Service, wait_for_http
-from tests.real_airflow import AirflowApi, clean_environment, free_port
-from tests.scaleout.workload import QUEUE, Workload
+from tests.support.celery_workload import QUEUE, Workload
+from tests.support.real_airflow import AirflowApi, clean_environment, free_port
 
 LOCAL_REDIS = "redis://127.0.0.1:6379"
 CLAIM_KEY = "synclane:claimed-by"
@@ -184,7 +184,7 @@ class CeleryCluster:
                 # A few metadata connections per process: the PostgreSQL server is shared.
                 "AIRFLOW__DATABASE__SQL_ALCHEMY_POOL_SIZE": "2",
                 "AIRFLOW__DATABASE__SQL_ALCHEMY_MAX_OVERFLOW": "4",
-                "SYNCLANE_DECLARATION": "tests.scaleout.workload:synclane",
+                "SYNCLANE_DECLARATION": "tests.support.celery_workload:synclane",
                 "SYNCLANE_QUEUE": QUEUE,
                 "SYNCLANE_IDLE_TIMEOUT": str(self.idle_timeout),
                 **self.workload.environment(),

@@ -22,7 +22,7 @@ import uuid
 from importlib.metadata import version
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 from tests.support.database import DATABASE_URL
 
 HOME = Path(tempfile.mkdtemp(prefix="synclane-airflow-home-"))
@@ -41,8 +41,8 @@ os.environ.update(
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{METADATA_DB}",
         "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
         "AIRFLOW_CONN_SYNCLANE_DEFAULT": DATABASE_URL,
-        # The example DAGs work the test declaration (tests/provider/declaration.py) in the test schema.
-        "SYNCLANE_DECLARATION": "tests.provider.declaration:synclane",
+        # The example DAGs work the test declaration (tests/support/provider_declaration.py) in the test schema.
+        "SYNCLANE_DECLARATION": "tests.support.provider_declaration:synclane",
         "SYNCLANE_QUEUE": "shops",
         "SYNCLANE_TEST_SCHEMA": PROVIDER_SCHEMA,
     }

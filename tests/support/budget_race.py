@@ -20,11 +20,20 @@ from pathlib import Path
 from urllib.request import urlopen
 
 from synclane_provider.core import (
-    Job, JobThrottled, Operations, Owner, Page, Queue, Rate, SnapshotType, SyncLane, parse_retry_after,
+    Job,
+    JobThrottled,
+    Operations,
+    Owner,
+    Page,
+    Queue,
+    Rate,
+    SnapshotType,
+    SyncLane,
+    parse_retry_after,
 )
 from synclane_provider.core.retry import Jitter, RetryPolicy
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 WORKER = ROOT / "tests" / "support" / "budget_worker.py"
 QUEUE = "api"
 WARM_UP = timedelta(seconds=3)

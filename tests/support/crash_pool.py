@@ -1,7 +1,7 @@
 """A worker process for the crash loop: a pool of slots draining a queue from a fake API, telling its parent
 on stdout what it is doing so the parent can SIGKILL it at a chosen point.
 
-    python -m tests.faults.crash_pool DATABASE_URL SCHEMA
+    python -m tests.support.crash_pool DATABASE_URL SCHEMA
 
 Lines it prints (times are ``time.monotonic()``, shared by every process of the machine):
 

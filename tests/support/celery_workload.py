@@ -1,6 +1,6 @@
 """The scale-out workload: a queue whose every page waits on a slow API, and a log of every page served.
 
-Airflow's processes import the declaration by path (``tests.scaleout.workload:synclane``) and read its
+Airflow's processes import the declaration by path (``tests.support.celery_workload:synclane``) and read its
 shape from the environment, which the Celery test and ``bench/scaleout.py`` set with
 :meth:`Workload.environment`: ``owners`` owners spread round-robin over ``lanes`` lanes, one snapshot job
 each, ``pages`` pages a job, each taking ``latency`` seconds. Like a real sync the handler spends its time

@@ -1,7 +1,7 @@
 """A worker process for crash tests: it runs pages until the cursor named on the command line,
 announces that page on stdout and then hangs inside it, waiting to be killed.
 
-    python -m tests.crash_worker DATABASE_URL SCHEMA HANG_AT_CURSOR
+    python -m tests.support.crash_worker DATABASE_URL SCHEMA HANG_AT_CURSOR
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import time
 from datetime import timedelta
 
 from synclane_provider.core import Job, Page, WorkerSlot
-from tests.helpers import declare, paged, products
+from tests.support.helpers import declare, paged, products
 
 TOTAL_RECORDS = 300
 LEASE = timedelta(seconds=2)

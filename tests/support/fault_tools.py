@@ -14,7 +14,7 @@ import psycopg
 
 from synclane_provider.core import Database, Job, Page
 from synclane_provider.core.queries import statement
-from tests.lane_race import count_overlaps
+from tests.support.lane_race import count_overlaps
 
 PATIENCE = 60.0
 """Seconds a test waits for something it expects to happen: generous, the machines are shared and slow."""
