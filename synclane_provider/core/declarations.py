@@ -160,6 +160,10 @@ class Queue:
     ``types`` are run in the order given: an earlier type's due jobs are taken before a later type's.
     ``retry`` is the queue's :class:`~synclane_provider.core.retry.RetryPolicy`; its settings may also be
     given one by one (``max_attempts=3, retry_delay=...``), and are readable that way whichever form was used.
+
+    ``max_lag`` (optional) is how far behind an owner may fall before the health check fails: now minus the
+    end of the newest completed window of each windowed type. It must be longer than every windowed type's
+    period (``every``), since a window is complete a period after it starts at the earliest.
     """
 
     name: str
@@ -173,6 +177,7 @@ class Queue:
     retry_max_delay: timedelta = None  # type: ignore[assignment]
     throttle_delay: timedelta = None  # type: ignore[assignment]
     throttle_max_delay: timedelta = None  # type: ignore[assignment]
+    max_lag: timedelta | None = None
 
     def __post_init__(self) -> None:
         checked_name("queue name", self.name)
@@ -195,6 +200,28 @@ class Queue:
         object.__setattr__(self, "retry", self._retry_policy())
         for setting in RETRY_SETTINGS:
             object.__setattr__(self, setting, getattr(self.retry, setting))
+        if self.max_lag is not None:
+            self._check_max_lag(self.max_lag, label)
+
+    def _check_max_lag(self, max_lag: timedelta, label: str) -> None:
+        """A lag limit the queue can meet: positive, longer than each windowed type's period."""
+        _positive(f"max_lag {label}", max_lag)
+        windowed = [t for t in self.types if isinstance(t, WindowedType)]
+        if not windowed:
+            raise DeclarationError(
+                f"max_lag {label} ({duration_text(max_lag)}) has nothing to measure: the queue declares no windowed type"
+            )
+        for job_type in windowed:
+            if max_lag <= job_type.every:
+                raise DeclarationError(
+                    f"max_lag {label} ({duration_text(max_lag)}) must be longer than the period of job type "
+                    f"{job_type.name!r} ({duration_text(job_type.every)}): its windows are that far behind between runs"
+                )
+
+    @property
+    def windowed_types(self) -> tuple[str, ...]:
+        """Names of the types whose completed windows say how fresh an owner is."""
+        return tuple(t.name for t in self.types if isinstance(t, WindowedType))
 
     def _retry_policy(self) -> RetryPolicy:
         given = {setting: getattr(self, setting) for setting in RETRY_SETTINGS if getattr(self, setting) is not None}

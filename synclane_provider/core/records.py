@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any, Mapping
 
 from synclane_provider.core.errors import HandlerResultError
@@ -188,3 +188,22 @@ class Wakeup:
     takeable: bool
     wake_at: datetime | None
     now: datetime
+
+
+@dataclass(frozen=True)
+class QueueCounts:
+    """How many jobs of a queue wait (pending, failed, deferred), run, and are abandoned."""
+
+    waiting: int
+    running: int
+    abandoned: int
+
+
+@dataclass(frozen=True)
+class Freshness:
+    """How far behind one owner is in one windowed type: now minus the end of its newest completed window."""
+
+    owner: str
+    type: str
+    fresh_until: datetime
+    lag: timedelta

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -12,8 +13,9 @@ from enum import Enum
 
 from synclane_provider.core.clock import Clock
 from synclane_provider.core.declarations import Queue
-from synclane_provider.core.errors import UnknownJobTypeError
+from synclane_provider.core.errors import JobThrottled, UnknownJobTypeError
 from synclane_provider.core.lease import LeaseKeeper, why_lost
+from synclane_provider.core.metrics import NO_METRICS, PAGE_DURATION, PAGES, RECORDS, THROTTLES, Metrics
 from synclane_provider.core.pages import PageLeftBehind, PageThread
 from synclane_provider.core.outcomes import describe_error, lost_attempt
 from synclane_provider.core.records import Job, Page
@@ -79,7 +81,9 @@ class JobRunner:
         final_write: FinalWrite,
         stop_grace: timedelta = DEFAULT_STOP_GRACE,
         log: logging.Logger | logging.LoggerAdapter[logging.Logger] | None = None,
+        metrics: Metrics = NO_METRICS,
     ) -> None:
+        self._metrics = metrics
         self._lease = lease
         self._pages = pages
         self._stop_grace = stop_grace
@@ -115,10 +119,12 @@ class JobRunner:
         start_count = job.processed_count
         current = job
         pages = 0
+        tags = {"queue": self._queue.name, "type": job.type}
         with self._lease.watch(job.id) as lease:
             while True:
                 if self._stop.is_set():
                     return self._release(current, pages, current.processed_count - start_count)
+                started = time.monotonic()
                 try:
                     answer = self._pages.call(
                         job_type.handler,
@@ -131,11 +137,15 @@ class JobRunner:
                     )
                     page = Page.check(answer, job_type=job.type, counted=current.processed_count)
                 except PageLeftBehind as left:
+                    self._metrics.timing(PAGE_DURATION, tags, time.monotonic() - started)
                     records = current.processed_count - start_count
                     if lease.lost:
                         return self._lost(current, pages, records)
                     return self._left_running(current, pages, records, str(left))
                 except Exception as exc:  # noqa: BLE001 - any handler failure (or a page timeout) is recorded on the row
+                    self._metrics.timing(PAGE_DURATION, tags, time.monotonic() - started)
+                    if isinstance(exc, JobThrottled):
+                        self._metrics.incr(THROTTLES, tags)
                     if lease.lost:
                         return self._lost(current, pages, current.processed_count - start_count)
                     failure = self._queue.retry.after_failure(job.attempt_count, exc)
@@ -155,6 +165,9 @@ class JobRunner:
                     if self._pages.finish_current(within=INTERRUPT_GRACE.total_seconds()):
                         self._release(current, pages, current.processed_count - start_count)
                     raise
+                self._metrics.timing(PAGE_DURATION, tags, time.monotonic() - started)
+                self._metrics.incr(PAGES, tags)
+                self._metrics.incr(RECORDS, tags, page.count)
                 pages += 1
                 processed = current.processed_count + page.count
                 if lease.lost:
