@@ -9,8 +9,10 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator
 
 from synclane_provider.core import Operations, SyncLane
+from synclane_provider.core.durations import duration_text
 from synclane_provider.hooks.synclane import SyncLaneHook
 from synclane_provider.locate import locate_queue
+from synclane_provider.stats import AirflowStats
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -28,6 +30,12 @@ class SyncLanePlanOperator(BaseOperator):
     difference with ``ON CONFLICT DO NOTHING``, so a retried, doubled or late
     run inserts nothing more. Returns ``{"queue", "owners", "inserted": {type:
     count}, "total"}`` (pushed to XCom) and logs one line per job type.
+
+    Then it reads the queue's gauges (jobs waiting, running, abandoned, the
+    largest freshness lag), logs them and sends them to Airflow's metrics
+    (``synclane.queue.*``): the planning run is the one task that runs every
+    minute whatever the workers do. A failure to read them is logged, never
+    fails the planning.
 
     :param synclane: import path of the declaration, ``"package.module:attribute"``.
     :param synclane_queue: name of the queue to plan (``queue`` is the executor's queue in Airflow).
@@ -60,8 +68,22 @@ class SyncLanePlanOperator(BaseOperator):
         with Operations(declaration, database) as operations:
             # A passing database error is waited out, but never into the next run's time.
             summary = operations.plan(queue.name, owner=self.owner_id or None, give_up_after=retry_bound(declaration))
-        for job_type, inserted in summary.inserted.items():
-            self.log.info(
-                "queue %s, type %s: %s job(s) inserted for %s owner(s)", queue.name, job_type, inserted, summary.owners
-            )
+            for job_type, inserted in summary.inserted.items():
+                self.log.info(
+                    "queue %s, type %s: %s job(s) inserted for %s owner(s)", queue.name, job_type, inserted, summary.owners
+                )
+            self._report_gauges(operations, queue.name)
         return {"queue": queue.name, "owners": summary.owners, "inserted": summary.inserted, "total": summary.total}
+
+    def _report_gauges(self, operations: Operations, queue: str) -> None:
+        try:
+            gauges = operations.gauges(queue)
+        except Exception as exc:  # noqa: BLE001 - the planning itself is done; its gauges are only a report
+            self.log.warning("queue %s: could not read its gauges: %s", queue, exc)
+            return
+        gauges.emit(AirflowStats())
+        lag = duration_text(gauges.max_freshness_lag) if gauges.max_freshness_lag is not None else "none yet"
+        self.log.info(
+            "queue %s: %s job(s) waiting, %s running, %s abandoned; largest freshness lag %s",
+            queue, gauges.waiting, gauges.running, gauges.abandoned, lag,
+        )
