@@ -106,3 +106,16 @@ def test_the_catalogue_names_each_metric_once_under_synclane():
     names = [metric.name for metric in CATALOGUE]
     assert len(names) == len(set(names))
     assert all(name.startswith("synclane.") for name in names)
+
+
+def test_docs_metrics_lists_every_metric_with_its_kind_and_tags():
+    from tests.airflow_env import REPO
+
+    rows = [line for line in (REPO / "docs/metrics.md").read_text(encoding="utf-8").splitlines()
+            if line.startswith("| `synclane.")]
+    documented = []
+    for row in rows:
+        name, kind, tags = [cell.strip() for cell in row.strip("|").split("|")][:3]
+        documented.append((name.strip("`"), kind, tuple(tag.strip(" `") for tag in tags.split(","))))
+    assert documented == [(m.name, m.kind.value, m.tags) for m in CATALOGUE]
+    assert all(m.description in row for m, row in zip(CATALOGUE, rows, strict=True))

@@ -63,8 +63,8 @@ QUEUE_RUNNING = Metric("synclane.queue.running", Kind.GAUGE, ("queue",), "jobs r
 QUEUE_ABANDONED = Metric("synclane.queue.abandoned", Kind.GAUGE, ("queue",), "jobs abandoned, waiting for a person")
 QUEUE_MAX_LAG = Metric(
     "synclane.queue.max_freshness_lag", Kind.GAUGE, ("queue",),
-    "seconds: the largest freshness lag of the queue's listed owners (now minus the end of the newest completed "
-    "window, or the last completed snapshot); 0 when no owner has completed anything yet",
+    "seconds: the largest freshness lag among the owners the owner source lists (now minus the end of the newest "
+    "completed window of a windowed type); 0 while none has completed a window",
 )
 
 CATALOGUE: tuple[Metric, ...] = (
