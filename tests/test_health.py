@@ -190,3 +190,15 @@ def test_an_owner_given_as_owner_with_a_lane_is_checked_by_its_id(schema, databa
         run_everything(shared, database_url, clock)
         clock.advance(timedelta(hours=2))
         assert [f.owner for f in ops.check_health("shops", abandoned_since=clock.now).findings] == ["acme-us"]
+
+
+def test_a_hand_job_does_not_make_an_owner_fresh(ops, lane, database_url, clock):
+    """Freshness follows the plan, as coverage does: a hand job's window (which may even end in the future)
+    neither hides nor causes a lag."""
+    ops.plan("shops")
+    run_everything(lane, database_url, clock)
+    since = clock.advance(timedelta(hours=2))
+    ops.enqueue("shops", "acme", "orders", window_start=clock.now - timedelta(hours=1),
+                window_end=clock.now + timedelta(days=1), key="backfill")
+    run_everything(lane, database_url, clock)
+    assert "acme" in [f.owner for f in ops.check_health("shops", abandoned_since=since).findings]
