@@ -7,11 +7,6 @@ does the same after pointing the configuration at its socket, and puts the no-op
 from __future__ import annotations
 
 import doctest
-import re
-import socket
-import threading
-import time
-from collections import defaultdict
 
 import pytest
 
@@ -21,52 +16,11 @@ from tests.airflow_env import REPO
 from tests.helpers import execute
 from tests.provider import declaration as decl
 from tests.provider.helpers import operations
+from tests.support.statsd import Listener
 
 pytestmark = pytest.mark.airflow
 
-PACKET = re.compile(r"^(?P<name>[^:,]+)(?P<tags>(?:,[^:]+)?):(?P<value>[-\d.]+)\|(?P<type>c|ms|g)$")
 STATSD_TYPE = {Kind.COUNTER: "c", Kind.TIMER: "ms", Kind.GAUGE: "g"}
-
-
-class Listener:
-    """A UDP socket on 127.0.0.1 read on a thread of its own as packets come (the kernel's buffer holds only a
-    few hundred datagrams: read after the run, the rest would be dropped)."""
-
-    def __init__(self) -> None:
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.settimeout(0.1)
-        self.port = self.sock.getsockname()[1]
-        self.lines: list[str] = []
-        self.last = time.monotonic()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._read, name="statsd-listener", daemon=True)
-        self._thread.start()
-
-    def _read(self) -> None:
-        while not self._stop.is_set():
-            try:
-                data = self.sock.recv(65535).decode()
-            except socket.timeout:
-                continue
-            self.last = time.monotonic()
-            self.lines.extend(data.splitlines())
-
-    def received(self, *, settle: float = 0.5) -> dict[str, list[tuple[str, str, float]]]:
-        """Every packet so far, by metric name: (tags, type, value), once none came for ``settle`` s."""
-        while time.monotonic() - self.last < settle:
-            time.sleep(0.05)
-        packets: dict[str, list[tuple[str, str, float]]] = defaultdict(list)
-        for line in list(self.lines):
-            match = PACKET.match(line)
-            assert match, f"not a StatsD packet: {line!r}"
-            packets[match["name"]].append((match["tags"], match["type"], float(match["value"])))
-        return packets
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(5)
-        self.sock.close()
 
 
 @pytest.fixture
