@@ -10,7 +10,7 @@ holds the tag values: ``synclane.jobs.finished.<queue>.<type>.<outcome>``.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import timedelta
 
 from airflow.sdk import conf
@@ -51,7 +51,7 @@ class AirflowStats:
     def gauge(self, metric: Metric, tags: Mapping[str, str], value: float) -> None:
         self._send(lambda name, t: Stats.gauge(name, value, tags=t), metric, tags)
 
-    def _send(self, send, metric: Metric, tags: Mapping[str, str]) -> None:  # type: ignore[no-untyped-def]
+    def _send(self, send: Callable[[str, dict[str, str] | None], None], metric: Metric, tags: Mapping[str, str]) -> None:
         try:
             send(metric.name, dict(tags))
             if self.flat_names:
