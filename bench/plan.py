@@ -1,7 +1,10 @@
 """Planner scale: 10,000 owners, a windowed type (730-day horizon, 30-day slices, every 15 minutes) and a
 snapshot type. Measures the first plan, a repeated plan that inserts nothing, and raising the horizon
-from 60 to 730 days, each beside a hand-written single INSERT ... SELECT ... ON CONFLICT DO NOTHING of
-the same rows (the baseline) on the same server in the same run.
+from 60 to 730 days, each beside the best hand-written SQL for the same answer (the baseline) on the same
+server in the same run: for the first plan and the raised horizon, one INSERT ... SELECT ... ON CONFLICT DO
+NOTHING of the same rows; for the repeated plan, one set-based read of every owner's coverage that finds
+nothing missing (re-running the insert would be a straw man: the planner only reads when nothing is due).
+The repeated plan is the best of three runs on each side.
 
     .venv/bin/python bench/plan.py            # 10,000 owners
     .venv/bin/python bench/plan.py --quick    # 2,000 owners
@@ -65,6 +68,31 @@ ON CONFLICT (queue, owner, type, dedup_key) DO NOTHING
 """
 
 
+BASELINE_REPLAN = """
+WITH wanted AS (
+    SELECT 'owner-' || i AS owner, t.type, t.horizon_start, t.period_start
+    FROM generate_series(1, %(owners)s) AS i
+    CROSS JOIN (VALUES ('orders', %(horizon_start)s::timestamptz, %(orders_period)s::timestamptz),
+                       ('products', NULL::timestamptz, %(products_period)s::timestamptz))
+         AS t(type, horizon_start, period_start)
+),
+existing AS (
+    SELECT owner, type, bool_or(mode = 'initial') AS has_initial,
+           min(window_start) FILTER (WHERE mode = 'initial') AS initial_start,
+           max(window_end) AS covered_until, max(created_at) AS last_created_at
+    FROM {jobs}
+    WHERE queue = 'shops' AND mode <> 'manual'
+    GROUP BY owner, type
+)
+SELECT w.owner, w.type
+FROM wanted AS w
+LEFT JOIN existing AS e ON e.owner = w.owner AND e.type = w.type
+WHERE e.owner IS NULL OR NOT e.has_initial OR e.initial_start > w.horizon_start
+   OR e.covered_until < w.period_start OR (e.covered_until IS NULL AND e.last_created_at < w.period_start)
+"""
+"""Which owner-types lack something, for every owner in one statement: what a repeated plan has to find out."""
+
+
 def timed(action) -> tuple[float, object]:
     started = time.perf_counter()
     result = action()
@@ -94,6 +122,18 @@ def main() -> None:
             seconds, _ = timed(lambda: conn.execute(statement, params))
         return seconds
 
+    def baseline_replan() -> float:
+        """The coverage read over the engine's own table (same rows, same vacuum), which must find nothing."""
+        params = {"owners": count, "horizon_start": datetime(2026, 11, 30, tzinfo=timezone.utc) - 730 * DAY,
+                  "orders_period": datetime(2026, 11, 30, 10, 15, tzinfo=timezone.utc),
+                  "products_period": datetime(2026, 11, 30, tzinfo=timezone.utc)}
+        with psycopg.connect(url, autocommit=True) as conn:
+            statement = sql.SQL(BASELINE_REPLAN).format(jobs=sql.SQL("{}.jobs").format(sql.Identifier(schema)))
+            seconds, cursor = timed(lambda: conn.execute(statement, params))
+            missing = cursor.fetchall()
+        assert not missing, f"the baseline read finds {len(missing)} owner-types missing where the planner found none"
+        return seconds
+
     def plan(horizon: int):
         lane = declaration(schema, owners, horizon)
         with Operations(lane, lane.database(url)) as ops:
@@ -108,13 +148,14 @@ def main() -> None:
     with psycopg.connect(url, autocommit=True) as conn:
         for name in (schema, baseline_schema):
             conn.execute(sql.SQL("VACUUM ANALYZE {}.jobs").format(sql.Identifier(name)))
-    replan_s, replan = plan(730)
-    baseline_replan_s = baseline(730)
+    replans = [plan(730) for _ in range(3)]
+    replan_s, replan = min(replans, key=lambda timing: timing[0])
+    baseline_replan_s = min(baseline_replan() for _ in range(3))
     rows.append(("repeated plan", replan_s, replan.total, baseline_replan_s))
 
     with psycopg.connect(url, autocommit=True) as conn:
         for name in (schema, baseline_schema):
-            conn.execute(sql.SQL("TRUNCATE {}.jobs").format(sql.Identifier(name)))
+            conn.execute(sql.SQL("TRUNCATE {0}.jobs, {0}.coverage").format(sql.Identifier(name)))
     plan(60)
     baseline(60)
     raise_s, raised = plan(730)
@@ -126,8 +167,9 @@ def main() -> None:
         print(f"{label:<24} {count:>7} {inserted:>9} {seconds:9.3f} {base:11.3f} {seconds / base:6.2f}")
     drop_schema(url, schema)
     drop_schema(url, baseline_schema)
-    print(f"first_plan_s={first_s:.3f} baseline_s={baseline_s:.3f} replan_s={replan_s:.3f} raise_horizon_s={raise_s:.3f} "
-          f"first_plan_ratio={first_s / baseline_s:.2f} owners={count}")
+    print(f"first_plan_s={first_s:.3f} baseline_s={baseline_s:.3f} replan_s={replan_s:.3f} "
+          f"baseline_replan_s={baseline_replan_s:.3f} replan_ratio={replan_s / baseline_replan_s:.2f} "
+          f"raise_horizon_s={raise_s:.3f} first_plan_ratio={first_s / baseline_s:.2f} owners={count}")
 
 
 if __name__ == "__main__":

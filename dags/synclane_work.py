@@ -23,6 +23,8 @@ SYNCLANE = os.environ.get("SYNCLANE_DECLARATION", "synclane_provider.example:syn
 QUEUE = os.environ.get("SYNCLANE_QUEUE", "example")
 IDLE_TIMEOUT = int(os.environ.get("SYNCLANE_IDLE_TIMEOUT", "600"))  # the default of the idle_timeout param
 
+SLOT_RETRIES = 100
+
 declaration, queue = locate_queue(SYNCLANE, QUEUE)  # imports the declaration only: no connection
 
 with DAG(
@@ -46,7 +48,14 @@ with DAG(
         idle_timeout="{{ params.idle_timeout }}",
         max_run_time="{{ params.max_run_time }}",
         deferrable=True,
-        retries=2,  # a slot that could not start (or lost its database for too long) comes back
+        # Every Airflow restart fails a try of each slot: the one running (Ctrl-C, a deploy), or the one the
+        # restarted scheduler hands out before the API server listens. So a slot gets more retries than
+        # restarts can use up within one run (a run lasts at most max_run_time), each 15 s after the last:
+        # the queue is back to all its slots within a minute or two of any restart, with nobody clearing
+        # tasks. A slot that fails for a reason of its own (its declaration does not import, the database is
+        # gone for longer than a worker waits) shows each failed try in the grid, and fails for good after
+        # SLOT_RETRIES of them.
+        retries=SLOT_RETRIES,
         retry_delay=timedelta(seconds=15),
         map_index_template="{{ task.synclane_queue }} slot {{ task.slot }}",
     ).expand(slot=list(range(queue.concurrency)))

@@ -5,7 +5,8 @@ page that starts at the cursor, stores it with an upsert (a page may run twice)
 and says where the next page starts. What the shop said goes back to SyncLane
 as one of three things:
 
-* 429 → :class:`JobThrottled` with the wait from ``Retry-After``: the job waits exactly that long.
+* 429 → :class:`JobThrottled` with the wait from ``Retry-After``: the job, and every job of its lane (acme-us
+  and acme-eu share acme's), waits exactly that long.
 * an unknown account → :class:`JobAbandoned`: a retry cannot help, a person should look.
 * anything else (a 503, an unreadable page, a timeout) → the exception itself: an ordinary
   failure, retried with backoff from the same cursor.

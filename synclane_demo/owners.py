@@ -3,12 +3,15 @@
     UPDATE demo.accounts SET connected = false WHERE id = 'initech';   -- planned no more
     INSERT INTO demo.accounts (id) VALUES ('hooli');                   -- planned on the next pass
 
-The planner asks once per pass; nothing is cached, so a change is seen within a minute.
+The planner asks once per pass; nothing is cached, so a change is seen within a minute. Each owner carries its
+lane's rate budget (the shop's limit for its seller, from the demo's settings): workers read it from here too.
 """
 
 from __future__ import annotations
 
-from synclane_provider.core import Owner
+from collections.abc import Mapping
+
+from synclane_provider.core import Owner, Rate
 
 from synclane_demo.store import Store
 
@@ -16,8 +19,12 @@ from synclane_demo.store import Store
 class ConnectedAccounts:
     """Lists the connected accounts of the demo's ``accounts`` table as owners, with their lanes."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, rates: Mapping[str, Rate] | None = None) -> None:
         self._store = store
+        self._rates = dict(rates or {})
 
     def __call__(self, queue: str) -> list[Owner]:
-        return [Owner(account, lane) for account, lane in self._store.connected_accounts()]
+        return [
+            Owner(account, lane, rate=self._rates.get(lane or account))
+            for account, lane in self._store.connected_accounts()
+        ]

@@ -56,13 +56,13 @@ class Service:
     def running(self) -> bool:
         return self.process is not None and self.process.poll() is None
 
-    def stop(self, *, graceful: float = 60.0, forced: float = 10.0) -> int | None:
-        """Stop the whole group: SIGTERM, wait up to ``graceful`` s for every member to exit, then SIGKILL
-        every process of the service, in its group or not."""
+    def stop(self, *, graceful: float = 60.0, forced: float = 10.0, signal_first: int = signal.SIGTERM) -> int | None:
+        """Stop the whole group: SIGTERM (or SIGINT, as Ctrl-C in a terminal sends), wait up to ``graceful`` s
+        for every member to exit, then SIGKILL every process of the service, in its group or not."""
         if self.process is None:
             return None
         if self.members():
-            self._signal_group(signal.SIGTERM)
+            self._signal_group(signal_first)
             deadline = time.monotonic() + graceful
             while time.monotonic() < deadline and self.members():
                 time.sleep(0.2)

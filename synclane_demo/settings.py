@@ -13,6 +13,7 @@ delays and lease.
     SYNCLANE_DEMO_HORIZON, _SLICE, _ORDERS_EVERY, _OVERLAP, _PRODUCTS_EVERY, _MAX_LAG
     SYNCLANE_DEMO_CONCURRENCY, _MAX_ATTEMPTS, _LEASE, _RETRY_DELAY, _RETRY_MAX_DELAY,
     SYNCLANE_DEMO_THROTTLE_DELAY, _THROTTLE_MAX_DELAY, _POLL_INTERVAL, _SHOP_TIMEOUT
+    SYNCLANE_DEMO_RATES          the rate budget per lane, requests a second  (acme=2: the shop's limit for acme)
 
 Durations are written ``90s``, ``5m``, ``2h`` or ``730d`` (a bare number is seconds).
 """
@@ -24,6 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from datetime import timedelta
 
+from synclane_provider.core import Rate
 from synclane_provider.core.durations import parse_duration
 
 PREFIX = "SYNCLANE_DEMO_"
@@ -58,6 +60,22 @@ class DemoSettings:
     throttle_max_delay: timedelta = timedelta(minutes=1)
     poll_interval: timedelta = timedelta(seconds=5)
     shop_timeout: timedelta = timedelta(seconds=30)
+    rates: str = "acme=2"
+    """The rate budget of each lane that has one, in requests a second: ``lane=N[,lane=N]`` (see :func:`lane_rates`)."""
+
+    def lane_rates(self) -> dict[str, Rate]:
+        """``rates`` as a :class:`Rate` per lane; a bad entry names the variable.
+
+        >>> DemoSettings(rates="acme=2, globex=10").lane_rates()["acme"].requests
+        2
+        """
+        rates: dict[str, Rate] = {}
+        for entry in filter(None, (part.strip() for part in self.rates.split(","))):
+            lane, _, number = entry.partition("=")
+            if not lane.strip() or not number.strip().isdigit() or int(number) < 1:
+                raise ValueError(f"{PREFIX}RATES: a rate is written lane=N (N requests a second), got {entry!r}")
+            rates[lane.strip()] = Rate(int(number), per=timedelta(seconds=1))
+        return rates
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> "DemoSettings":

@@ -27,7 +27,7 @@ def build(settings: DemoSettings) -> SyncLane:
         queues=[
             Queue(
                 settings.queue,
-                owners=ConnectedAccounts(store),
+                owners=ConnectedAccounts(store, settings.lane_rates()),  # acme: 2 requests a second, as the shop allows
                 types=[
                     SnapshotType("products", ProductsHandler(shop, store), every=settings.products_every),
                     WindowedType(

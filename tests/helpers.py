@@ -84,8 +84,14 @@ def rows(
 
 
 def execute(conn: psycopg.Connection, schema: str, statement: str, params: Iterable = ()) -> None:
-    """Run ``statement`` with ``{jobs}`` standing for the schema's jobs table."""
-    conn.execute(sql.SQL(statement).format(jobs=sql.SQL("{}.jobs").format(sql.Identifier(schema))), list(params))
+    """Run ``statement`` with ``{jobs}`` and ``{coverage}`` standing for the schema's tables."""
+    conn.execute(
+        sql.SQL(statement).format(
+            jobs=sql.SQL("{}.jobs").format(sql.Identifier(schema)),
+            coverage=sql.SQL("{}.coverage").format(sql.Identifier(schema)),
+        ),
+        list(params),
+    )
 
 
 class Background:

@@ -6,6 +6,7 @@ the forms the README shows. The garbage collector is off throughout, so that not
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import time
 import uuid
@@ -119,3 +120,12 @@ def test_a_pool_drained_twice_reconnects_and_closes_again(declaration, named_url
                 ops.enqueue("shops", f"owner-{n}", "products", key=f"round-{round}")
         assert pool.drain().outcomes["completed"] == 30
         assert open_connections() == 0
+
+
+@pytest.mark.parametrize(("synchronous_commit", "shown"), [(False, "off"), (True, "on")])
+def test_a_worker_sessions_commits_wait_for_the_disk_only_when_the_declaration_asks(
+    schema, database_url, synchronous_commit, shown
+):
+    declaration = dataclasses.replace(declare(schema, products()), synchronous_commit=synchronous_commit)
+    with declaration.database(database_url) as database, WorkerSlot(declaration, database, "shops") as slot:
+        assert slot.session._connection().execute("SHOW synchronous_commit").fetchone()["synchronous_commit"] == shown

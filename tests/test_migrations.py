@@ -13,6 +13,7 @@ import functools
 import hashlib
 import logging
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -35,6 +36,7 @@ from synclane_provider.core import (
     WorkerSlot,
 )
 from synclane_provider.core.schema_versions import (
+    RESERVED_VERSIONS,
     SHIPPED,
     VERSION_TABLE,
     ensure_schema,
@@ -51,7 +53,7 @@ from tests.support.released import SCHEMA_0_1_0, install_0_1_0
 
 SUPPORT = Path(__file__).parent / "support"
 SHIPPED_VERSIONS = [(m.version, m.name) for m in shipped_migrations()]
-LATEST = len(SHIPPED_VERSIONS)
+LATEST = SHIPPED_VERSIONS[-1][0]
 SHIPPED_LABELS = ", ".join(m.label for m in shipped_migrations())
 PROBE, PROBE_INDEX = f"{LATEST + 1:04d}_probe", f"{LATEST + 2:04d}_probe_index"
 """Two migrations after the shipped ones, for tests only (``tests/support/migrations``), numbered after them."""
@@ -147,7 +149,9 @@ def schema_exists(admin: psycopg.Connection, schema: str) -> bool:
 
 def test_shipped_migrations_are_numbered_from_one_and_released_ones_are_never_edited():
     migrations = shipped_migrations()
-    assert [m.version for m in migrations] == list(range(1, len(migrations) + 1))
+    assert [m.version for m in migrations] == [
+        v for v in range(1, migrations[-1].version + 1) if v not in RESERVED_VERSIONS or v in {m.version for m in migrations}
+    ]
     assert migrations[0].label == "0001_initial"
     for migration in migrations:
         digest = hashlib.sha256(SHIPPED.joinpath(f"{migration.label}.sql").read_bytes()).hexdigest()
@@ -192,6 +196,19 @@ def test_the_objects_start_up_checks_are_the_ones_the_migrations_make(admin, dat
         assert required_tables(migrations) | {VERSION_TABLE} == {t["name"] for t in found["tables"]}
 
 
+def test_every_rule_on_a_row_is_named_for_what_it_guards(admin, database_url, fresh_schema):
+    """A hand-written UPDATE that breaks a rule is told which one, in words (not ``jobs_check1``)."""
+    migrated(database_url, fresh_schema)
+    names = {c["name"] for c in snapshot(admin, fresh_schema)["constraints"]}
+    assert "jobs_running_means_leased" in names
+    assert [name for name in names if re.fullmatch(r"\w+_(check|key|excl)\d*", name)] == []
+
+    admin.execute(sql.SQL("INSERT INTO {}.jobs (queue, owner, lane, type, mode, dedup_key) VALUES "
+                          "('shops', 'acme', 'acme', 'orders', 'manual', 'k')").format(sql.Identifier(fresh_schema)))
+    with pytest.raises(psycopg.errors.CheckViolation, match="jobs_running_means_leased"):
+        admin.execute(sql.SQL("UPDATE {}.jobs SET status = 'running'").format(sql.Identifier(fresh_schema)))
+
+
 # --- upgrading ------------------------------------------------------------------------------------------------
 
 
@@ -228,7 +245,7 @@ def test_the_catalog_comparison_sees_a_changed_column_constraint_or_index_predic
     for change in (
         "ALTER TABLE {s}.jobs ALTER COLUMN priority SET DEFAULT 1",
         "ALTER TABLE {s}.jobs ALTER COLUMN cursor SET NOT NULL",
-        "ALTER TABLE {s}.jobs DROP CONSTRAINT jobs_attempt_count_check, ADD CHECK (attempt_count >= 1)",
+        "ALTER TABLE {s}.jobs DROP CONSTRAINT jobs_attempt_count_not_negative, ADD CHECK (attempt_count >= 1)",
         "DROP INDEX {s}.jobs_waiting_by_time; CREATE INDEX jobs_waiting_by_time ON {s}.jobs (queue, next_run_at)"
         " WHERE status IN ('pending', 'failed')",
     ):

@@ -142,6 +142,26 @@ def test_requeue_touches_only_stopped_jobs_of_the_named_owner(ops, admin, schema
     assert ("acme", "orders", "completed") in statuses
 
 
+def test_requeue_brings_forward_a_pending_job_set_to_run_far_later(ops, admin, schema, clock):
+    ops.plan("shops", now=clock.now)
+    execute(admin, schema, "UPDATE {jobs} SET next_run_at = now() + interval '30 days' WHERE owner = 'acme'")
+    due_already = {r["id"] for r in rows(admin, schema, "owner = 'globex'")}
+
+    brought_forward = ops.requeue("shops", owner="acme", now=clock.now)
+
+    assert brought_forward == len(rows(admin, schema, "owner = 'acme'")) > 0
+    assert {r["next_run_at"] for r in rows(admin, schema, "owner = 'acme'")} == {clock.now}
+    assert ops.requeue("shops", owner="globex", now=clock.now) == 0  # already due: nothing to bring forward
+    assert {r["id"] for r in rows(admin, schema, "owner = 'globex'")} == due_already
+
+
+def test_a_requeued_job_shows_its_last_error_until_it_completes(ops, admin, schema, clock):
+    ops.plan("shops", now=clock.now)
+    execute(admin, schema, "UPDATE {jobs} SET status = 'abandoned', error = 'HTTP 500' WHERE type = 'products'")
+    ops.requeue("shops", now=clock.now)
+    assert {r["error"] for r in rows(admin, schema, "type = 'products'")} == {"HTTP 500"}
+
+
 def test_cancel_abandons_waiting_jobs_now_and_marks_the_running_one_to_stop(ops, admin, schema, clock, lane, database_url):
     ops.plan("shops", now=clock.now)
     with WorkerSlot(lane, lane.database(database_url), "shops", clock=clock) as slot:

@@ -206,11 +206,15 @@ def test_eight_racing_planners_create_every_job_exactly_once(ops, admin, schema,
     assert counted == {"n": expected, "distinct_keys": expected}
 
 
-def test_deleted_recurring_job_is_planned_again_in_its_period(ops, admin, schema, clock):
+def test_a_deleted_job_is_not_planned_again_until_its_coverage_row_is_deleted_too(ops, admin, schema, clock):
+    """Coverage lives on its own row (so that retention can delete jobs); forgetting a window takes both."""
     operations = ops(orders())
     operations.plan("shops", now=clock.now)
     execute(admin, schema, "DELETE FROM {jobs} WHERE mode = 'recurring'")
+    assert operations.plan("shops", now=clock.now).inserted == {"orders": 0}
+    execute(admin, schema, "DELETE FROM {coverage}")
     assert operations.plan("shops", now=clock.now).inserted == {"orders": 1}
+    assert operations.plan("shops", now=clock.now).inserted == {"orders": 0}
 
 
 def test_planning_waits_out_a_passing_error_of_the_owner_source_and_not_a_bug(ops, admin, schema, clock):

@@ -15,7 +15,7 @@ against ``synclane_provider/core/states.py``.
   a status must have run.
 
 Adding a status: one member of ``JobStatus`` (and of the sets it belongs to, and its transitions), one
-migration replacing the ``jobs_status_check`` constraint (and the partial indexes, if it waits), and a step in
+migration replacing the ``jobs_status_is_known`` constraint (and the partial indexes, if it waits), and a step in
 ``test_every_transition_the_engine_performs_is_allowed_and_every_allowed_one_is_performed`` that performs
 its transitions. These tests name every statement, index and pair still to update.
 """
@@ -202,8 +202,8 @@ def test_the_table_checks_and_indexes_agree_with_the_python_sets(admin, database
         [f"{sql.Identifier(fresh_schema).as_string(admin)}.jobs"],
     ).fetchall()
     by_name = {row["conname"]: row["definition"] for row in checks}
-    assert values_in(by_name["jobs_status_check"]) == STATUSES
-    assert values_in(by_name["jobs_mode_check"]) == MODES
+    assert values_in(by_name["jobs_status_is_known"]) == STATUSES
+    assert values_in(by_name["jobs_mode_is_known"]) == MODES
     for name, definition in by_name.items():
         uses = state_uses(f"constraint {name}", definition.replace("::text", ""))
         assert check_members(uses) == []
@@ -223,7 +223,12 @@ def test_the_table_checks_and_indexes_agree_with_the_python_sets(admin, database
     waiting = {name: found for name, found in predicates.items() if "waiting" in name}
     assert len(waiting) == 3 and all(found == NAMED_SETS["WAITING"] for found in waiting.values()), waiting
     assert predicates["jobs_one_running_per_lane"] == {JobStatus.RUNNING.value}
-    assert set(predicates) == set(waiting) | {"jobs_one_running_per_lane"}
+    # Retention's and progress's indexes (migration 0006): finished jobs by state, initial jobs by mode.
+    assert predicates["jobs_completed_by_age"] == {JobStatus.COMPLETED.value, JobMode.INITIAL.value}
+    assert predicates["jobs_abandoned"] == {JobStatus.ABANDONED.value}
+    assert predicates["jobs_initial_by_owner"] == {JobMode.INITIAL.value}
+    retention = {"jobs_completed_by_age", "jobs_abandoned", "jobs_initial_by_owner"}
+    assert set(predicates) == set(waiting) | {"jobs_one_running_per_lane"} | retention
 
 
 def test_the_transitions_cover_every_state_and_the_named_sets_are_states():

@@ -98,3 +98,44 @@ def test_a_job_handed_back_on_a_graceful_stop_notifies_idle_workers(schema, data
             worker.close()
         received = [note.payload for note in listener.notifies(timeout=10, stop_after=1)]
     assert received == ["shops"]
+
+
+def test_idle_waiters_take_turns_one_per_job_that_can_be_taken(schema, database_url, admin, clock):
+    """Waiters holding the queue's key each see only their turn: with k jobs to take, the k first wake."""
+    from synclane_provider.core.queries import statement
+    from synclane_provider.core.wakeups import waiter_key
+
+    lane = declare(schema, products(), owner_source=owners("acme", "globex", "initech"))
+    key = waiter_key(schema, "shops")
+    query = statement("worker_wakeup", schema)
+    waiters = [psycopg.connect(database_url, autocommit=True) for _ in range(4)]
+    try:
+        for conn in waiters:
+            conn.execute("SELECT pg_advisory_lock_shared(%s, %s)", list(key))
+        waiters.sort(key=lambda conn: conn.info.backend_pid)  # the line is by backend pid
+
+        def turns() -> list[tuple[bool, int]]:
+            values = {"queue": "shops", "now": clock.now, "waiter_class": key[0], "waiter_object": key[1]}
+            found = []
+            for conn in waiters:
+                with psycopg.RawCursor(conn) as cur:
+                    takeable, behind = cur.execute(query.text, query.arguments(values)).fetchone()[:2]
+                found.append((takeable, behind))
+            return found
+
+        with Operations(lane, lane.database(database_url)) as ops:
+            assert turns() == [(False, 0)] * 4  # nothing to take: nobody is behind anyone
+            ops.enqueue("shops", "acme", "products", key="one", now=clock.now)
+            assert turns() == [(True, 0), (False, 1), (False, 2), (False, 3)]
+            ops.enqueue("shops", "acme", "products", key="same-lane", now=clock.now)
+            assert turns() == [(True, 0), (False, 1), (False, 2), (False, 3)], "one lane is one job to take"
+            ops.enqueue("shops", "globex", "products", key="two", now=clock.now)
+            assert turns() == [(True, 0), (True, 0), (False, 1), (False, 2)]
+            waiters.pop(0).close()  # the first one woke: the others move up
+            assert turns() == [(True, 0), (True, 0), (False, 1)]
+        # Without the key (a worker looking for itself) it is first in line.
+        with Operations(lane, lane.database(database_url)) as ops:
+            assert ops.store.wakeup("shops", now=clock.now).takeable is True
+    finally:
+        for conn in waiters:
+            conn.close()

@@ -14,6 +14,7 @@ import sys
 
 from synclane_demo.shop.catalogue import Catalogue
 from synclane_demo.shop.faults import Faults
+from synclane_demo.shop.limits import Limits, parse_limits
 from synclane_demo.shop.server import Shop, ShopServer
 
 
@@ -33,6 +34,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     add("--latency", type=float, default=float(_env("latency", "0.3")), help="seconds per data request")
     add("--rate-429", type=float, default=float(_env("rate_429", "0.03")))
     add("--rate-503", type=float, default=float(_env("rate_503", "0.03")))
+    add("--rate-limits", type=parse_limits, default=parse_limits(_env("rate_limits", "acme=2")),
+        help="requests a second per seller, e.g. 'acme=2,globex=5' ('' for none); more get 429")
     add("--retry-after", type=int, default=int(_env("retry_after", "3")), help="seconds named by a 429")
     add("--seed", type=int, default=int(_env("seed", "7")))
     add("--broken-account", default=_env("broken_account", "globex"), help="empty: nothing is broken")
@@ -57,7 +60,7 @@ def build(args: argparse.Namespace) -> ShopServer:
         broken_days_ago=args.broken_days_ago,
         heal_after=args.heal_after,
     )
-    return ShopServer((args.host, args.port), Shop(catalogue, faults))
+    return ShopServer((args.host, args.port), Shop(catalogue, faults, Limits(args.rate_limits)))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -66,8 +69,10 @@ def main(argv: list[str] | None = None) -> None:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     faults = server.shop.faults
     logging.info(
-        "shop listening on %s (latency %.2fs, 429 %.0f%%, 503 %.0f%%; %s's orders page 2 around %s broken, heals %s)",
-        server.url, faults.latency, faults.rate_429 * 100, faults.rate_503 * 100, faults.broken_account,
+        "shop listening on %s (latency %.2fs, rate limits %s, 429 %.0f%%, 503 %.0f%%; %s's orders page 2 around %s "
+        "broken, heals %s)",
+        server.url, faults.latency,
+        ", ".join(f"{seller} {n}/s" for seller, n in server.shop.limits.per_second.items()) or "none", faults.rate_429 * 100, faults.rate_503 * 100, faults.broken_account,
         faults.broken_at.date(), f"after {faults.heal_after:.0f}s" if faults.heal_after is not None else "when told",
     )
     try:

@@ -4,7 +4,9 @@
     GET  /accounts
     GET  /accounts/{account}/orders?since=ISO&until=ISO[&cursor=N]   orders placed in [since, until), 50 a page
     GET  /accounts/{account}/products[?cursor=N]                     the catalogue, 50 a page
-    GET  /control/status                                             fault settings, whether healed
+    GET  /control/status                                             fault settings, whether healed, rate limits,
+                                                                     and counters (200, 429_random, 429_over_limit,
+                                                                     429_ignored_wait, 503, unreadable)
     GET  /control/requests[?after=SEQ]                               what was asked and answered
     POST /control/heal                                               the broken page works from now on
     POST /control/break                                              it is broken again (no automatic heal)
@@ -29,6 +31,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from synclane_demo.shop.catalogue import ACCOUNTS, Catalogue, page
 from synclane_demo.shop.faults import UNREADABLE, Fault, Faults
+from synclane_demo.shop.limits import Limits
 
 log = logging.getLogger(__name__)
 
@@ -42,9 +45,10 @@ class BadRequest(Exception):
 class Shop:
     """The shop's state, shared by every request thread: its data, its faults and its request log."""
 
-    def __init__(self, catalogue: Catalogue | None = None, faults: Faults | None = None) -> None:
+    def __init__(self, catalogue: Catalogue | None = None, faults: Faults | None = None, limits: Limits | None = None) -> None:
         self.catalogue = catalogue or Catalogue()
         self.faults = faults or Faults()
+        self.limits = limits or Limits()
         self.requests: deque[dict] = deque(maxlen=REQUEST_LOG_SIZE)
         self._sequence = 0
         self._lock = threading.Lock()
@@ -149,17 +153,26 @@ class ShopRequestHandler(BaseHTTPRequestHandler):
         if resource == "orders":
             since, until = _instant(query, "since"), _instant(query, "until")
             entry.update(since=since.isoformat(), until=until.isoformat())
+        seller = ACCOUNTS[account].seller if account in ACCOUNTS else None
+        refusal = shop.limits.arrive(seller) if seller is not None else None  # as it arrives, like a real API
         time.sleep(shop.faults.latency)
         if account not in ACCOUNTS:
             shop.record({**entry, "status": 404})
             return self._json(404, {"error": f"no account {account!r}"})
+        if refusal is not None:
+            shop.record({**entry, "status": 429, "fault": refusal.reason})
+            return self._json(429, {"error": "slow down"}, {"Retry-After": str(refusal.retry_after)})
         fault: Fault | None = shop.faults.draw()
         if fault is None and resource == "orders" and shop.faults.breaks(account, since, until, cursor):
             fault = UNREADABLE
         if fault is UNREADABLE:
+            shop.limits.count("unreadable")
             shop.record({**entry, "status": 200, "fault": "unreadable"})
             return self._send(200, b'{"items": [{"id": "' + account.encode() + b'-')
         if fault is not None:
+            if fault.status == 429 and fault.retry_after is not None and seller is not None:
+                shop.limits.named_wait(seller, fault.retry_after)
+            shop.limits.count("429_random" if fault.status == 429 else str(fault.status))
             shop.record({**entry, "status": fault.status, "fault": str(fault.status)})
             headers = {"Retry-After": str(fault.retry_after)} if fault.retry_after is not None else None
             message = "slow down" if fault.status == 429 else "the shop is busy, try again later"
@@ -169,13 +182,14 @@ class ShopRequestHandler(BaseHTTPRequestHandler):
         else:
             items = shop.catalogue.products(account)
         chunk, next_cursor = page(items, cursor)
+        shop.limits.count("200")
         shop.record({**entry, "status": 200, "count": len(chunk), "next_cursor": next_cursor})
         self._json(200, {"items": chunk, "next_cursor": next_cursor})
 
     def _control(self, method: str, parts: list[str], query: dict) -> None:
         faults = self.server.shop.faults
         if method == "GET" and parts == ["status"]:
-            return self._json(200, faults.status())
+            return self._json(200, {**faults.status(), **self.server.shop.limits.status()})
         if method == "GET" and parts == ["requests"]:
             after = int((query.get("after") or ["0"])[0])
             return self._json(200, {"items": self.server.shop.requests_after(after)})

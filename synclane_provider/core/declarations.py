@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Union
 
 from synclane_provider.core.durations import duration_text
 from synclane_provider.core.errors import DeclarationError, UnknownJobTypeError, UnknownQueueError
+from synclane_provider.core.ratelimit import Rate
 from synclane_provider.core.retry import RetryPolicy
 
 if TYPE_CHECKING:
@@ -66,17 +67,28 @@ def _clipped(value: object, limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def _checked_rate(where: str, rate: object) -> None:
+    if rate is not None and not isinstance(rate, Rate):
+        raise DeclarationError(f"rate of {where} must be a Rate (e.g. Rate(10, per=timedelta(seconds=1))), got {rate!r}")
+
+
 @dataclass(frozen=True)
 class Owner:
-    """An account to sync for. Owners that share a rate limit share a ``lane``."""
+    """An account to sync for. Owners that share a rate limit share a ``lane``.
+
+    ``rate``: the rate budget of the owner's lane, when it differs from the queue's (``Queue(rate=…)``), e.g.
+    an account on a bigger plan. Owners sharing a lane must name the same rate (or none).
+    """
 
     id: str
     lane: str | None = None
+    rate: Rate | None = None
 
     def __post_init__(self) -> None:
         checked_name("owner id", self.id)
         if self.lane is not None:
             checked_name("owner lane", self.lane)
+        _checked_rate(f"owner {self.id!r}", self.rate)
 
     @property
     def lane_or_id(self) -> str:
@@ -148,6 +160,24 @@ class WindowedType:
 
 JobType = Union[SnapshotType, WindowedType]
 
+MIN_RETENTION = timedelta(hours=1)
+"""The shortest retention a queue may declare: less keeps too little to see what just happened."""
+
+
+def _check_retention(retention: object, label: str) -> timedelta:
+    if not isinstance(retention, timedelta):
+        raise DeclarationError(
+            f"retention {label} must be a timedelta (e.g. timedelta(days=30)) or None to keep jobs for ever, "
+            f"got {_clipped(retention)}"
+        )
+    if retention < MIN_RETENTION:
+        raise DeclarationError(
+            f"retention {label} must be at least {duration_text(MIN_RETENTION)}, got {duration_text(retention)}"
+            if retention > timedelta(0)
+            else f"retention {label} must be positive (or None to keep jobs for ever), got {duration_text(retention)}"
+        )
+    return retention
+
 
 RETRY_SETTINGS = ("max_attempts", "retry_delay", "retry_max_delay", "throttle_delay", "throttle_max_delay")
 """The :class:`RetryPolicy` settings a queue also takes one by one."""
@@ -155,11 +185,13 @@ RETRY_SETTINGS = ("max_attempts", "retry_delay", "retry_max_delay", "throttle_de
 
 @dataclass(frozen=True)
 class Queue:
-    """A named group of job types sharing a concurrency budget and retry policy.
+    """A named group of job types sharing a concurrency budget, a retry policy and a rate budget per lane.
 
     ``types`` are run in the order given: an earlier type's due jobs are taken before a later type's.
     ``retry`` is the queue's :class:`~synclane_provider.core.retry.RetryPolicy`; its settings may also be
     given one by one (``max_attempts=3, retry_delay=...``), and are readable that way whichever form was used.
+    ``retention``: how long completed (and cancelled) jobs are kept before the planning DAG deletes them
+    (see :mod:`~synclane_provider.core.retention`); None keeps them for ever.
 
     ``max_lag`` (optional) is how far behind an owner may fall before the health check fails: now minus the
     end of the newest completed window of each windowed type. It must be longer than every windowed type's
@@ -177,11 +209,15 @@ class Queue:
     retry_max_delay: timedelta = None  # type: ignore[assignment]
     throttle_delay: timedelta = None  # type: ignore[assignment]
     throttle_max_delay: timedelta = None  # type: ignore[assignment]
+    rate: Rate | None = None
+    """The rate budget of each lane of the queue (None: unlimited), unless its owners name their own."""
+    retention: timedelta | None = None
     max_lag: timedelta | None = None
 
     def __post_init__(self) -> None:
         checked_name("queue name", self.name)
         label = f"of queue {self.name!r}"
+        _checked_rate(f"queue {self.name!r}", self.rate)
         if not callable(self.owners):
             raise DeclarationError(f"owners {label} must be callable (queue name -> owners), got {self.owners!r}")
         object.__setattr__(self, "types", tuple(self.types))
@@ -197,6 +233,8 @@ class Queue:
         if isinstance(self.concurrency, bool) or not isinstance(self.concurrency, int) or self.concurrency < 1:
             raise DeclarationError(f"concurrency {label} must be a positive integer, got {self.concurrency!r}")
         _positive(f"lease {label}", self.lease)
+        if self.retention is not None:
+            _check_retention(self.retention, label)
         object.__setattr__(self, "retry", self._retry_policy())
         for setting in RETRY_SETTINGS:
             object.__setattr__(self, setting, getattr(self.retry, setting))
@@ -264,6 +302,15 @@ class SyncLane:
     create_schema: bool = True
     plan_interval: timedelta = timedelta(minutes=1)
     poll_interval: timedelta = timedelta(seconds=5)
+    synchronous_commit: bool = False
+    """Whether a worker's commits (takes, cursor saves, finishes) wait for the server's disk.
+
+    Off by default: a worker commits after every page, and not waiting makes that several times cheaper.
+    What it costs: if the database *server* crashes (not a worker, not a connection, not a clean restart),
+    the last fraction of a second of those commits is lost. A job then runs again from an earlier cursor,
+    or is taken and finished a second time; pages run at least once, which handlers already allow for.
+    Nothing is lost and lanes still hold. Turn it on when repeating a page costs more than the commit.
+    """
     _by_name: dict[str, Queue] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -274,6 +321,8 @@ class SyncLane:
             )
         _positive("plan_interval", self.plan_interval)
         _positive("poll_interval", self.poll_interval)
+        if not isinstance(self.synchronous_commit, bool):
+            raise DeclarationError(f"synchronous_commit must be True or False, got {self.synchronous_commit!r}")
         by_name: dict[str, Queue] = {}
         for queue in self.queues:
             if not isinstance(queue, Queue):

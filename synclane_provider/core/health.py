@@ -11,6 +11,8 @@ Three things a person must hear about, because nothing in the engine will fix th
 The check keeps no state of its own: "since the last check" is a time range the caller passes (the Airflow
 operator passes its run's data interval), matched against the moment each job was abandoned, which the row
 holds in ``next_run_at`` (see ``abandoned_between`` in queries.sql).
+
+Retention never deletes initial jobs, so an owner that completed a window keeps one to be measured by.
 """
 
 from __future__ import annotations
@@ -121,7 +123,7 @@ def check(
     lagging: list[Freshness] = []
     if queue.max_lag is not None:
         owners = [owner.id for owner in owners_of(queue)]
-        lagging = store.freshness(
+        lagging = store.window_lags(
             queue.name, owners, queue.windowed_types, over=queue.max_lag, limit=MAX_FINDINGS + 1, now=now
         )
         more[Problem.LAGGING] = len(lagging) > MAX_FINDINGS
@@ -158,6 +160,6 @@ def gauges(store: Store, queue: Queue, *, now: datetime | None = None) -> QueueG
     lag = None
     if queue.windowed_types:
         owners = [owner.id for owner in owners_of(queue)]
-        behind = store.freshness(queue.name, owners, queue.windowed_types, over=None, limit=1, now=now)
+        behind = store.window_lags(queue.name, owners, queue.windowed_types, over=None, limit=1, now=now)
         lag = behind[0].lag if behind else None
     return QueueGauges(queue.name, counts.waiting, counts.running, counts.abandoned, lag)

@@ -107,11 +107,11 @@ class LeaseKeeper:
                 self._renewed_at = time.monotonic()
                 return
             self._taken_over = True
-        log.warning("job %s: %s; this worker stops writing to it", job_id, why_lost(self._store, job_id))
+        log.warning("job %s: %s; this worker stops writing to it", job_id, why_lost(self._store, job_id, self._worker))
 
 
-def why_lost(store: Store, job_id: int) -> str:
-    """Why a fenced write found the job no longer this worker's, as the row tells it now (for the log)."""
+def why_lost(store: Store, job_id: int, worker: str) -> str:
+    """Why a fenced write found the job no longer ``worker``'s, as the row tells it now (for the log)."""
     try:
         job = store.job(job_id)
     except Exception as exc:  # noqa: BLE001 - only a better log line was at stake
@@ -120,4 +120,7 @@ def why_lost(store: Store, job_id: int) -> str:
         return "the job was deleted"
     if job.leased_by is not None:
         return f"the job was taken over by worker {job.leased_by}"
+    if job.error is not None and job.error.startswith(f"WorkerLost: worker {worker} "):
+        return (f"the lease ran out (it lapsed, or was expired or shortened by hand) and another worker took the "
+                f"job over, writing this attempt down as lost; the job is {job.status.value}")
     return f"the job is {job.status.value} and leased by no one: handed back by hand (or a take of ours was rolled back)"

@@ -7,7 +7,7 @@ import time
 from datetime import datetime, timedelta, timezone
 from collections.abc import Sequence
 
-from synclane_provider.core import health, planner
+from synclane_provider.core import health, planner, retention
 from synclane_provider.core.clock import Clock, database_clock
 from synclane_provider.core.database import Database, Session
 from synclane_provider.core.declarations import Owner, SyncLane, WindowedType, checked_name
@@ -18,6 +18,7 @@ from synclane_provider.core.owners import resolve_owner
 from synclane_provider.core.planner import PlanSummary
 from synclane_provider.core.planning import instant_key, instant_text, utc
 from synclane_provider.core.records import Activity, Cancelled, Job, Progress
+from synclane_provider.core.retention import Pruned
 from synclane_provider.core.store import Store
 from synclane_provider.core.transient import Backoff, passes_from_anywhere
 from synclane_provider.core.states import JobMode, JobStatus
@@ -145,18 +146,21 @@ class Operations:
             self.store.notify(queue)
         return requeued
 
-    def cancel(self, queue: str, owner: str, reason: str, *, type: str | None = None) -> Cancelled:
+    def cancel(
+        self, queue: str, owner: str, reason: str, *, type: str | None = None, now: datetime | None = None
+    ) -> Cancelled:
         """Stop the owner's work (of one type, or every type), e.g. because the account was disconnected.
 
         Its waiting jobs (pending, failed, deferred) are abandoned now; its running job is abandoned by its
         worker after the page in flight. Each keeps its cursor and gets ``Cancelled: <reason>`` as its error,
         so a :meth:`requeue` after the account reconnects continues where it stopped. Completed jobs are left
-        as they are. The owner's next jobs are planned as long as the owner source lists it.
+        as they are. The owner's next jobs are planned as long as the owner source lists it. A queue's
+        ``retention`` keeps cancelled jobs that long from the cancel (``now``).
         """
         declared = self.synclane.queue(queue)
         if type is not None:
             declared.job_type(type)
-        return self.store.cancel(queue, owner, type=type, error=storable_text(f"Cancelled: {reason}"), now=self._now(None))
+        return self.store.cancel(queue, owner, type=type, error=storable_text(f"Cancelled: {reason}"), now=self._now(now))
 
     def release(self, queue: str, job_id: int, *, now: datetime | None = None) -> bool:
         """Hand a running job back now: pending at its cursor, due at once, the attempt not counted.
@@ -204,6 +208,48 @@ class Operations:
         if type is not None:
             declared.job_type(type)
         return self.store.initial_progress(queue, owner, type=type)
+
+    def freshness(self, queue: str, owner: str) -> dict[str, datetime | None]:
+        """When the owner's data of each job type was last brought up to date: the newest completion of any of
+        its jobs, including jobs retention has deleted since; None for a type with nothing completed."""
+        declared = self.synclane.queue(queue)
+        return self.store.freshness(queue, owner, [t.name for t in declared.types])
+
+    def prune(
+        self,
+        queue: str,
+        *,
+        older_than: timedelta | None = None,
+        now: datetime | None = None,
+        batch: int = retention.BATCH,
+        max_batches: int = retention.MAX_BATCHES,
+        time_budget: timedelta | None = None,
+    ) -> Pruned:
+        """Delete the queue's completed (recurring and manual) and cancelled jobs older than its ``retention``
+        (or ``older_than``), in batches of ``batch`` jobs, each its own short statement that skips locked rows;
+        at most ``max_batches`` of them, or until ``time_budget`` has passed (``Pruned.more`` then says that
+        old jobs are left for the next call).
+
+        Initial jobs, failed, deferred and abandoned jobs are kept; what the planner knows of the deleted
+        jobs' windows is kept on their coverage rows, so nothing pruned is planned again (see
+        :mod:`~synclane_provider.core.retention`).
+        """
+        declared = self.synclane.queue(queue)
+        limit = older_than if older_than is not None else declared.retention
+        if limit is None:
+            raise DeclarationError(
+                f"queue {queue!r} declares no retention: declare one (Queue(..., retention=timedelta(days=30))) "
+                "or pass older_than"
+            )
+        return retention.prune(
+            self.store,
+            queue,
+            older_than=limit,
+            now=self._now(now),
+            batch=batch,
+            max_batches=max_batches,
+            time_budget=time_budget,
+        )
 
     def owners_still_loading(
         self, queue: str, owners: Sequence[str], *, type: str | None = None, settled: bool = False

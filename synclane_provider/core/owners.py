@@ -14,17 +14,31 @@ from synclane_provider.core.errors import DeclarationError, OwnerSourceError, Un
 def owners_of(queue: Queue) -> list[Owner]:
     """Ask the queue's owner source who is connected; strings are owners with their own lane.
 
-    An owner listed twice keeps its first entry.
+    An owner listed twice keeps its first entry. Owners of one lane that name different rates are refused:
+    the lane is one API account with one budget, so which rate holds would depend on which job ran.
     """
     owners: dict[str, Owner] = {}
+    rates: dict[str, Owner] = {}
     for item in queue.owners(queue.name):
         owner = Owner(item) if isinstance(item, str) else item
         if not isinstance(owner, Owner):
             raise OwnerSourceError(
                 f"owner source of queue {queue.name!r} returned {item!r}; expected an Owner or a string"
             )
-        owners.setdefault(owner.id, owner)
+        if owners.setdefault(owner.id, owner) is not owner:
+            continue
+        first = rates.setdefault(owner.lane_or_id, owner)
+        if first.rate != owner.rate:
+            raise OwnerSourceError(
+                f"owner source of queue {queue.name!r}: owners {first.id!r} and {owner.id!r} share lane "
+                f"{owner.lane_or_id!r} but name different rates ({_rate(first)} and {_rate(owner)}); a lane has one "
+                f"rate budget"
+            )
     return list(owners.values())
+
+
+def _rate(owner: Owner) -> str:
+    return owner.rate.describe() if owner.rate is not None else "none"
 
 
 def resolve_owner(queue: Queue, owner: str | Owner, *, lane: str | None = None) -> Owner:

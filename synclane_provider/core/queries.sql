@@ -29,8 +29,17 @@
 -- probe each and the best head of a free lane is taken; scanning every due job instead would read the
 -- whole queue only to find nothing.
 --
+-- Lock order: the finish is written before anything is taken (finish_first gates every way of taking, as an
+-- init plan, evaluated before the first row is locked). A take whose snapshot still showed a job as waiting
+-- locks that job's newest version before rechecking it, and keeps the lock; a finish of that job waits for
+-- it. Written first, the finish waits holding nothing that take could wait for. Written after the take (as
+-- the planner placed it when the finish was referenced only by a busy lane's check), it waited holding the
+-- new job's entry in jobs_one_running_per_lane, which that take could be waiting on: a deadlock, broken
+-- after deadlock_timeout (1 s). See docs/performance.md and bench/lock_order.py.
+--
 -- Returns one row: finished (whether the named job was written; false means its lease was lost), the
--- leased job's columns (all NULL when nothing was taken) and lost_worker.
+-- leased job's columns (all NULL when nothing was taken), lost_worker, and lane_wait: the seconds left of a
+-- pause a throttle put on the taken job's lane (NULL: none), which the worker waits out before its first page.
 WITH RECURSIVE clock AS (
     SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now
 ),
@@ -48,6 +57,9 @@ finished AS (
     FROM clock
     WHERE done.id = %(finished)s AND done.leased_by = %(worker)s AND done.status = 'running'
     RETURNING done.id
+),
+finish_first AS (
+    SELECT count(*) AS n FROM finished
 ),
 lanes AS (
     (
@@ -67,7 +79,7 @@ candidate AS (
     SELECT id, lost_worker FROM (
         SELECT j.id, nullif(j.leased_by, %(worker)s) AS lost_worker
         FROM {schema}.jobs AS j, clock
-        WHERE %(take)s
+        WHERE %(take)s AND (SELECT n FROM finish_first) >= 0
           AND j.queue = %(queue)s
           AND j.status = 'running'
           AND j.id IS DISTINCT FROM %(finished)s
@@ -81,7 +93,7 @@ candidate AS (
         SELECT j.id
         FROM (
             SELECT first.id, first.priority, first.window_end FROM {schema}.jobs AS first, clock
-            WHERE %(take)s
+            WHERE %(take)s AND (SELECT n FROM finish_first) >= 0
               AND first.queue = %(queue)s
               AND first.status IN ('pending', 'failed', 'deferred')
               AND first.next_run_at <= clock.now
@@ -130,7 +142,7 @@ candidate AS (
             ) AS head
         ) AS lane_head
         JOIN {schema}.jobs AS j ON j.id = lane_head.id, clock
-        WHERE %(take)s
+        WHERE %(take)s AND (SELECT n FROM finish_first) >= 0
           AND lanes.lane IS NOT NULL
           AND NOT EXISTS (
               SELECT 1 FROM {schema}.jobs AS busy
@@ -159,21 +171,75 @@ taken AS (
     WHERE j.id = candidate.id
     RETURNING j.*, candidate.lost_worker
 )
-SELECT EXISTS (SELECT 1 FROM finished) AS finished, taken.*
+SELECT EXISTS (SELECT 1 FROM finished) AS finished, taken.*,
+       (SELECT greatest(extract(epoch FROM b.paused_until - clock.now), 0)::float8
+        FROM {schema}.lane_budgets AS b, clock
+        WHERE b.queue = taken.queue AND b.lane = taken.lane) AS lane_wait
 FROM (SELECT) AS one
 LEFT JOIN taken ON true;
 
 -- name: save_page
 -- After a page: store the cursor and the absolute record count, and renew the lease. Fenced on the lease:
 -- zero rows means another worker holds the job now. Absolute values make a retried save harmless. Returns
--- the stop reason a cancel may have set meanwhile: the worker then ends the job after this page.
+-- the stop reason a cancel may have set meanwhile: the worker then ends the job after this page; and the
+-- seconds left of a pause a throttle put on the job's lane (NULL: none), to wait out before the next page.
 UPDATE {schema}.jobs
 SET cursor = %(cursor)s,
     processed_count = %(processed_count)s,
     heartbeat_at = coalesce(%(now)s::timestamptz, statement_timestamp()),
     lease_expires_at = coalesce(%(now)s::timestamptz, statement_timestamp()) + %(lease)s::interval
 WHERE id = %(id)s AND leased_by = %(worker)s AND status = 'running'
-RETURNING lease_expires_at, stop_reason;
+RETURNING lease_expires_at, stop_reason,
+    (SELECT greatest(extract(epoch FROM b.paused_until - coalesce(%(now)s::timestamptz, statement_timestamp())), 0)::float8
+     FROM {schema}.lane_budgets AS b
+     WHERE b.queue = jobs.queue AND b.lane = jobs.lane) AS lane_wait;
+
+-- name: take_lane_budget
+-- Before a page (or before more requests within one, job.spend): take %(cost)s (units x the rate's interval)
+-- of the lane's rate budget, shared by every worker on every machine. GCRA: the lane's theoretical arrival
+-- time tat moves forward by the cost, from where the last taker left it, or from now if the lane has been
+-- idle, or from the end of a throttle's pause; the taker may send %(tolerance)s (the burst) before its turn
+-- starts and never before the pause ends. One statement, no lock held afterwards: the row lock is the
+-- statement's own, so concurrent takers line up in turns and each gets its own wait. Returns wait: the
+-- seconds to sleep before sending (0: at once).
+WITH taken AS (
+    INSERT INTO {schema}.lane_budgets AS b (queue, lane, tat)
+    VALUES (%(queue)s, %(lane)s, coalesce(%(now)s::timestamptz, statement_timestamp()) + %(cost)s::interval)
+    ON CONFLICT (queue, lane) DO UPDATE
+    SET tat = greatest(b.tat, excluded.tat - %(cost)s::interval, b.paused_until) + %(cost)s::interval
+    RETURNING b.tat, b.paused_until
+)
+SELECT greatest(extract(epoch FROM
+           greatest(taken.tat - %(cost)s::interval - %(tolerance)s::interval, taken.paused_until)
+           - coalesce(%(now)s::timestamptz, statement_timestamp())), 0)::float8 AS wait
+FROM taken;
+
+-- name: pause_lane
+-- A server named a wait (429 + Retry-After) for a job of this lane: the wait is the lane's, not the job's.
+-- Records when the lane may send again (a later pause already recorded is kept), and moves the lane's
+-- waiting jobs' next_run_at to that instant, so that idle workers take other lanes' jobs meanwhile instead of
+-- taking this lane's only to wait. Runs before the throttled job's finish, whose take must not see the lane
+-- free. A job that starts in the lane during the pause anyway (inserted or requeued since, or running beside)
+-- waits it out before its next page (save_page, finish_and_take and take_lane_budget return what is left).
+-- Returns paused_until and how many waiting jobs were held back.
+WITH paused AS (
+    INSERT INTO {schema}.lane_budgets AS b (queue, lane, paused_until)
+    VALUES (%(queue)s, %(lane)s, coalesce(%(now)s::timestamptz, statement_timestamp()) + %(wait)s::interval)
+    ON CONFLICT (queue, lane) DO UPDATE
+    SET paused_until = greatest(b.paused_until, excluded.paused_until)
+    RETURNING b.paused_until
+),
+held AS (
+    UPDATE {schema}.jobs AS j
+    SET next_run_at = paused.paused_until
+    FROM paused
+    WHERE j.queue = %(queue)s AND j.lane = %(lane)s
+      AND j.status IN ('pending', 'failed', 'deferred')
+      AND j.next_run_at < paused.paused_until
+    RETURNING j.id
+)
+SELECT paused.paused_until, (SELECT count(*) FROM held)::int AS held
+FROM paused;
 
 -- name: renew_lease
 -- Heartbeat while a slow page is in flight. Fenced like save_page.
@@ -197,26 +263,61 @@ WHERE id = %(id)s AND leased_by = %(worker)s AND status = 'running'
 RETURNING id;
 
 -- name: read_coverage
--- What exists per owner and type for a batch of owners: the planner's one read per batch. Owner-types
--- already covered from the horizon start up to the current period are left out, so a repeated plan reads
--- next to nothing; the planning rule itself (planning.py) decides what is missing for the rest.
+-- What exists per owner and type for a batch of owners: the planner's one read per batch, from the coverage
+-- table (one row per owner and type), so that it costs the same however long the owners' history is and
+-- whatever retention has deleted. Owner-types already covered from the horizon start up to the current
+-- period are left out, so a repeated plan reads next to nothing; the planning rule itself (planning.py)
+-- decides what is missing for the rest, in the order of the owners and types given.
+--
+-- An owner-type with jobs but no coverage row yet (jobs inserted with SQL by hand, or a row deleted to make
+-- the planner forget) gets its row here, computed once from its jobs; an upsert that merges, so two planners
+-- doing it at once agree, and the row it returns is the one the planner goes on with.
 WITH wanted AS (
-    SELECT o.owner, t.type, t.horizon_start, t.period_start
-    FROM unnest(%(owners)s::text[]) AS o(owner)
+    SELECT o.owner, t.type, t.horizon_start, t.period_start, o.position AS owner_position, t.position AS type_position
+    FROM unnest(%(owners)s::text[]) WITH ORDINALITY AS o(owner, position)
     CROSS JOIN unnest(%(types)s::text[], %(horizon_starts)s::timestamptz[], %(period_starts)s::timestamptz[])
-         AS t(type, horizon_start, period_start)
+         WITH ORDINALITY AS t(type, horizon_start, period_start, position)
+),
+known AS (
+    SELECT c.owner, c.type, c.has_initial, c.initial_start, c.covered_until, c.first_created_at, c.last_created_at
+    FROM {schema}.coverage AS c
+    WHERE c.queue = %(queue)s AND c.owner = ANY(%(owners)s::text[]) AND c.type = ANY(%(types)s::text[])
+),
+missing AS (
+    SELECT w.owner, w.type FROM wanted AS w
+    WHERE NOT EXISTS (SELECT 1 FROM known AS k WHERE k.owner = w.owner AND k.type = w.type)
+),
+recorded AS (
+    INSERT INTO {schema}.coverage AS c
+        (queue, owner, type, has_initial, initial_start, covered_until, first_created_at, last_created_at)
+    SELECT %(queue)s, m.owner, m.type, e.has_initial, e.initial_start, e.covered_until, e.first_created_at,
+           e.last_created_at
+    FROM missing AS m
+    -- One index probe per owner-type without a row (usually none), never a read of the whole batch's jobs.
+    CROSS JOIN LATERAL (
+        SELECT count(*) AS jobs,
+               coalesce(bool_or(j.mode = 'initial'), false) AS has_initial,
+               min(j.window_start) FILTER (WHERE j.mode = 'initial') AS initial_start,
+               max(j.window_end) AS covered_until,
+               min(j.created_at) AS first_created_at,
+               max(j.created_at) AS last_created_at
+        FROM {schema}.jobs AS j
+        WHERE j.queue = %(queue)s AND j.owner = m.owner AND j.type = m.type AND j.mode <> 'manual'
+    ) AS e
+    WHERE e.jobs > 0
+    ORDER BY m.owner, m.type
+    ON CONFLICT (queue, owner, type) DO UPDATE
+    SET has_initial = c.has_initial OR excluded.has_initial,
+        initial_start = least(c.initial_start, excluded.initial_start),
+        covered_until = greatest(c.covered_until, excluded.covered_until),
+        first_created_at = least(c.first_created_at, excluded.first_created_at),
+        last_created_at = greatest(c.last_created_at, excluded.last_created_at)
+    RETURNING c.owner, c.type, c.has_initial, c.initial_start, c.covered_until, c.first_created_at, c.last_created_at
 ),
 existing AS (
-    SELECT owner,
-           type,
-           bool_or(mode = 'initial') AS has_initial,
-           min(window_start) FILTER (WHERE mode = 'initial') AS initial_start,
-           max(window_end) AS covered_until,
-           min(created_at) AS first_created_at,
-           max(created_at) AS last_created_at
-    FROM {schema}.jobs
-    WHERE queue = %(queue)s AND owner = ANY(%(owners)s::text[]) AND mode <> 'manual'
-    GROUP BY owner, type
+    SELECT * FROM known
+    UNION ALL
+    SELECT * FROM recorded
 )
 SELECT w.owner, w.type, e.has_initial, e.initial_start, e.covered_until, e.first_created_at
 FROM wanted AS w
@@ -225,12 +326,15 @@ WHERE e.owner IS NULL
    OR NOT e.has_initial
    OR e.initial_start > w.horizon_start
    OR e.covered_until < w.period_start
-   OR (e.covered_until IS NULL AND e.last_created_at < w.period_start);
+   OR (e.covered_until IS NULL AND e.last_created_at < w.period_start)
+-- In the owner source's order, so that the jobs are numbered in it.
+ORDER BY w.owner_position, w.type_position;
 
 -- name: insert_planned
--- Insert planned jobs, skipping any whose key exists: concurrent planners create each job once.
--- The rows come as one JSON array (tens of thousands of rows parse faster there than as bound arrays).
--- Returns how many rows each type gained.
+-- Insert planned jobs, skipping any whose key exists: concurrent planners create each job once; and widen
+-- the owners' coverage rows by what was inserted, in the same statement, so that the coverage table never
+-- lags the jobs it describes. The rows come as one JSON array (tens of thousands of rows parse faster there
+-- than as bound arrays). Returns how many rows each type gained.
 WITH inserted AS (
     INSERT INTO {schema}.jobs
         (queue, owner, lane, type, mode, priority, window_start, window_end, dedup_key, next_run_at, created_at)
@@ -241,7 +345,28 @@ WITH inserted AS (
          AS p(owner text, lane text, type text, mode text, priority int,
               window_start timestamptz, window_end timestamptz, dedup_key text)
     ON CONFLICT (queue, owner, type, dedup_key) DO NOTHING
-    RETURNING type
+    RETURNING owner, type, mode, window_start, window_end, created_at
+),
+covered AS (
+    INSERT INTO {schema}.coverage AS c
+        (queue, owner, type, has_initial, initial_start, covered_until, first_created_at, last_created_at)
+    SELECT %(queue)s, i.owner, i.type,
+           bool_or(i.mode = 'initial'),
+           min(i.window_start) FILTER (WHERE i.mode = 'initial'),
+           max(i.window_end),
+           min(i.created_at),
+           max(i.created_at)
+    FROM inserted AS i
+    WHERE i.mode <> 'manual'
+    GROUP BY i.owner, i.type
+    ORDER BY i.owner, i.type
+    ON CONFLICT (queue, owner, type) DO UPDATE
+    SET has_initial = c.has_initial OR excluded.has_initial,
+        initial_start = least(c.initial_start, excluded.initial_start),
+        covered_until = greatest(c.covered_until, excluded.covered_until),
+        first_created_at = least(c.first_created_at, excluded.first_created_at),
+        last_created_at = greatest(c.last_created_at, excluded.last_created_at)
+    RETURNING 1
 )
 SELECT type, count(*) AS inserted FROM inserted GROUP BY type;
 
@@ -269,13 +394,18 @@ ON CONFLICT (queue, owner, type, dedup_key) DO NOTHING
 RETURNING *;
 
 -- name: requeue
--- Give failed, deferred and abandoned jobs fresh attempts, due now; cursors and counts are kept.
+-- Give failed, deferred and abandoned jobs fresh attempts, due now; cursors and counts are kept. A pending
+-- job set to run later (by hand, or enqueued with run_at) is brought forward to now as well.
+WITH clock AS (
+    SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now
+)
 UPDATE {schema}.jobs
 SET status = 'pending',
     attempt_count = 0,
-    next_run_at = coalesce(%(now)s::timestamptz, statement_timestamp())
+    next_run_at = clock.now
+FROM clock
 WHERE queue = %(queue)s
-  AND status IN ('failed', 'deferred', 'abandoned')
+  AND (status IN ('failed', 'deferred', 'abandoned') OR (status = 'pending' AND next_run_at > clock.now))
   AND (%(owner)s::text IS NULL OR owner = %(owner)s)
   AND (%(type)s::text IS NULL OR type = %(type)s)
 RETURNING id;
@@ -285,11 +415,13 @@ RETURNING id;
 -- are abandoned now, cursors kept; its running job is asked to stop after its current page (the worker
 -- reads stop_reason with its next cursor save and abandons the job with it). Returns how many of each.
 -- An abandoned job's next_run_at records when it was abandoned (see abandoned_between).
+-- A waiting job's heartbeat_at is stamped with the cancel: retention keeps a cancelled job that long from then.
 WITH waiting AS (
     UPDATE {schema}.jobs
     SET status = 'abandoned',
         error = %(error)s,
-        next_run_at = coalesce(%(now)s::timestamptz, statement_timestamp())
+        next_run_at = coalesce(%(now)s::timestamptz, statement_timestamp()),
+        heartbeat_at = coalesce(%(now)s::timestamptz, statement_timestamp())
     WHERE queue = %(queue)s
       AND owner = %(owner)s
       AND (%(type)s::text IS NULL OR type = %(type)s)
@@ -390,32 +522,70 @@ SELECT EXISTS (
 FROM clock;
 
 -- name: worker_wakeup
--- What an idle worker (or its trigger) waits for: whether a take would find a job now (a due job in a lane
--- with nothing running, or a running job whose lease expired), else the next instant that could change that
--- (a waiting job becoming due, a lease running out). A due job in a busy lane does not count: the lane's
--- worker goes on draining when its job ends, and waking for it would only make an idle worker resume and
--- defer again without running anything.
-WITH clock AS (
+-- What an idle worker (or its trigger) waits for: whether a take would find a job now and it is this waiter's
+-- turn, else the next instant that could change that (a waiting job becoming due, a lease running out).
+--
+-- A take finds a job in each lane that has a due job and nothing running, and in each running job whose lease
+-- expired: those are the takeable units. A due job in a busy lane does not count: the lane's worker goes on
+-- draining when its job ends. The waiters of one queue take turns instead of all waking for each unit: each
+-- holds the queue's advisory key (%(waiter_class)s, %(waiter_object)s; wakeups.waiter_key) shared on its
+-- connection, and its turn is its rank among the holders by backend pid. With k units, the k first waiters
+-- wake and the rest sleep on (behind says how far back they are, for their fallback). Without a key the
+-- caller is first in line. Lanes are walked one index probe each, and only until rank + 1 units are
+-- found, so the answer costs the same with any history.
+WITH RECURSIVE clock AS (
     SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now
+),
+me AS (
+    SELECT CASE WHEN %(waiter_class)s::int IS NULL THEN 0
+                ELSE (SELECT count(*) FROM pg_locks AS l
+                      WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2
+                        AND l.classid = %(waiter_class)s::int::oid AND l.objid = %(waiter_object)s::int::oid
+                        AND l.database = (SELECT d.oid FROM pg_database AS d WHERE d.datname = current_database())
+                        AND l.pid < pg_backend_pid())
+           END::int AS rank
+),
+lanes AS (
+    (
+        SELECT j.lane FROM {schema}.jobs AS j
+        WHERE j.queue = %(queue)s AND j.status IN ('pending', 'failed', 'deferred')
+        ORDER BY j.lane LIMIT 1
+    )
+    UNION ALL
+    SELECT (
+        SELECT j.lane FROM {schema}.jobs AS j
+        WHERE j.queue = %(queue)s AND j.status IN ('pending', 'failed', 'deferred') AND j.lane > lanes.lane
+        ORDER BY j.lane LIMIT 1
+    )
+    FROM lanes WHERE lanes.lane IS NOT NULL
+),
+free_lanes AS (
+    SELECT lanes.lane FROM lanes, clock
+    WHERE lanes.lane IS NOT NULL
+      AND EXISTS (
+          SELECT 1 FROM {schema}.jobs AS j
+          WHERE j.queue = %(queue)s AND j.lane = lanes.lane AND j.status IN ('pending', 'failed', 'deferred')
+            AND j.next_run_at <= clock.now
+      )
+      AND NOT EXISTS (
+          SELECT 1 FROM {schema}.jobs AS busy
+          WHERE busy.queue = %(queue)s AND busy.lane = lanes.lane AND busy.status = 'running'
+      )
+    LIMIT (SELECT rank + 1 FROM me)
+),
+expired AS (
+    SELECT 1 FROM {schema}.jobs AS j, clock
+    WHERE j.queue = %(queue)s AND j.status = 'running' AND j.lease_expires_at < clock.now
+    LIMIT (SELECT rank + 1 FROM me)
+),
+units AS (
+    SELECT (SELECT count(*) FROM free_lanes) + (SELECT count(*) FROM expired) AS n
 )
-SELECT (
-           EXISTS (
-               SELECT 1 FROM {schema}.jobs AS j, clock
-               WHERE j.queue = %(queue)s AND j.status IN ('pending', 'failed', 'deferred')
-                 AND j.next_run_at <= clock.now
-                 AND NOT EXISTS (
-                     SELECT 1 FROM {schema}.jobs AS busy
-                     WHERE busy.queue = j.queue AND busy.lane = j.lane AND busy.status = 'running'
-                 )
-           )
-           OR EXISTS (
-               SELECT 1 FROM {schema}.jobs AS j, clock
-               WHERE j.queue = %(queue)s AND j.status = 'running' AND j.lease_expires_at < clock.now
-           )
-       ) AS takeable,
+SELECT units.n > me.rank AS takeable,
+       CASE WHEN units.n > 0 AND units.n <= me.rank THEN me.rank - units.n + 1 ELSE 0 END::int AS behind,
        least(
            (
-               SELECT min(j.next_run_at) FROM {schema}.jobs AS j, clock
+               SELECT min(j.next_run_at) FROM {schema}.jobs AS j
                WHERE j.queue = %(queue)s AND j.status IN ('pending', 'failed', 'deferred')
                  AND j.next_run_at > clock.now
            ),
@@ -425,7 +595,7 @@ SELECT (
            )
        ) AS wake_at,
        clock.now AS now
-FROM clock;
+FROM clock, me, units;
 
 -- name: initial_load_waiting
 -- Of the given owners, those whose initial load (of one type, or of every type) is not complete: nothing
@@ -446,6 +616,75 @@ WHERE NOT EXISTS (
             AND NOT (%(settled)s AND j.status = 'abandoned')
       )
 ORDER BY o.owner;
+
+-- name: prune
+-- Retention, one bounded batch: delete up to %(batch)s of a queue's jobs that ended longer than %(older_than)s
+-- ago -- completed recurring and manual jobs (by completed_at), and cancelled ones (abandoned with an error
+-- "Cancelled: …", by their heartbeat_at, stamped by the cancel). Initial jobs are kept (a bounded number per
+-- owner: the record of the first load that progress and the initial-load sensor read), and so are failed,
+-- deferred and other abandoned jobs (they wait for a person). Rows locked by anyone are skipped, never waited
+-- on, so a worker is never held up; a job of an owner-type without a coverage row is skipped too, so that
+-- nothing the planner needs is ever deleted. Each deleted job's owner-type records how many were pruned and
+-- the newest completion among them (freshness), in the same statement (a manual job's owner-type
+-- may have no row: its pruning is then not recorded). Returns how many were deleted.
+WITH clock AS (
+    SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) - %(older_than)s::interval AS cutoff
+),
+doomed AS (
+    SELECT id FROM (
+        SELECT j.id FROM {schema}.jobs AS j, clock
+        WHERE j.queue = %(queue)s AND j.status = 'completed' AND j.mode <> 'initial'
+          AND j.completed_at < clock.cutoff
+        ORDER BY j.completed_at
+        LIMIT %(batch)s
+        FOR UPDATE OF j SKIP LOCKED
+    ) AS completed
+    UNION ALL
+    SELECT id FROM (
+        SELECT j.id FROM {schema}.jobs AS j, clock
+        WHERE j.queue = %(queue)s AND j.status = 'abandoned' AND j.mode <> 'initial'
+          AND starts_with(j.error, 'Cancelled: ')
+          AND coalesce(j.heartbeat_at, j.created_at) < clock.cutoff
+        ORDER BY j.id
+        LIMIT %(batch)s
+        FOR UPDATE OF j SKIP LOCKED
+    ) AS cancelled
+),
+deleted AS (
+    DELETE FROM {schema}.jobs AS j
+    USING doomed
+    WHERE j.id = doomed.id
+      AND (j.mode = 'manual' OR EXISTS (
+          SELECT 1 FROM {schema}.coverage AS c WHERE c.queue = j.queue AND c.owner = j.owner AND c.type = j.type
+      ))
+    RETURNING j.owner, j.type, j.status, j.completed_at
+),
+noted AS (
+    UPDATE {schema}.coverage AS c
+    SET pruned_count = c.pruned_count + d.pruned,
+        last_pruned_completion = greatest(c.last_pruned_completion, d.last_completion)
+    FROM (
+        SELECT d.owner, d.type, count(*) AS pruned, max(d.completed_at) FILTER (WHERE d.status = 'completed') AS last_completion
+        FROM deleted AS d
+        GROUP BY d.owner, d.type
+    ) AS d
+    WHERE c.queue = %(queue)s AND c.owner = d.owner AND c.type = d.type
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM deleted)::int AS deleted, (SELECT count(*) FROM doomed)::int AS looked_at;
+
+-- name: freshness
+-- When an owner's data was last brought up to date, per job type: the newest completion among its jobs, or
+-- among those retention deleted (recorded on its coverage row), whichever is later; NULL when none completed.
+SELECT t.type,
+       greatest(
+           (SELECT max(j.completed_at) FROM {schema}.jobs AS j
+            WHERE j.queue = %(queue)s AND j.owner = %(owner)s AND j.type = t.type AND j.status = 'completed'),
+           (SELECT c.last_pruned_completion FROM {schema}.coverage AS c
+            WHERE c.queue = %(queue)s AND c.owner = %(owner)s AND c.type = t.type)
+       ) AS completed_at
+FROM unnest(%(types)s::text[]) AS t(type)
+ORDER BY t.type;
 
 -- name: connection_room
 -- How many more connections the server has room for (short of those reserved for superusers), and this
@@ -468,7 +707,7 @@ SELECT (SELECT count(*) FROM {schema}.jobs
        (SELECT count(*) FROM {schema}.jobs WHERE queue = %(queue)s AND status = 'running') AS running,
        (SELECT count(*) FROM {schema}.jobs WHERE queue = %(queue)s AND status = 'abandoned') AS abandoned;
 
--- name: freshness
+-- name: window_lags
 -- How far behind each listed owner is, per windowed type: now minus the end of its newest completed planned
 -- window (manual jobs are left out, as the planner leaves them out of coverage). An owner-type with no
 -- completed window yet is still on its first load and has no row. Only lags over %(over)s (NULL: all), at

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from datetime import datetime, timedelta, timezone
 from typing import Any, Mapping
@@ -37,6 +39,23 @@ class Job:
     heartbeat_at: datetime | None
     completed_at: datetime | None
     stop_reason: str | None
+
+    def spend(self, units: int = 1) -> timedelta:
+        """Take ``units`` more of the lane's rate budget before making that many more requests in this page.
+
+        The worker takes one unit before each page; a handler that makes several requests a page calls this
+        before each further one (``job.spend()``) or once for all (``job.spend(3)``). It waits until the lane's
+        budget allows them and returns how long it waited (zero when the lane has no rate, or outside a worker).
+        """
+        spend: Callable[[int], timedelta] | None = self.__dict__.get("_spend")  # see with_spend
+        return spend(units) if spend is not None else timedelta(0)
+
+    def with_spend(self, spend: Callable[[int], timedelta]) -> "Job":
+        """A copy whose :meth:`spend` calls ``spend``: what a worker hands its handler. (An attribute of the copy,
+        not a field: a job is a row, and equality, ``repr`` and ``dataclasses.replace`` ignore it.)"""
+        copy = dataclasses.replace(self)
+        object.__setattr__(copy, "_spend", spend)
+        return copy
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> "Job":
@@ -186,8 +205,12 @@ class Wakeup:
     """What an idle worker waits for: whether a take would find a job now, else when that could change."""
 
     takeable: bool
+    """A take would find a job now, and it is this waiter's turn to wake for it."""
     wake_at: datetime | None
     now: datetime
+    behind: int = 0
+    """There are jobs to take, but this many more would have to be before it is this waiter's turn (the
+    waiters ahead of it are waking for them)."""
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,9 @@ from enum import Enum
 
 from synclane_provider.core.clock import Clock
 from synclane_provider.core.declarations import Queue
+from synclane_provider.core.durations import duration_text
 from synclane_provider.core.errors import JobThrottled, UnknownJobTypeError
+from synclane_provider.core.lane_gate import LaneGate
 from synclane_provider.core.lease import LeaseKeeper, why_lost
 from synclane_provider.core.metrics import NO_METRICS, PAGE_DURATION, PAGES, RECORDS, THROTTLES, Metrics
 from synclane_provider.core.pages import PageLeftBehind, PageThread
@@ -53,9 +55,13 @@ class RunResult:
     pages: int
     records: int
     error: str | None = None
+    waited: timedelta = timedelta(0)
+    """How long the job waited before its pages for its lane's rate budget or a pause on its lane."""
 
     def describe(self) -> str:
         text = f"{self.job.describe()}: {self.outcome} after {self.pages} page(s), {self.records} record(s)"
+        if self.waited >= timedelta(milliseconds=1):
+            text += f", waited {duration_text(timedelta(seconds=round(self.waited.total_seconds(), 2)))} for lane {self.job.lane}"
         return f"{text}; {self.error}" if self.error else text
 
     __str__ = describe  # so that loggers format it only when the line is written
@@ -79,12 +85,15 @@ class JobRunner:
         lease: LeaseKeeper,
         pages: PageThread,
         final_write: FinalWrite,
+        gate: LaneGate,
         stop_grace: timedelta = DEFAULT_STOP_GRACE,
         log: logging.Logger | logging.LoggerAdapter[logging.Logger] | None = None,
         metrics: Metrics = NO_METRICS,
     ) -> None:
         self._metrics = metrics
         self._lease = lease
+        self._gate = gate
+        self._waited = 0.0
         self._pages = pages
         self._stop_grace = stop_grace
         self._final_write = final_write
@@ -95,14 +104,18 @@ class JobRunner:
         self._stop = stop
         self._log = log or logging.getLogger(__name__)
 
-    def run(self, job: Job, *, lost_worker: str | None = None) -> RunResult:
+    def run(self, job: Job, *, lost_worker: str | None = None, lane_wait: float = 0.0) -> RunResult:
         """Run ``job`` page by page to the end of this attempt.
 
         With ``lost_worker`` the job was taken over from a worker whose lease lapsed: that worker's attempt
         is written down as a failure (:class:`~synclane_provider.core.errors.WorkerLost`) and retried after
         its delay like any other, rather than continued at once -- a page that kills its worker every time
         must end abandoned, not be taken over forever.
+
+        Before each page the job waits its turn in its lane's rate budget and out any pause a throttle put on
+        the lane (``lane_wait``: what the take said was left of one); see :mod:`~synclane_provider.core.lane_gate`.
         """
+        self._waited = 0.0
         if lost_worker is not None and job.stop_reason is not None:  # cancelled, then its worker was lost
             return self._finish(job, JobStatus.ABANDONED, job.processed_count, 0, 0, error=job.stop_reason)
         if lost_worker is not None:
@@ -120,15 +133,20 @@ class JobRunner:
         current = job
         pages = 0
         tags = {"queue": self._queue.name, "type": job.type}
+        paused = lane_wait
         with self._lease.watch(job.id) as lease:
             while True:
+                if not self._stop.is_set():
+                    self._waited += self._gate.before_page(current, paused=paused)
                 if self._stop.is_set():
                     return self._release(current, pages, current.processed_count - start_count)
+                if lease.lost:
+                    return self._lost(current, pages, current.processed_count - start_count)
                 started = time.monotonic()
                 try:
                     answer = self._pages.call(
                         job_type.handler,
-                        current,
+                        current.with_spend(self._spender(current)),
                         timeout=job_type.page_timeout.total_seconds(),
                         describe=current.describe(),
                         lease_lost=lambda: lease.lost,
@@ -148,6 +166,8 @@ class JobRunner:
                         self._metrics.incr(THROTTLES, tags)
                     if lease.lost:
                         return self._lost(current, pages, current.processed_count - start_count)
+                    if isinstance(exc, JobThrottled) and exc.retry_after:  # a named wait (zero is none)
+                        self._gate.pause(current, exc.retry_after)  # before the finish: its take must see it
                     failure = self._queue.retry.after_failure(job.attempt_count, exc)
                     return self._finish(
                         current,
@@ -185,6 +205,7 @@ class JobRunner:
                 if saved is None:
                     return self._lost(current, pages, processed - start_count)
                 lease.renewed()
+                paused = saved.lane_wait
                 current = dataclasses.replace(
                     current, cursor=page.next_cursor, processed_count=processed, lease_expires_at=saved.lease_expires_at
                 )
@@ -208,9 +229,22 @@ class JobRunner:
         written = self._final_write(Finish(job.id, status, processed, error, delay))
         if not written and not self._landed(job, resent, status=status, processed_count=processed, error=error):
             return self._lost(job, pages, records)
-        result = RunResult(job, Outcome(status.value), pages, records, error)
+        result = RunResult(job, Outcome(status.value), pages, records, error, self._waited_so_far())
         self._log.info("%s", result)
         return result
+
+    def _spender(self, job: Job) -> Callable[[int], timedelta]:
+        """What the handler's ``job.spend(n)`` calls: takes the units from the lane's budget, counted as waited."""
+
+        def spend(units: int) -> timedelta:
+            waited = self._gate.spend(job, units)
+            self._waited += waited.total_seconds()
+            return waited
+
+        return spend
+
+    def _waited_so_far(self) -> timedelta:
+        return timedelta(seconds=self._waited)
 
     def _release(self, job: Job, pages: int, records: int) -> RunResult:
         resent = self._store.session.resent
@@ -218,7 +252,7 @@ class JobRunner:
         if not released and not self._landed(job, resent, status=JobStatus.PENDING, processed_count=job.processed_count):
             return self._lost(job, pages, records)
         self._store.notify(self._queue.name)  # the job is due again: wake an idle worker to take it over
-        result = RunResult(job, Outcome.RELEASED, pages, records)
+        result = RunResult(job, Outcome.RELEASED, pages, records, waited=self._waited_so_far())
         self._log.info("%s (handed back at cursor %s)", result, job.cursor)
         return result
 
@@ -237,12 +271,12 @@ class JobRunner:
         return now is not None and now.leased_by is None and all(getattr(now, k) == v for k, v in written.items())
 
     def _lost(self, job: Job, pages: int, records: int) -> RunResult:
-        result = RunResult(job, Outcome.LEASE_LOST, pages, records)
-        self._log.warning("%s: %s; stopped without writing", result, why_lost(self._store, job.id))
+        result = RunResult(job, Outcome.LEASE_LOST, pages, records, waited=self._waited_so_far())
+        self._log.warning("%s: %s; stopped without writing", result, why_lost(self._store, job.id, self._worker))
         return result
 
     def _left_running(self, job: Job, pages: int, records: int, why: str) -> RunResult:
-        result = RunResult(job, Outcome.LEFT_RUNNING, pages, records)
+        result = RunResult(job, Outcome.LEFT_RUNNING, pages, records, waited=self._waited_so_far())
         self._log.warning(
             "%s: %s; left running at cursor %r, to be taken over once its lease lapses", result, why, job.cursor
         )

@@ -50,6 +50,11 @@ COMMAND = "python -m synclane_provider.core.schema"
 """The command that prints, applies and reports migrations (see schema.py)."""
 DATABASE_URL_VARIABLE = "SYNCLANE_DATABASE_URL"
 
+RESERVED_VERSIONS = frozenset({3, 4, 5})
+"""Migration numbers taken by branches not merged yet (each branch that adds a migration is given its number
+in advance, so that two never take the same one). Until they land, the shipped numbers may skip exactly
+these; the merge that brings one removes it here."""
+
 _FILE_NAME = re.compile(r"^(?P<version>\d{4})_(?P<name>[a-z0-9]+(?:_[a-z0-9]+)*)\.sql$")
 _COMMENT = re.compile(r"--[^\n]*")
 _CREATE_TABLE = re.compile(r"\bCREATE\s+TABLE\s+(?:IF\s+NOT\s+EXISTS\s+)?\{schema\}\.(?P<name>\w+)", re.I)
@@ -109,7 +114,7 @@ def load_migrations(*directories: Traversable | Path) -> tuple[Migration, ...]:
 
     Every file must be named ``NNNN_name.sql`` (four digits, lower-case words joined by ``_``), and the
     numbers must run 1, 2, 3 … without a gap or a repeat: a migration added on two branches at once is
-    caught here, not in a database.
+    caught here, not in a database. Only numbers in ``RESERVED_VERSIONS`` may be missing.
     """
     found: list[Migration] = []
     for directory in directories or (SHIPPED,):
@@ -122,7 +127,8 @@ def load_migrations(*directories: Traversable | Path) -> tuple[Migration, ...]:
             found.append(Migration(int(match["version"]), match["name"], entry.read_text(encoding="utf-8")))
     found.sort(key=lambda m: m.version)
     versions = [m.version for m in found]
-    if versions != list(range(1, len(found) + 1)):
+    expected = [v for v in range(1, (versions[-1] if versions else 0) + 1) if v in versions or v not in RESERVED_VERSIONS]
+    if versions != expected:
         raise ValueError(f"migrations must be numbered 1, 2, 3 … without gaps or repeats, got {versions}")
     for migration in found:
         try:

@@ -39,6 +39,8 @@ class Taken:
 
     job: Job
     lost_worker: str | None = None
+    lane_wait: float = 0.0
+    """Seconds left of a pause a throttle put on the job's lane: the worker waits them out before its first page."""
 
 
 @dataclass(frozen=True)
@@ -56,6 +58,8 @@ class SavedPage:
     lease_expires_at: datetime
     stop_reason: str | None
     """Set when a cancel asked the job to stop: the worker ends it after this page."""
+    lane_wait: float = 0.0
+    """Seconds left of a pause a throttle put on the job's lane: the worker waits them out before its next page."""
 
 
 @dataclass(frozen=True)
@@ -108,7 +112,7 @@ class Store:
             now=now,
         )
         assert row is not None
-        taken = None if row["id"] is None else Taken(Job.from_row(row), row["lost_worker"])
+        taken = None if row["id"] is None else Taken(Job.from_row(row), row["lost_worker"], row["lane_wait"] or 0.0)
         return FinishAndTake(finished=row["finished"] if finish else None, taken=taken)
 
     def save_page(
@@ -118,7 +122,22 @@ class Store:
         row = self.session.one(
             "save_page", id=job_id, worker=worker, cursor=cursor, processed_count=processed_count, lease=lease, now=now
         )
-        return SavedPage(row["lease_expires_at"], row["stop_reason"]) if row else None
+        return SavedPage(row["lease_expires_at"], row["stop_reason"], row["lane_wait"] or 0.0) if row else None
+
+    def take_lane_budget(
+        self, queue: str, lane: str, *, cost: timedelta, tolerance: timedelta, now: datetime | None
+    ) -> float:
+        """Take ``cost`` of the lane's rate budget (``tolerance``: its burst); the seconds to wait before sending."""
+        row = self.session.one("take_lane_budget", queue=queue, lane=lane, cost=cost, tolerance=tolerance, now=now)
+        assert row is not None
+        return float(row["wait"])
+
+    def pause_lane(self, queue: str, lane: str, *, wait: timedelta, now: datetime | None) -> datetime:
+        """Hold the whole lane for ``wait`` (a wait a server named); returns until when it is held."""
+        row = self.session.one("pause_lane", queue=queue, lane=lane, wait=wait, now=now)
+        assert row is not None
+        paused_until: datetime = row["paused_until"]
+        return paused_until
 
     def renew_lease(self, job_id: int, *, worker: str, lease: timedelta, now: datetime | None) -> datetime | None:
         """Extend the lease while a slow page is in flight; None when the lease is lost."""
@@ -213,7 +232,7 @@ class Store:
         return Activity(**row)
 
     def wakeup(self, queue: str, *, now: datetime | None = None) -> Wakeup:
-        row = self.session.one("worker_wakeup", queue=queue, now=now)
+        row = self.session.one("worker_wakeup", queue=queue, now=now, waiter_class=None, waiter_object=None)
         assert row is not None
         return Wakeup(**row)
 
@@ -226,6 +245,17 @@ class Store:
         )
         return [row["owner"] for row in rows]
 
+    def prune(self, queue: str, *, older_than: timedelta, now: datetime | None, batch: int) -> tuple[int, int]:
+        """One retention batch (see queries.sql): how many jobs it deleted, and how many it looked at."""
+        row = self.session.one("prune", queue=queue, older_than=older_than, now=now, batch=batch)
+        assert row is not None
+        return row["deleted"], row["looked_at"]
+
+    def freshness(self, queue: str, owner: str, types: Sequence[str]) -> dict[str, datetime | None]:
+        """Per type, the newest completion of the owner's jobs, counting those retention deleted."""
+        rows = self.session.run("freshness", queue=queue, owner=owner, types=list(types))
+        return {row["type"]: row["completed_at"] for row in rows}
+
     # -- health -------------------------------------------------------------------------------------------------
 
     def queue_counts(self, queue: str) -> QueueCounts:
@@ -233,7 +263,7 @@ class Store:
         assert row is not None
         return QueueCounts(**row)
 
-    def freshness(
+    def window_lags(
         self,
         queue: str,
         owners: Sequence[str],
@@ -246,7 +276,7 @@ class Store:
         """Per listed owner and windowed type with a completed window: how far behind it is, most behind first;
         only lags longer than ``over`` (None: all), at most ``limit``."""
         rows = self.session.run(
-            "freshness", queue=queue, owners=list(owners), types=list(types), over=over, limit=limit, now=now
+            "window_lags", queue=queue, owners=list(owners), types=list(types), over=over, limit=limit, now=now
         )
         return [Freshness(**row) for row in rows]
 

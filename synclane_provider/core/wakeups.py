@@ -34,3 +34,16 @@ def payload(queue: str) -> str:
 def concerns(received: str, queue: str) -> bool:
     """Whether a notification's payload may be about ``queue``."""
     return received in ("", queue)
+
+
+def waiter_key(schema: str, queue: str) -> tuple[int, int]:
+    """The advisory lock key the idle workers of one queue hold (shared) while they wait, so that they can
+    take turns.
+
+    Every waiter of a queue holds this key with ``pg_advisory_lock_shared`` on its connection (shared holds
+    never block one another, and go with the connection); each ranks itself by backend pid among the holders
+    and wakes only for the jobs there are (see ``worker_wakeup`` in queries.sql): one NOTIFY no longer wakes
+    them all. Two non-negative 31-bit halves of a digest of the schema and queue names.
+    """
+    digest = hashlib.sha256(f"{schema}\x00{queue}".encode("utf-8", "surrogatepass")).digest()
+    return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF, int.from_bytes(digest[4:8], "big") & 0x7FFFFFFF

@@ -48,8 +48,11 @@ class TableWatch:
         listen: bool,
         give_up_after: float,
         log: logging.Logger | logging.LoggerAdapter[logging.Logger] | None = None,
+        waiter: tuple[int, int] | None = None,
     ) -> None:
+        """``waiter``: wait in turn with the other waiters holding this advisory key (see :meth:`wakeup`)."""
         self._connect = connect
+        self._waiter = waiter
         self._schema = schema
         self._queue = queue
         self._listen = listen
@@ -70,8 +73,10 @@ class TableWatch:
         return Activity(**row)
 
     async def wakeup(self) -> Wakeup:
-        """What :meth:`Store.wakeup <synclane_provider.core.store.Store.wakeup>` says, by the database's clock."""
-        [row] = await self._rows("worker_wakeup", queue=self._queue, now=None)
+        """What :meth:`Store.wakeup <synclane_provider.core.store.Store.wakeup>` says, by the database's clock;
+        with a ``waiter`` key, ``takeable`` only when it is this connection's turn among its holders."""
+        key = self._waiter or (None, None)
+        [row] = await self._rows("worker_wakeup", queue=self._queue, now=None, waiter_class=key[0], waiter_object=key[1])
         return Wakeup(**row)
 
     async def owners_still_loading(self, owners: Sequence[str], *, type: str | None, settled: bool) -> list[str]:
@@ -142,6 +147,8 @@ class TableWatch:
                 conn.row_factory = dict_row
                 conn.cursor_factory = psycopg.AsyncRawCursor  # statements come with $n placeholders
                 await conn.execute("SET TIME ZONE 'UTC'")  # times come back as timezone.utc
+                if self._waiter is not None:  # held until the connection closes: in line while it waits
+                    await conn.execute("SELECT pg_advisory_lock_shared($1::int, $2::int)", list(self._waiter))
                 if self._listen:
                     await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel(self._schema))))
             except CONNECTION_ERRORS as exc:

@@ -28,8 +28,11 @@ class SyncLanePlanOperator(BaseOperator):
 
     Planning compares what should exist with what exists and inserts the
     difference with ``ON CONFLICT DO NOTHING``, so a retried, doubled or late
-    run inserts nothing more. Returns ``{"queue", "owners", "inserted": {type:
-    count}, "total"}`` (pushed to XCom) and logs one line per job type.
+    run inserts nothing more. Then, when the queue declares ``retention``, it
+    prunes finished jobs older than that in short batches, for at most half a
+    plan interval (what is left goes on in the next run). Returns ``{"queue",
+    "owners", "inserted": {type: count}, "total", "pruned"}`` (pushed to XCom)
+    and logs one line per job type.
 
     Then it reads the queue's gauges (jobs waiting, running, abandoned, the
     largest freshness lag), logs them and sends them to Airflow's metrics
@@ -68,12 +71,29 @@ class SyncLanePlanOperator(BaseOperator):
         with Operations(declaration, database) as operations:
             # A passing database error is waited out, but never into the next run's time.
             summary = operations.plan(queue.name, owner=self.owner_id or None, give_up_after=retry_bound(declaration))
+            pruned = (
+                operations.prune(queue.name, time_budget=declaration.plan_interval / 2)
+                if queue.retention is not None and not self.owner_id
+                else None
+            )
             for job_type, inserted in summary.inserted.items():
                 self.log.info(
                     "queue %s, type %s: %s job(s) inserted for %s owner(s)", queue.name, job_type, inserted, summary.owners
                 )
+            if pruned is not None:
+                self.log.info(
+                    "queue %s: %s finished job(s) older than %s pruned%s", queue.name, pruned.deleted,
+                    duration_text(queue.retention),
+                    " (more left for the next run)" if pruned.more else "",
+                )
             self._report_gauges(operations, queue.name)
-        return {"queue": queue.name, "owners": summary.owners, "inserted": summary.inserted, "total": summary.total}
+        return {
+            "queue": queue.name,
+            "owners": summary.owners,
+            "inserted": summary.inserted,
+            "total": summary.total,
+            "pruned": pruned.deleted if pruned is not None else 0,
+        }
 
     def _report_gauges(self, operations: Operations, queue: str) -> None:
         try:

@@ -60,6 +60,11 @@ class TableTrigger(BaseTrigger):
     async def look(self, watch: TableWatch) -> tuple[dict[str, Any] | None, float]:
         raise NotImplementedError
 
+    def waiter(self) -> tuple[int, int] | None:
+        """The advisory key this trigger waits in turn under with others like it (see :class:`TableWatch`);
+        None: it waits alone."""
+        return None
+
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
             f"{type(self).__module__}.{type(self).__qualname__}",
@@ -86,6 +91,7 @@ class TableTrigger(BaseTrigger):
                 listen=self.listens,
                 give_up_after=self.give_up_after,
                 log=self.log,
+                waiter=self.waiter(),
             ) as watch:
                 while True:
                     # With LISTEN on before this look, nothing sent after it is missed.

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import time
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from synclane_provider.triggers.base import TableTrigger
+from synclane_provider.core.wakeups import waiter_key
 from synclane_provider.core.watch import TableWatch
 
 
@@ -25,22 +27,39 @@ class JobDueTrigger(TableTrigger):
     (totals, start time), which must survive the deferral whatever the
     runtime does with the task's own resume kwargs.
 
+    The idle workers of a queue take turns: with k jobs to take, the k
+    first of them in line wake (see ``worker_wakeup``), so one NOTIFY wakes
+    one worker per job, not every worker (a waiter whose look comes after
+    the one ahead of it has left and before that one's worker took the job
+    wakes too: the line holds no writes). A waiter further back that sees
+    jobs left untaken for ``patience`` seconds per place it is behind wakes
+    anyway, so a worker ahead of it that is slow to resume (or stuck) costs a
+    delay, never a job left waiting.
+
     :param until: aware datetime at which to give up waiting (the worker's idle or run deadline).
     :param carry: JSON-serializable state handed back in the event.
+    :param patience: seconds a waiter lets the ones ahead of it take a job; None: ``poll_interval``.
     (The other parameters are :class:`TableTrigger`'s.)
     """
 
     listens = True
 
-    def __init__(self, *, until: datetime, carry: dict[str, Any] | None = None, **table: Any) -> None:
+    def __init__(
+        self, *, until: datetime, carry: dict[str, Any] | None = None, patience: float | None = None, **table: Any
+    ) -> None:
         super().__init__(**table)
         if until.tzinfo is None:
             raise ValueError(f"until must be timezone-aware, got {until!r}")
         self.until = until
         self.carry = carry or {}
+        self.patience = float(patience) if patience is not None else None
+        self._behind_since: float | None = None
 
     def own_kwargs(self) -> dict[str, Any]:
-        return {"until": self.until, "carry": self.carry}
+        return {"until": self.until, "carry": self.carry, "patience": self.patience}
+
+    def waiter(self) -> tuple[int, int] | None:
+        return waiter_key(self.schema, self.queue)
 
     def event_context(self) -> dict[str, Any]:
         return {"queue": self.queue, "carry": self.carry}
@@ -53,6 +72,17 @@ class JobDueTrigger(TableTrigger):
         if left <= 0:
             return {"status": "timeout"}, 0.0
         sleep = min(left, self.poll_interval)
+        if state.behind:
+            # Jobs wait, and others are ahead in line for them; wake anyway if they leave them waiting.
+            now = time.monotonic()
+            self._behind_since = self._behind_since if self._behind_since is not None else now
+            allowed = (self.patience if self.patience is not None else self.poll_interval) * state.behind
+            if now - self._behind_since >= allowed:
+                self.log.info("jobs of queue %s left waiting for %.1fs by the workers ahead; waking", self.queue, allowed)
+                return {"status": "due"}, 0.0
+            sleep = min(sleep, allowed - (now - self._behind_since))
+        else:
+            self._behind_since = None
         if state.wake_at is not None:
             sleep = min(sleep, (state.wake_at - state.now) / timedelta(seconds=1))
         return None, sleep

@@ -14,17 +14,20 @@ from psycopg import sql
 from synclane_demo.settings import DemoSettings
 from synclane_demo.shop.catalogue import Catalogue
 from synclane_demo.shop.faults import Faults
+from synclane_demo.shop.limits import Limits
 from synclane_demo.shop.server import Shop, ShopServer
 
 
 @pytest.fixture
 def start_shop() -> Iterator:
-    """Start a shop with the given faults and catalogue on a free port; stopped after the test."""
+    """Start a shop with the given faults, rate limits (none unless given) and catalogue on a free port; stopped
+    after the test."""
     started: list[ShopServer] = []
 
-    def start(*, catalogue: Catalogue | None = None, **faults) -> ShopServer:
+    def start(*, catalogue: Catalogue | None = None, rate_limits: dict[str, int] | None = None, **faults) -> ShopServer:
         settings = {"latency": 0.0, "rate_429": 0.0, "rate_503": 0.0, "heal_after": None, **faults}
-        server = ShopServer(("127.0.0.1", 0), Shop(catalogue or Catalogue(history_days=120), Faults(**settings)))
+        shop = Shop(catalogue or Catalogue(history_days=120), Faults(**settings), Limits(rate_limits or {}))
+        server = ShopServer(("127.0.0.1", 0), shop)
         started.append(server.start())
         return server
 
@@ -46,7 +49,8 @@ def demo_schemas(database_url: str) -> Iterator[tuple[str, str]]:
 
 @pytest.fixture
 def demo_settings(database_url: str, demo_schemas: tuple[str, str]):
-    """The demo at test scale: 90 days of history in 30-day slices, delays of a tenth of a second."""
+    """The demo at test scale: 90 days of history in 30-day slices, delays of a tenth of a second, no rate budget
+    (the shops these tests start have no rate limit unless a test gives both)."""
 
     def make(shop: ShopServer, **overrides) -> DemoSettings:
         jobs, data = demo_schemas
@@ -63,6 +67,7 @@ def demo_settings(database_url: str, demo_schemas: tuple[str, str]):
             throttle_max_delay=timedelta(seconds=0.2),
             poll_interval=timedelta(seconds=0.1),
             shop_timeout=timedelta(seconds=5),
+            rates="",
         )
         return dataclasses.replace(base, **overrides)
 

@@ -6,6 +6,8 @@ One scenario runs once for the module (it takes minutes); each test asserts one 
 
 1. start the shop and Airflow; the planning DAG plans, the worker DAG's mapped slots drain;
 2. mid-run, with a job running mid-slice, stop Airflow (SIGTERM to its process group) and start it again;
+   then twice more while jobs run: once with Ctrl-C (SIGINT), once while the restarted scheduler is still
+   handing out the slots' retries; within two minutes of the last start every slot works again;
 3. wait until everything settled: all completed except globex's broken slice, abandoned at cursor 50;
 4. heal the shop, requeue through a manual run of ``synclane_requeue``, wait until the slice completed.
 
@@ -19,6 +21,7 @@ of a lane) are seen, not inferred.
 from __future__ import annotations
 
 import json
+import signal
 import sys
 import time
 import urllib.parse
@@ -41,7 +44,7 @@ from synclane_demo.store import Store
 from tests.real_airflow import AirflowApi, Sampler, clean_environment, free_port, wait_until
 from tests.support.statsd import Listener
 
-pytestmark = [pytest.mark.airflow, pytest.mark.slow, pytest.mark.timeout(1200)]
+pytestmark = [pytest.mark.airflow, pytest.mark.slow, pytest.mark.timeout(2400)]
 
 QUEUE = "shops"
 SCALE = {
@@ -73,6 +76,8 @@ class Scenario:
     running_before_stop: list[dict] = field(default_factory=list)
     after_stop: dict[int, dict] = field(default_factory=dict)
     restart_seq: int = 0
+    slots_back_after: float | None = None
+    slot_states: list[dict] = field(default_factory=list)
     settled: list[dict] = field(default_factory=list)
     requeue_seq: int = 0
     requeue_run: dict = field(default_factory=dict)
@@ -186,7 +191,23 @@ def scenario(database_url: str, tmp_path_factory) -> Scenario:
         airflow = airflow_service(env, home).start()
         services.append(airflow)
         wait_for_airflow(airflow, api_port, timeout=300)
+
+        # Twice more while jobs run: Ctrl-C, then a restart right after the last one came up.
+        for stop_signal, after_start in ((signal.SIGINT, 20), (signal.SIGTERM, 0)):
+            time.sleep(after_start)
+            wait_until(lambda: any(r["status"] == "running" for r in run.rows()), 120, "a job running", every=0.2,
+                       explain=lambda: airflow.tail(40))
+            airflow.stop(graceful=90, signal_first=stop_signal)
+            services.remove(airflow)
+            airflow = airflow_service(env, home).start()
+            services.append(airflow)
+            wait_for_airflow(airflow, api_port, timeout=300)
+        restarted = time.monotonic()
         run.api = AirflowApi(f"http://127.0.0.1:{api_port}", home / "airflow")
+        explain = lambda: airflow.tail(60)  # noqa: E731
+        run.slot_states = wait_until(lambda: all_slots_working(run.api), 180,
+                                     "every slot of the worker DAG working again", every=1, explain=explain)
+        run.slots_back_after = time.monotonic() - restarted
 
         # 3. Everything settles: completed, except the broken slice, abandoned.
         wait_until(lambda: settled(run.rows(), run), 420, "every job completed but the broken slice abandoned",
@@ -240,9 +261,19 @@ def scenario(database_url: str, tmp_path_factory) -> Scenario:
             print(report(run, home / "airflow" / "logs"))
 
 
+def all_slots_working(api: AirflowApi) -> list[dict] | None:
+    """The worker DAG's current run's slots when all of them are taking jobs or deferred waiting for one."""
+    runs = [r for r in api.runs("synclane_work") if r["state"] == "running"]
+    if not runs:
+        return None
+    slots = [ti for ti in api.task_instances("synclane_work", runs[0]["dag_run_id"]) if ti["task_id"] == "work"]
+    return slots if len(slots) == 3 and all(ti["state"] in ("running", "deferred") for ti in slots) else None
+
+
 def report(run: Scenario, logs: Path) -> str:
     """What the run ended with, for ``pytest -s`` and for failures: timings, the final rows, a worker's log."""
-    lines = [f"\nend-to-end timings (s): { {k: round(v) for k, v in run.timings.items()} }", "final rows:"]
+    lines = [f"\nend-to-end timings (s): { {k: round(v) for k, v in run.timings.items()} }",
+             f"every slot working {run.slots_back_after} s after the third restart", "final rows:"]
     columns = ("id", "owner", "lane", "type", "mode", "status", "window_start", "cursor", "processed_count",
                "attempt_count", "error")
     for row in run.final or run.rows():
@@ -366,6 +397,16 @@ def test_after_healing_a_requeue_completed_the_slice_from_cursor_50(scenario):
     assert broken["status"] == "completed" and broken["processed_count"] == shop_count(broken) > 50
     asked = [e["cursor"] for e in scenario.requests if e["seq"] > scenario.requeue_seq and entry_key(e) == request_key(broken)]
     assert asked[0] == 50 and 0 not in asked
+
+
+def test_three_restarts_lost_no_worker_slot(scenario):
+    """However often Airflow restarts, the queue is back to its full number of slots within minutes, unaided."""
+    assert scenario.slots_back_after is not None and scenario.slots_back_after < 120
+    failed = [(run["dag_run_id"], ti["map_index"], ti["try_number"])
+              for run in scenario.api.runs("synclane_work")
+              for ti in scenario.api.task_instances("synclane_work", run["dag_run_id"])
+              if ti["task_id"] == "work" and ti["state"] == "failed"]
+    assert failed == [], "worker slots that failed for good"
 
 
 def test_a_restart_left_no_job_running_and_each_resumed_from_its_saved_cursor(scenario):

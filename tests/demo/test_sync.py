@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 import psycopg
 import pytest
@@ -16,6 +16,7 @@ from psycopg import sql
 from psycopg.rows import dict_row
 
 from synclane_provider.core import Operations, WorkerPool, WorkerSlot
+from synclane_provider.core.lane_gate import LaneGate
 from synclane_demo.store import Store
 from synclane_demo.sync import build
 from tests.helpers import Background
@@ -228,3 +229,45 @@ def test_a_page_stored_twice_changes_nothing(demo):
     first, again = handler(job), handler(job)
     assert first == again and first.count == 50
     assert stored(config.database_url, config.data_schema, "products", "initech") == 50
+
+
+def rate_limited_demo(demo):
+    """The demo against a shop that allows acme 2 requests a second, with 10 % random 429s naming one second."""
+    return demo(
+        shop_faults={"rate_limits": {"acme": 2}, "rate_429": 0.1, "retry_after": 1, "latency": 0.02, "seed": 3,
+                     "broken_account": None},
+        rates="acme=2",
+        max_attempts=50,
+        horizon=timedelta(days=60),
+    )
+
+
+def test_the_shop_never_refuses_acme_for_its_rate_and_each_random_429_holds_acmes_lane_once(demo):
+    shop, config, synclane, database = rate_limited_demo(demo)
+    settle(synclane, database, timeout=120)
+    assert {r["status"] for r in jobs(config.database_url, config.schema)} == {"completed"}
+    counters = shop.shop.limits.status()["counters"]
+    assert counters.get("429_random", 0) > 0
+    assert counters.get("429_over_limit", 0) == 0, counters
+    assert counters.get("429_ignored_wait", 0) == 0, counters
+
+
+def test_without_the_budget_and_the_lane_pause_the_shop_refuses_acme(demo, monkeypatch):
+    """The check above can fail: a worker that neither takes budget nor holds the lane runs into both walls
+    (and keeps running into them: the run is stopped once the shop has counted both)."""
+    monkeypatch.setattr(LaneGate, "pause", lambda self, job, wait: None)
+    monkeypatch.setattr(LaneGate, "rate_of", lambda self, job: None)
+    shop, config, synclane, database = rate_limited_demo(demo)
+    pool = WorkerPool(synclane, database, "shops", slots=3)
+    running = Background(pool.run, name="unguarded")
+    deadline = time.monotonic() + 60
+    counters: dict = {}
+    while time.monotonic() < deadline and running.is_alive():
+        counters = shop.shop.limits.status()["counters"]
+        if counters.get("429_over_limit", 0) and counters.get("429_ignored_wait", 0):
+            break
+        time.sleep(0.2)
+    pool.shutdown()
+    running.result(timeout=60)
+    assert counters.get("429_over_limit", 0) > 0, counters
+    assert counters.get("429_ignored_wait", 0) > 0, counters

@@ -245,7 +245,7 @@ def test_the_planner_against_the_table_covers_every_owner_and_replanning_inserts
 
     current = initial
     operations(current).activity("shops")  # creates the table on first use
-    admin.execute(sql.SQL("TRUNCATE {}.jobs").format(sql.Identifier(schema)))
+    admin.execute(sql.SQL("TRUNCATE {0}.jobs, {0}.coverage").format(sql.Identifier(schema)))
     try:
         for now, step in zip(nows(first, plan), plan):
             current = step.redeclared or current
@@ -264,3 +264,71 @@ def test_the_planner_against_the_table_covers_every_owner_and_replanning_inserts
         assert_covered(windows, start, end)
         assert [r["dedup_key"] for r in mine if r["type"] == "products"].count("initial") == 1
     assert len(found) == len({(r["owner"], r["type"], r["dedup_key"]) for r in found})
+
+
+# --- retention: pruning never makes the planner plan a window again ------------------------------------------
+
+
+def _progress_and_freshness(ops: Operations) -> dict:
+    return {
+        owner.id: (ops.progress("shops", owner.id), ops.freshness("shops", owner.id)) for owner in OWNERS
+    }
+
+
+@AGAINST_POSTGRES
+@given(first=instants, initial=windowed_settings(), plan=steps, prune_every=st.sampled_from([1, 2, 3]))
+def test_plan_complete_prune_plan_again_never_plans_a_completed_window_again(
+    database_url, schema, admin, first, initial, plan, prune_every
+):
+    """Every job is completed as soon as it is planned, and every ``prune_every`` steps everything completed is
+    pruned (recurring and manual ones; initial ones are kept by design). No key is ever inserted twice -- a
+    second insert of a key would be a completed job planned again -- coverage has no hole, and an owner's
+    progress and freshness read the same before and after each prune."""
+    made: dict[tuple, Operations] = {}
+    database = declaration(schema, initial).database(database_url)
+
+    def operations(current: dict) -> Operations:
+        key = tuple(sorted(current.items()))
+        if key not in made:
+            made[key] = Operations(declaration(schema, current), database)
+        return made[key]
+
+    current = initial
+    operations(current).activity("shops")
+    admin.execute(sql.SQL("TRUNCATE {0}.jobs, {0}.coverage").format(sql.Identifier(schema)))
+    ever: dict[tuple, tuple] = {}
+    pruned = 0
+    try:
+        for number, (now, step) in enumerate(zip(nows(first, plan), plan)):
+            current = step.redeclared or current
+            ops = operations(current)
+            ops.plan("shops", now=now)
+            for row in rows(admin, schema):
+                key = (row["owner"], row["type"], row["dedup_key"])
+                window = (row["mode"], row["window_start"], row["window_end"])
+                if row["status"] == "pending":
+                    assert key not in ever, f"{key} was completed, pruned and planned again as {window}"
+                    ever[key] = window
+            admin.execute(
+                sql.SQL("UPDATE {}.jobs SET status = 'completed', completed_at = %s WHERE status = 'pending'").format(
+                    sql.Identifier(schema)
+                ),
+                [now],
+            )
+            if number % prune_every == 0:
+                before = _progress_and_freshness(ops)
+                finished = sum(1 for r in rows(admin, schema) if r["mode"] != "initial" and r["status"] == "completed")
+                result = ops.prune("shops", older_than=timedelta(microseconds=1), now=now + timedelta(seconds=1))
+                assert result.deleted == finished, "every completed recurring job is pruned, initial ones are kept"
+                pruned += result.deleted
+                assert _progress_and_freshness(ops) == before, "progress and freshness survive pruning"
+                assert ops.plan("shops", now=now).total == 0, "planning again right after a prune inserts nothing"
+    finally:
+        for ops in made.values():
+            ops.close()
+
+    start, end = expected_span(first, plan, initial)
+    for owner in OWNERS:
+        windows = [w for (o, t, _), w in ever.items() if o == owner.id and t == "orders"]
+        assert_covered(windows, start, end)
+        assert [k for (o, t, k) in ever if o == owner.id and t == "products"].count("initial") == 1

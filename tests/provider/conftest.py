@@ -49,7 +49,7 @@ def provider_schema(provider_schema_cleanup: str, admin: psycopg.Connection) -> 
     from tests.provider import declaration
 
     create_schema(admin, PROVIDER_SCHEMA)
-    admin.execute(sql.SQL("TRUNCATE {}.jobs RESTART IDENTITY").format(sql.Identifier(PROVIDER_SCHEMA)))
+    admin.execute(sql.SQL("TRUNCATE {0}.jobs, {0}.coverage RESTART IDENTITY").format(sql.Identifier(PROVIDER_SCHEMA)))
     declaration.reset()
     return PROVIDER_SCHEMA
 

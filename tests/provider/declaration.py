@@ -141,7 +141,12 @@ synclane = SyncLane(
             concurrency=2,
             max_lag=timedelta(hours=1),
         ),
-        Queue("slow", owners=lambda queue: ["hooli"], types=[SnapshotType("export", slow_export, every=timedelta(days=1))]),
+        Queue(
+            "slow",
+            owners=lambda queue: ["hooli"],
+            types=[SnapshotType("export", slow_export, every=timedelta(days=1))],
+            retention=timedelta(days=30),
+        ),
     ],
     schema=os.environ["SYNCLANE_TEST_SCHEMA"],
     poll_interval=timedelta(seconds=1),

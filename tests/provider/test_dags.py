@@ -77,7 +77,7 @@ def test_the_planning_dag_inserts_the_planned_rows_once(dags, provider_schema, a
     first = dags["synclane_plan"].test()
     assert first.state == "success"
     inserted = {"orders": 4 * decl.orders_per_owner(), "products": 4}
-    assert xcoms(first, "plan") == {-1: {"queue": "shops", "owners": 4, "inserted": inserted, "total": decl.shop_jobs()}}
+    assert xcoms(first, "plan") == {-1: {"queue": "shops", "owners": 4, "inserted": inserted, "total": decl.shop_jobs(), "pruned": 0}}
     assert len(rows(admin, provider_schema)) == decl.shop_jobs()
 
     again = dags["synclane_plan"].test()

@@ -10,7 +10,7 @@ import pytest
 from synclane_provider.core import DeclarationError, UnknownOwnerError, UnknownQueueError
 from synclane_provider.locate import locate_queue, locate_synclane
 from synclane_provider.operators.plan import SyncLanePlanOperator, retry_bound
-from tests.helpers import rows
+from tests.helpers import execute, rows
 from tests.provider import declaration as decl
 from tests.provider.conftest import DECLARATION
 
@@ -24,7 +24,7 @@ def planner(**kwargs) -> SyncLanePlanOperator:
 def test_planning_inserts_the_planned_rows_once_and_reports_them_per_type(provider_schema, admin, capsys):
     orders, total = 4 * decl.orders_per_owner(), decl.shop_jobs()
     first = planner().execute({})
-    assert first == {"queue": "shops", "owners": 4, "inserted": {"orders": orders, "products": 4}, "total": total}
+    assert first == {"queue": "shops", "owners": 4, "inserted": {"orders": orders, "products": 4}, "total": total, "pruned": 0}
     assert len(rows(admin, provider_schema)) == total
     log = capsys.readouterr().out
     assert f"queue shops, type orders: {orders} job(s) inserted for 4 owner(s)" in log
@@ -33,6 +33,22 @@ def test_planning_inserts_the_planned_rows_once_and_reports_them_per_type(provid
     again = planner().execute({})  # a retried or doubled run
     assert again["inserted"] == {"orders": 0, "products": 0} and again["total"] == 0
     assert len(rows(admin, provider_schema)) == total
+
+
+def test_planning_prunes_a_queue_with_a_retention_after_planning_it(provider_schema, admin, capsys):
+    execute(
+        admin,
+        provider_schema,
+        "INSERT INTO {jobs} (queue, owner, lane, type, mode, status, dedup_key, created_at, completed_at) "
+        "VALUES ('slow', 'hooli', 'hooli', 'export', 'manual', 'completed', 'manual:old', now() - interval '41 days', "
+        "        now() - interval '40 days'), "
+        "       ('slow', 'hooli', 'hooli', 'export', 'manual', 'completed', 'manual:new', now(), now())",
+    )
+    result = planner(synclane_queue="slow").execute({})
+    assert (result["total"], result["pruned"]) == (1, 1)
+    assert "queue slow: 1 finished job(s) older than 30 days pruned" in capsys.readouterr().out
+    assert sorted(r["dedup_key"] for r in rows(admin, provider_schema)) == ["initial", "manual:new"]
+    assert planner().execute({})["pruned"] == 0  # a queue without retention keeps everything
 
 
 def test_planning_one_owner(provider_schema, admin):

@@ -65,9 +65,10 @@ def test_initial_load_not_complete_defers_and_its_trigger_fires_when_it_is(provi
         "synclane_conn_id": "synclane_default",
         "schema": provider_schema,
         "queue": "shops",
-        "owners": ["acme-us", "acme-eu", "globex", "initech"],
+        "owners": ["globex"],  # only the owners still loading
         "job_type": None,
         "settled": False,
+        "more": 0,
         "poll_interval": 0.2,
         "give_up_after": 300.0,
     }
@@ -75,8 +76,40 @@ def test_initial_load_not_complete_defers_and_its_trigger_fires_when_it_is(provi
     waiting = in_background(trigger)
     work_until_idle()
     event = waiting.result(timeout=30)
-    assert event == {"status": "success", "queue": "shops", "owners": 4}
+    assert event == {"status": "success", "queue": "shops", "owners": 1, "more": 0}
     sensor.execute_complete({}, event)
+
+
+def test_the_initial_load_trigger_stays_bounded_for_any_number_of_owners_and_the_sensor_waits_for_each_part(
+    provider_schema, monkeypatch
+):
+    import json
+
+    from synclane_provider.triggers import initial_load as trigger_module
+
+    many = [f"owner-{'x' * 200}-{i}" for i in range(100_000)]
+    part = trigger_module.first_part(many)
+    trigger = InitialLoadTrigger(owners=part, more=len(many) - len(part), synclane_conn_id="c", schema="s", queue="q")
+    size = len(json.dumps(trigger.serialize()[1]))
+    assert size < trigger_module.MAX_OWNER_BYTES + 1000 and 0 < len(part) < len(many)
+    with pytest.raises(ValueError, match="at most 16000 bytes of owner ids"):
+        InitialLoadTrigger(owners=many, synclane_conn_id="c", schema="s", queue="q")
+
+    # A sensor waiting for more owners than one trigger carries waits a part at a time.
+    plan_and_drain_once()
+    monkeypatch.setattr(trigger_module, "MAX_OWNER_BYTES", 1)  # one owner per trigger
+    sensor = initial_load(owner_id=None)
+    monkeypatch.setattr(sensor, "_owners", lambda queue: ["globex", "umbrella"])  # umbrella has nothing planned
+    with pytest.raises(TaskDeferred) as deferred:
+        sensor.execute({})
+    first = deferred.value.trigger
+    assert (first.owners, first.more) == (["globex"], 1)
+    work_until_idle()
+    event = in_background(first).result(timeout=30)
+    assert event == {"status": "success", "queue": "shops", "owners": 1, "more": 1}
+    with pytest.raises(TaskDeferred) as again:  # globex is done; umbrella is not: it waits on for umbrella
+        sensor.execute_complete({}, event)
+    assert (again.value.trigger.owners, again.value.trigger.more) == (["umbrella"], 0)
 
 
 def test_an_owner_with_nothing_planned_is_not_loaded(provider_schema):

@@ -44,6 +44,7 @@ TRIGGERS = [
             poll_interval=5.0,
             give_up_after=60.0,
             carry={"summary": {"jobs": 3}, "deferrals": 2},
+            patience=2.5,
         ),
     ),
     (
@@ -55,6 +56,7 @@ TRIGGERS = [
             owners=["a", "b"],
             job_type="orders",
             settled=True,
+            more=3,
             poll_interval=7.0,
             give_up_after=60.0,
         ),
@@ -90,6 +92,80 @@ def test_the_due_trigger_wakes_on_notify_when_a_job_is_enqueued(provider_schema,
         ops.enqueue("shops", "initech", "products", key="by-hand")
     assert waiting.result(timeout=30)["status"] == "due"
     assert time.monotonic() - started < 20
+
+
+def waiting_count(admin, name: str) -> int:
+    return admin.execute(
+        "SELECT count(*) AS n FROM pg_stat_activity WHERE application_name = %s AND state = 'idle'"
+        " AND query LIKE 'WITH RECURSIVE clock%%'",
+        [name],
+    ).fetchone()["n"]
+
+
+def test_one_notify_wakes_one_idle_worker_per_job_not_all_of_them(provider_schema, admin, connection):
+    name = unique_name("due-herd")
+    conn_id = connection(application_name=name)
+    waiting = [in_background(due_trigger(conn_id, seconds=12)) for _ in range(6)]
+    deadline = time.monotonic() + 20
+    while waiting_count(admin, name) < 6:
+        assert time.monotonic() < deadline, "the triggers did not all start waiting"
+        time.sleep(0.02)
+    with operations(decl.synclane) as ops:
+        ops.enqueue("shops", "initech", "products", key="one")
+        deadline = time.monotonic() + 20
+        while not any(w.done() for w in waiting):
+            assert time.monotonic() < deadline, "no trigger woke"
+            time.sleep(0.01)
+        time.sleep(1.0)  # the others had every chance to wake too
+        first = sum(w.done() for w in waiting)
+        # One wakes (a second only if its look came after the first had left and before its job was taken).
+        assert 1 <= first <= 2, f"{first} of 6 idle workers woke for one job"
+        holder = WorkerSlot(decl.synclane, ops.session.database, "shops")
+        try:
+            assert holder.run_one() is not None  # the woken worker takes its job
+            ops.enqueue("shops", "globex", "products", key="two")
+            deadline = time.monotonic() + 20
+            while sum(w.done() for w in waiting) < first + 1:
+                assert time.monotonic() < deadline, "no trigger woke for the second job"
+                time.sleep(0.01)
+            time.sleep(1.0)
+            assert sum(w.done() for w in waiting) <= first + 2, "the second job woke more than its share"
+            assert all(w.result()["status"] == "due" for w in waiting if w.done())
+            assert holder.run_one() is not None
+        finally:
+            holder.close()
+    # The rest give up at their deadline (nothing else came).
+    for w in waiting:
+        assert w.result(timeout=60)["status"] in ("due", "timeout")
+
+
+def test_a_waiter_behind_one_that_never_wakes_wakes_after_its_patience(provider_schema, admin, connection, database_url):
+    """A waiter ahead in line that is stuck (here: a bare connection holding the queue's key) costs a delay of
+    ``patience`` per place, never a job left waiting."""
+    import psycopg
+
+    from synclane_provider.core.wakeups import waiter_key
+
+    stuck = [psycopg.connect(database_url, autocommit=True) for _ in range(2)]
+    try:
+        for conn in stuck:
+            conn.execute("SELECT pg_advisory_lock_shared(%s, %s)", list(waiter_key(provider_schema, "shops")))
+        name = unique_name("due-patience")
+        waiting = in_background(due_trigger(connection(application_name=name), patience=0.5))
+        wait_until_waiting(admin, name, waiting)
+        [pid] = [r["pid"] for r in admin.execute(
+            "SELECT pid FROM pg_stat_activity WHERE application_name = %s", [name]).fetchall()]
+        ahead = sum(conn.info.backend_pid < pid for conn in stuck)
+        started = time.monotonic()
+        with operations(decl.synclane) as ops:
+            ops.enqueue("shops", "initech", "products", key="one")
+        assert waiting.result(timeout=30)["status"] == "due"
+        waited = time.monotonic() - started
+        # ``ahead`` waiters before it and one job: it is ``ahead`` places behind its turn.
+        assert ahead * 0.5 - 0.1 <= waited < ahead * 0.5 + 5, (ahead, waited)
+    finally:
+        for conn in stuck:
+            conn.close()
 
 
 def test_the_due_trigger_wakes_when_a_stopping_worker_hands_its_job_back(provider_schema, admin, connection):

@@ -88,6 +88,7 @@ def test_the_worker_drains_then_defers_and_resumes_when_a_job_becomes_due(provid
         "released": 0,
         "lease_lost": 0,
         "left_running": 0,
+        "repeated": 0,
         "pages": 2 * decl.shop_jobs(),
         "records": 100 * decl.shop_jobs(),
         "deferrals": 2,

@@ -1,0 +1,118 @@
+"""What a worker does before each page: wait its turn in the lane's rate budget, and out any pause on the lane.
+
+A lane is one API account. Its rate budget (:class:`~synclane_provider.core.ratelimit.Rate`, from the owner
+source or the queue) and the pause a throttle puts on it are kept in ``<schema>.lane_budgets``, so every worker
+on every machine keeps to the same ones:
+
+* **Budget.** A lane with a rate takes one unit before each page in one statement (``take_lane_budget``),
+  which answers how long to wait; a handler that makes more requests in a page takes more with
+  :meth:`Job.spend <synclane_provider.core.records.Job.spend>`.
+* **Pause.** When a handler raises ``JobThrottled`` with the wait the server named, the wait is the lane's:
+  :meth:`LaneGate.pause` records it on the lane's row and moves the lane's waiting jobs to its end. We chose
+  to hold the lane's *jobs* back (so idle workers take other lanes' work meanwhile, and the take statement stays
+  as it is) and to have the runner wait before a page (so that a job that starts in the lane anyway -- inserted
+  or requeued during the pause, or running beside, in a wider lane -- still sends nothing before it ends). A lane
+  without a rate learns of a pause at no cost: the take and the cursor save return what is left of it.
+
+Waits sleep on the slot's stop event, holding no transaction and polling nothing; the job's lease is renewed
+meanwhile by its :class:`~synclane_provider.core.lease.LeaseKeeper`. A throttle without a named wait is our
+own guess (doubled and jittered per job), so it delays only its job; the budget is the tool for pacing a lane.
+
+Waits are computed on the slot's clock (the database's, or a pinned one) and slept in real time: a test that
+pins the clock and declares a rate sleeps the rate's intervals for real, whatever it does with the clock.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from datetime import timedelta
+
+from synclane_provider.core.clock import Clock
+from synclane_provider.core.declarations import Queue
+from synclane_provider.core.owners import owners_of
+from synclane_provider.core.ratelimit import Rate
+from synclane_provider.core.records import Job
+from synclane_provider.core.store import Store
+
+log = logging.getLogger(__name__)
+
+
+class LaneGate:
+    """One worker slot's view of its lanes' budgets and pauses."""
+
+    def __init__(
+        self,
+        store: Store,
+        queue: Queue,
+        *,
+        clock: Clock,
+        stop: threading.Event,
+        refresh: timedelta,
+        log: logging.Logger | logging.LoggerAdapter[logging.Logger] | None = None,
+    ) -> None:
+        self._store = store
+        self._queue = queue
+        self._clock = clock
+        self._stop = stop
+        self._refresh = refresh.total_seconds()
+        self._log = log or logging.getLogger(__name__)
+        self._rates: dict[str, Rate] = {}
+        self._read_at: float | None = None
+
+    def rate_of(self, job: Job) -> Rate | None:
+        """The rate budget of the job's lane: its owner's, as the owner source lists it, else the queue's.
+
+        The owner source is asked at most once per ``refresh`` (the plan interval) per slot; when it fails, the
+        rates it gave last are kept, and the queue's rate holds for owners it does not list.
+        """
+        now = time.monotonic()
+        if self._read_at is None or now - self._read_at >= self._refresh:
+            self._read_at = now
+            try:
+                self._rates = {o.id: o.rate for o in owners_of(self._queue) if o.rate is not None}
+            except Exception as exc:  # noqa: BLE001 - a budget lookup must not fail the job; the last rates stay
+                self._log.warning(
+                    "queue %s: the owner source failed (%s); keeping the rates it gave last", self._queue.name, exc
+                )
+        return self._rates.get(job.owner, self._queue.rate)
+
+    def before_page(self, job: Job, *, paused: float) -> float:
+        """Take one unit of the lane's budget (if it has one) and wait until the page may start; seconds waited.
+
+        ``paused`` is what the take or the last cursor save said was left of a pause on the lane; a lane with
+        a rate is told afresh by its budget statement.
+        """
+        rate = self.rate_of(job)
+        wait = paused if rate is None else self._take(job, rate, 1)
+        return self._sleep(wait)
+
+    def spend(self, job: Job, units: int) -> timedelta:
+        """Take ``units`` more of the job's lane's budget within a page and wait until they may be used."""
+        if isinstance(units, bool) or not isinstance(units, int) or units < 1:
+            raise ValueError(f"spend() takes a positive number of units, got {units!r}")
+        rate = self.rate_of(job)
+        if rate is None:
+            return timedelta(0)
+        return timedelta(seconds=self._sleep(self._take(job, rate, units)))
+
+    def pause(self, job: Job, wait: timedelta) -> None:
+        """Hold the job's whole lane for ``wait``, the wait a server named: no job of the lane starts a page before
+        it ends. Written before the throttled job's finish, whose take must not find the lane free."""
+        until = self._store.pause_lane(self._queue.name, job.lane, wait=wait, now=self._clock())
+        self._log.info("lane %s of queue %s paused until %s (named by the server to %s)",
+                       job.lane, self._queue.name, until.isoformat(), job.describe())
+
+    def _take(self, job: Job, rate: Rate, units: int) -> float:
+        return self._store.take_lane_budget(
+            self._queue.name, job.lane, cost=rate.interval * units, tolerance=rate.tolerance, now=self._clock()
+        )
+
+    def _sleep(self, seconds: float) -> float:
+        """Sleep ``seconds`` unless the slot is asked to stop first; the seconds slept."""
+        if seconds <= 0:
+            return 0.0
+        started = time.monotonic()
+        self._stop.wait(seconds)
+        return time.monotonic() - started

@@ -1,0 +1,226 @@
+"""A fake API that logs every request's arrival, and the rate-budget run: workers in two processes, one lane.
+
+Used by the test suite (no more than the budget in any window, at least 90 % of it used, and the same run
+overrunning with the budget statement taken out) and by ``bench/ratelimit.py``. The worker processes run
+``tests/support/budget_worker.py``, whose declaration is :func:`declaration` here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.request import urlopen
+
+from synclane_provider.core import (
+    Job, JobThrottled, Operations, Owner, Page, Queue, Rate, SnapshotType, SyncLane, parse_retry_after,
+)
+from synclane_provider.core.retry import Jitter, RetryPolicy
+
+ROOT = Path(__file__).resolve().parent.parent
+WORKER = ROOT / "tests" / "support" / "budget_worker.py"
+QUEUE = "api"
+WARM_UP = timedelta(seconds=3)
+"""How long after the jobs are enqueued they are due: time for the worker processes to start and warm up."""
+WARM_UP_ACCOUNT = "warm-up"
+
+
+@dataclass
+class Throttle:
+    """The API's own limit on one account (the owners in ``accounts`` share it): its ``after``-th request is
+    answered 429 naming ``retry_after`` seconds, and so is every request of the account until they have passed."""
+
+    accounts: tuple[str, ...]
+    after: int
+    retry_after: int = 1
+    blocked_until: float = 0.0
+
+
+@dataclass
+class FakeAPI:
+    """Answers ``GET /<account>/<page>`` with 200 (or 429 when its throttle says so), logging each arrival."""
+
+    throttle: Throttle | None = None
+    latency: float = 0.0
+    """Seconds each answer takes (after its arrival is logged)."""
+    log: list[tuple[float, str, int]] = field(default_factory=list)
+    """(monotonic arrival time, account, status) per request, in arrival order."""
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def answer(self, account: str) -> int:
+        with self._lock:
+            now = time.monotonic()
+            status = 200
+            throttle = self.throttle
+            if throttle is not None and account in throttle.accounts:
+                seen = sum(1 for _, a, _ in self.log if a in throttle.accounts)
+                if now < throttle.blocked_until or (seen + 1 == throttle.after and not throttle.blocked_until):
+                    status = 429
+                    if not throttle.blocked_until:
+                        throttle.blocked_until = now + throttle.retry_after
+            self.log.append((now, account, status))
+            return status
+
+    def times(self, account: str | None = None, status: int | None = None) -> list[float]:
+        with self._lock:
+            return [t for t, a, s in self.log if (account is None or a == account) and (status is None or s == status)]
+
+    def serve(self) -> "Served":
+        return Served(self)
+
+
+class Served:
+    """A :class:`FakeAPI` on a local HTTP server, on a thread, until closed."""
+
+    def __init__(self, api: FakeAPI) -> None:
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def do_GET(self) -> None:  # noqa: N802 - the base class's name
+                account = self.path.strip("/").split("/")[0]
+                status = api.answer(account)
+                time.sleep(api.latency)
+                body = json.dumps({"ok": status == 200}).encode()
+                self.send_response(status)
+                if status == 429:
+                    self.send_header("Retry-After", str(api.throttle.retry_after if api.throttle else 1))
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        self.api = api
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self._thread = threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self._thread.join()
+
+    def __enter__(self) -> "Served":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def handler(url: str, *, pages: int, requests_per_page: int) -> object:
+    """A page of ``requests_per_page`` requests to the API (the first paid by the worker, the rest by
+    ``job.spend()``); a 429 raises ``JobThrottled`` with the wait it names."""
+
+    def page(job: Job) -> Page:
+        number = int(job.cursor or 0)
+        for request in range(requests_per_page):
+            if request:
+                job.spend()
+            try:
+                with urlopen(f"{url}/{job.owner}/{number}", timeout=10) as response:
+                    response.read()
+            except OSError as exc:
+                headers = getattr(exc, "headers", None)
+                if getattr(exc, "code", None) == 429 and headers is not None:
+                    raise JobThrottled("the API said 429", retry_after=parse_retry_after(headers.get("Retry-After"))) from None
+                raise
+        following = number + 1
+        return Page(str(following) if following < pages else None, 1)
+
+    return page
+
+
+def declaration(schema: str, url: str, *, rate: Rate | None, pages: int = 5, requests_per_page: int = 2,
+                owners: tuple[Owner, ...] = (Owner("acme-us", lane="acme"), Owner("acme-eu", lane="acme"))) -> SyncLane:
+    retry = RetryPolicy(retry_delay=timedelta(milliseconds=200), retry_max_delay=timedelta(seconds=1),
+                        throttle_delay=timedelta(seconds=1), throttle_max_delay=timedelta(seconds=2), jitter=Jitter.NONE)
+    return SyncLane(
+        queues=[
+            Queue(QUEUE, owners=lambda queue: list(owners), concurrency=2, retry=retry, rate=rate,
+                  types=[SnapshotType("items", handler(url, pages=pages, requests_per_page=requests_per_page),
+                                      every=timedelta(days=1))])
+        ],
+        schema=schema,
+        poll_interval=timedelta(milliseconds=200),
+    )
+
+
+def max_in_any_window(times: list[float], window: float = 1.0) -> int:
+    """The most arrivals in any half-open window ``[t, t + window)``."""
+    times = sorted(times)
+    most, start = 0, 0
+    for end, t in enumerate(times):
+        while t - times[start] >= window:
+            start += 1
+        most = max(most, end - start + 1)
+    return most
+
+
+@dataclass(frozen=True)
+class BudgetRun:
+    budget_per_s: float
+    burst: int
+    requests: int
+    max_in_any_window: int
+    utilisation: float
+    """Requests sent over the run divided by what the budget allows over the same time (first to last request,
+    plus one interval for the last one's turn)."""
+    seconds: float
+
+
+def budget_run(database_url: str, schema: str, *, rate: Rate, jobs_per_owner: int = 2, pages: int = 5,
+               requests_per_page: int = 2, slots: int = 2, enforce: bool = True, timeout: float = 120.0) -> BudgetRun:
+    """Enqueue ``jobs_per_owner`` jobs for each owner of lane ``acme``, run them with two worker processes of
+    ``slots`` slots each, and measure the API's request log against ``rate`` (which the workers are told to keep
+    to only with ``enforce``: without, the run shows what the budget prevents)."""
+    with FakeAPI().serve() as served:
+        synclane = declaration(schema, served.url, rate=rate if enforce else None, pages=pages, requests_per_page=requests_per_page)
+        with Operations(synclane, synclane.database(database_url)) as ops:
+            # Due once both processes are up and have sent one warm-up request each (not counted): what is
+            # measured is how workers keep to the budget, not how long a fresh process takes to its first request.
+            due = datetime.now(timezone.utc) + WARM_UP
+            for owner in ("acme-us", "acme-eu"):
+                for n in range(jobs_per_owner):
+                    ops.enqueue(QUEUE, owner, "items", key=f"run-{n}", run_at=due)
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        spec = json.dumps({"requests": rate.requests, "per": rate.per.total_seconds(), "burst": rate.burst,
+                           "headroom": rate.headroom, "enforce": enforce, "pages": pages, "requests_per_page": requests_per_page})
+        started = time.monotonic()
+        workers: list[subprocess.Popen[str]] = [
+            subprocess.Popen([sys.executable, str(WORKER), database_url, schema, served.url, spec, str(slots)],
+                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for _ in range(2)
+        ]
+        failures = []
+        for worker in workers:
+            try:
+                out, err = worker.communicate(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                worker.kill()
+                out, err = worker.communicate()
+                failures.append(f"worker {worker.pid} still running after {timeout:.0f}s:\n{err[-3000:]}")
+                continue
+            if worker.returncode != 0:
+                failures.append(f"worker {worker.pid} exited {worker.returncode}:\n{err[-3000:]}")
+        if failures:
+            raise AssertionError("\n".join(failures))
+        seconds = time.monotonic() - started
+        times = served.api.times("acme-us") + served.api.times("acme-eu")
+        warmed = len(served.api.times(WARM_UP_ACCOUNT))
+    if warmed != len(workers):
+        raise AssertionError(f"{warmed} of the {len(workers)} worker processes warmed up")
+    times.sort()
+    per_s = rate.requests / rate.per.total_seconds()
+    allowed = ((times[-1] - times[0]) + rate.interval.total_seconds()) * per_s + rate.burst if times else 0
+    return BudgetRun(per_s, rate.burst, len(times), max_in_any_window(times, rate.per.total_seconds()),
+                     len(times) / allowed if allowed else 0.0, seconds)

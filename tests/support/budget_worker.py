@@ -1,0 +1,31 @@
+"""A worker process for the rate-budget run: a pool of slots on the queue of ``tests.budget_race`` until every job
+is settled; exits non-zero (with the traceback on stderr) if the pool raised.
+
+    python tests/support/budget_worker.py DATABASE_URL SCHEMA API_URL SPEC_JSON SLOTS
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from datetime import timedelta
+
+from synclane_provider.core import Rate, WorkerPool
+from urllib.request import urlopen
+
+from tests.budget_race import QUEUE, WARM_UP_ACCOUNT, declaration
+
+
+def main() -> None:
+    url, schema, api_url, spec_json, slots = sys.argv[1:6]
+    spec = json.loads(spec_json)
+    rate = Rate(spec["requests"], per=timedelta(seconds=spec["per"]), burst=spec["burst"], headroom=spec["headroom"])
+    synclane = declaration(schema, api_url, rate=rate if spec["enforce"] else None, pages=spec["pages"], requests_per_page=spec["requests_per_page"])
+    with urlopen(f"{api_url}/{WARM_UP_ACCOUNT}/0", timeout=10) as response:  # a fresh process's first request is slow
+        response.read()
+    summary = WorkerPool(synclane, synclane.database(url), QUEUE, slots=int(slots)).run_until_settled()
+    print(json.dumps(summary.as_dict()), flush=True)
+
+
+if __name__ == "__main__":
+    main()
