@@ -103,6 +103,7 @@ def airflow_environment(
         "AIRFLOW_CONN_SYNCLANE_DEFAULT": airflow_connection(data_url),
         "SYNCLANE_DECLARATION": "synclane_demo.sync:synclane",  # what the example DAGs run
         "SYNCLANE_QUEUE": "shops",
+        "SYNCLANE_HEALTH_EVERY": "60",  # the health check every minute: the broken slice is reported soon after
         "SYNCLANE_DEMO_DATABASE_URL": data_url,
     }
     if shop_url is not None:

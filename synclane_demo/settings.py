@@ -10,7 +10,7 @@ delays and lease.
     SYNCLANE_DEMO_SCHEMA         schema of SyncLane's jobs table      (synclane)
     SYNCLANE_DEMO_DATA_SCHEMA    schema of the demo's tables          (demo)
     SYNCLANE_DEMO_QUEUE          the queue's name                     (shops)
-    SYNCLANE_DEMO_HORIZON, _SLICE, _ORDERS_EVERY, _OVERLAP, _PRODUCTS_EVERY
+    SYNCLANE_DEMO_HORIZON, _SLICE, _ORDERS_EVERY, _OVERLAP, _PRODUCTS_EVERY, _MAX_LAG
     SYNCLANE_DEMO_CONCURRENCY, _MAX_ATTEMPTS, _LEASE, _RETRY_DELAY, _RETRY_MAX_DELAY,
     SYNCLANE_DEMO_THROTTLE_DELAY, _THROTTLE_MAX_DELAY, _POLL_INTERVAL, _SHOP_TIMEOUT
     SYNCLANE_DEMO_RATES          the rate budget per lane, requests a second  (acme=2: the shop's limit for acme)
@@ -48,6 +48,8 @@ class DemoSettings:
     orders_every: timedelta = timedelta(minutes=5)
     overlap: timedelta = timedelta(minutes=1)
     products_every: timedelta = timedelta(hours=1)
+    max_lag: timedelta = timedelta(minutes=30)
+    """How far behind an account's orders may fall before the health check fails (longer than orders_every)."""
     concurrency: int = 3
     max_attempts: int | None = None
     """None: the engine's own default (five)."""

@@ -41,6 +41,7 @@ def build(settings: DemoSettings) -> SyncLane:
                 ],
                 concurrency=settings.concurrency,
                 lease=settings.lease,
+                max_lag=settings.max_lag,
                 retry=RetryPolicy(
                     **({"max_attempts": settings.max_attempts} if settings.max_attempts is not None else {}),
                     retry_delay=settings.retry_delay,

@@ -210,6 +210,10 @@ class Queue:
     given one by one (``max_attempts=3, retry_delay=...``), and are readable that way whichever form was used.
     ``retention``: how long completed (and cancelled) jobs are kept before the planning DAG deletes them
     (see :mod:`~synclane_provider.core.retention`); None keeps them for ever.
+
+    ``max_lag`` (optional) is how far behind an owner may fall before the health check fails: now minus the
+    end of the newest completed window of each windowed type. It must be longer than every windowed type's
+    period (``every``), since a window is complete a period after it starts at the earliest.
     """
 
     name: str
@@ -226,6 +230,7 @@ class Queue:
     rate: Rate | None = None
     """The rate budget of each lane of the queue (None: unlimited), unless its owners name their own."""
     retention: timedelta | None = None
+    max_lag: timedelta | None = None
 
     def __post_init__(self) -> None:
         checked_name("queue name", self.name)
@@ -251,6 +256,28 @@ class Queue:
         object.__setattr__(self, "retry", self._retry_policy())
         for setting in RETRY_SETTINGS:
             object.__setattr__(self, setting, getattr(self.retry, setting))
+        if self.max_lag is not None:
+            self._check_max_lag(self.max_lag, label)
+
+    def _check_max_lag(self, max_lag: timedelta, label: str) -> None:
+        """A lag limit the queue can meet: positive, longer than each windowed type's period."""
+        _positive(f"max_lag {label}", max_lag)
+        windowed = [t for t in self.types if isinstance(t, WindowedType)]
+        if not windowed:
+            raise DeclarationError(
+                f"max_lag {label} ({duration_text(max_lag)}) has nothing to measure: the queue declares no windowed type"
+            )
+        for job_type in windowed:
+            if max_lag <= job_type.every:
+                raise DeclarationError(
+                    f"max_lag {label} ({duration_text(max_lag)}) must be longer than the period of job type "
+                    f"{job_type.name!r} ({duration_text(job_type.every)}): its windows are that far behind between runs"
+                )
+
+    @property
+    def windowed_types(self) -> tuple[str, ...]:
+        """Names of the types whose completed windows say how fresh an owner is."""
+        return tuple(t.name for t in self.types if isinstance(t, WindowedType))
 
     def _retry_policy(self) -> RetryPolicy:
         given = {setting: getattr(self, setting) for setting in RETRY_SETTINGS if getattr(self, setting) is not None}

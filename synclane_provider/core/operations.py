@@ -7,11 +7,12 @@ import time
 from datetime import datetime, timedelta, timezone
 from collections.abc import Sequence
 
-from synclane_provider.core import planner, retention
+from synclane_provider.core import health, planner, retention
 from synclane_provider.core.clock import Clock, database_clock
 from synclane_provider.core.database import Database, Session
 from synclane_provider.core.declarations import Owner, SyncLane, WindowedType, checked_name
 from synclane_provider.core.errors import DeclarationError
+from synclane_provider.core.health import HealthReport, QueueGauges
 from synclane_provider.core.outcomes import storable_text
 from synclane_provider.core.owners import resolve_owner
 from synclane_provider.core.planner import PlanSummary
@@ -187,7 +188,7 @@ class Operations:
         its error, until a :meth:`requeue`. A worker running it stops at its next write. False when the job was
         already completed or abandoned."""
         self.synclane.queue(queue)
-        return self.store.abandon_job(queue, job_id, error=storable_text(f"Abandoned: {reason}"))
+        return self.store.abandon_job(queue, job_id, error=storable_text(f"Abandoned: {reason}"), now=self._now(None))
 
     def list_jobs(
         self,
@@ -278,6 +279,29 @@ class Operations:
         """Whether the queue (or lane) has work running or due, and when the next waiting job is due."""
         self.synclane.queue(queue)
         return self.store.activity(queue, lane=lane, now=self._now(now))
+
+    def check_health(
+        self,
+        queue: str,
+        *,
+        abandoned_since: datetime | None,
+        abandoned_until: datetime | None = None,
+        now: datetime | None = None,
+    ) -> HealthReport:
+        """What needs a person in ``queue``: jobs abandoned in ``[abandoned_since, abandoned_until)`` (None: no
+        bound), running jobs whose worker stopped renewing their lease, and owners lagging more than the
+        queue's ``max_lag`` (see :mod:`~synclane_provider.core.health`)."""
+        return health.check(
+            self.store,
+            self.synclane.queue(queue),
+            abandoned_since=abandoned_since,
+            abandoned_until=abandoned_until,
+            now=self._now(now),
+        )
+
+    def gauges(self, queue: str, *, now: datetime | None = None) -> QueueGauges:
+        """Jobs waiting, running and abandoned in ``queue``, and its listed owners' largest freshness lag."""
+        return health.gauges(self.store, self.synclane.queue(queue), now=self._now(now))
 
     def close(self) -> None:
         self.session.close()

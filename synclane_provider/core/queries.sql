@@ -437,11 +437,13 @@ RETURNING id;
 -- Stop an owner's work (of one type, or all), saying why (e.g. the account disconnected): its waiting jobs
 -- are abandoned now, cursors kept; its running job is asked to stop after its current page (the worker
 -- reads stop_reason with its next cursor save and abandons the job with it). Returns how many of each.
+-- An abandoned job's next_run_at records when it was abandoned (see abandoned_between).
 -- A waiting job's heartbeat_at is stamped with the cancel: retention keeps a cancelled job that long from then.
 WITH waiting AS (
     UPDATE {schema}.jobs
     SET status = 'abandoned',
         error = %(error)s,
+        next_run_at = coalesce(%(now)s::timestamptz, statement_timestamp()),
         heartbeat_at = coalesce(%(now)s::timestamptz, statement_timestamp())
     WHERE queue = %(queue)s
       AND owner = %(owner)s
@@ -480,6 +482,7 @@ RETURNING id;
 UPDATE {schema}.jobs
 SET status = 'abandoned',
     error = %(error)s,
+    next_run_at = coalesce(%(now)s::timestamptz, statement_timestamp()),
     leased_by = NULL,
     lease_expires_at = NULL,
     stop_reason = NULL
@@ -746,3 +749,55 @@ SELECT current_setting('max_connections')::int - current_setting('superuser_rese
 -- name: notify
 -- Wake idle workers of a queue (their triggers LISTEN on the channel): jobs were inserted, requeued or released.
 SELECT pg_notify(%(channel)s, %(payload)s);
+
+-- name: queue_counts
+-- How many jobs of a queue wait, run and are abandoned: the planning run's gauges. Each count is read from
+-- the index that holds its status (waiting: jobs_waiting_by_time, running: jobs_one_running_per_lane).
+SELECT (SELECT count(*) FROM {schema}.jobs
+        WHERE queue = %(queue)s AND status IN ('pending', 'failed', 'deferred')) AS waiting,
+       (SELECT count(*) FROM {schema}.jobs WHERE queue = %(queue)s AND status = 'running') AS running,
+       (SELECT count(*) FROM {schema}.jobs WHERE queue = %(queue)s AND status = 'abandoned') AS abandoned;
+
+-- name: window_lags
+-- How far behind each listed owner is, per windowed type: now minus the end of its newest completed planned
+-- window (manual jobs are left out, as the planner leaves them out of coverage). An owner-type with no
+-- completed window yet is still on its first load and has no row. Only lags over %(over)s (NULL: all), at
+-- most %(limit)s rows.
+WITH clock AS (
+    SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now
+)
+SELECT j.owner, j.type, max(j.window_end) AS fresh_until, clock.now - max(j.window_end) AS lag
+FROM {schema}.jobs AS j, clock
+WHERE j.queue = %(queue)s
+  AND j.owner = ANY(%(owners)s::text[])
+  AND j.type = ANY(%(types)s::text[])
+  AND j.status = 'completed'
+  AND j.mode <> 'manual'
+GROUP BY j.owner, j.type, clock.now
+HAVING %(over)s::interval IS NULL OR clock.now - max(j.window_end) > %(over)s::interval
+ORDER BY lag DESC, j.owner, j.type
+LIMIT %(limit)s;
+
+-- name: abandoned_between
+-- Jobs abandoned in [since, until) (NULL: no bound), oldest first, at most %(limit)s.
+-- An abandoned job's next_run_at is when it was abandoned: the finish that abandons it, a cancel and an
+-- operator's abandon all set it to that instant.
+SELECT *
+FROM {schema}.jobs
+WHERE queue = %(queue)s
+  AND status = 'abandoned'
+  AND (%(since)s::timestamptz IS NULL OR next_run_at >= %(since)s::timestamptz)
+  AND (%(until)s::timestamptz IS NULL OR next_run_at < %(until)s::timestamptz)
+ORDER BY next_run_at, id
+LIMIT %(limit)s;
+
+-- name: stuck_running
+-- Running jobs whose last heartbeat is older than the queue's lease: the worker holding each stopped renewing
+-- (it hangs, or died and no worker has taken the job over yet). Oldest heartbeat first, at most %(limit)s.
+SELECT *
+FROM {schema}.jobs
+WHERE queue = %(queue)s
+  AND status = 'running'
+  AND heartbeat_at < coalesce(%(now)s::timestamptz, statement_timestamp()) - %(lease)s::interval
+ORDER BY heartbeat_at, id
+LIMIT %(limit)s;

@@ -215,3 +215,22 @@ class Wakeup:
     behind: int = 0
     """There are jobs to take, but this many more would have to be before it is this waiter's turn (the
     waiters ahead of it are waking for them)."""
+
+
+@dataclass(frozen=True)
+class QueueCounts:
+    """How many jobs of a queue wait (pending, failed, deferred), run, and are abandoned."""
+
+    waiting: int
+    running: int
+    abandoned: int
+
+
+@dataclass(frozen=True)
+class Freshness:
+    """How far behind one owner is in one windowed type: now minus the end of its newest completed window."""
+
+    owner: str
+    type: str
+    fresh_until: datetime
+    lag: timedelta

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -16,6 +17,7 @@ from synclane_provider.core.durations import duration_text
 from synclane_provider.core.errors import JobThrottled, UnknownJobTypeError
 from synclane_provider.core.lane_gate import LaneGate
 from synclane_provider.core.lease import LeaseKeeper, why_lost
+from synclane_provider.core.metrics import NO_METRICS, PAGE_DURATION, PAGES, RECORDS, THROTTLES, Metrics
 from synclane_provider.core.pages import PageLeftBehind, PageThread
 from synclane_provider.core.outcomes import describe_error, lost_attempt
 from synclane_provider.core.records import Job, Page
@@ -86,7 +88,9 @@ class JobRunner:
         gate: LaneGate,
         stop_grace: timedelta = DEFAULT_STOP_GRACE,
         log: logging.Logger | logging.LoggerAdapter[logging.Logger] | None = None,
+        metrics: Metrics = NO_METRICS,
     ) -> None:
+        self._metrics = metrics
         self._lease = lease
         self._gate = gate
         self._waited = 0.0
@@ -128,6 +132,7 @@ class JobRunner:
         start_count = job.processed_count
         current = job
         pages = 0
+        tags = {"queue": self._queue.name, "type": job.type}
         paused = lane_wait
         with self._lease.watch(job.id) as lease:
             while True:
@@ -137,6 +142,7 @@ class JobRunner:
                     return self._release(current, pages, current.processed_count - start_count)
                 if lease.lost:
                     return self._lost(current, pages, current.processed_count - start_count)
+                started = time.monotonic()
                 try:
                     answer = self._pages.call(
                         job_type.handler,
@@ -149,11 +155,15 @@ class JobRunner:
                     )
                     page = Page.check(answer, job_type=job.type, counted=current.processed_count)
                 except PageLeftBehind as left:
+                    self._metrics.timing(PAGE_DURATION, tags, time.monotonic() - started)
                     records = current.processed_count - start_count
                     if lease.lost:
                         return self._lost(current, pages, records)
                     return self._left_running(current, pages, records, str(left))
                 except Exception as exc:  # noqa: BLE001 - any handler failure (or a page timeout) is recorded on the row
+                    self._metrics.timing(PAGE_DURATION, tags, time.monotonic() - started)
+                    if isinstance(exc, JobThrottled):
+                        self._metrics.incr(THROTTLES, tags)
                     if lease.lost:
                         return self._lost(current, pages, current.processed_count - start_count)
                     if isinstance(exc, JobThrottled) and exc.retry_after:  # a named wait (zero is none)
@@ -175,6 +185,9 @@ class JobRunner:
                     if self._pages.finish_current(within=INTERRUPT_GRACE.total_seconds()):
                         self._release(current, pages, current.processed_count - start_count)
                     raise
+                self._metrics.timing(PAGE_DURATION, tags, time.monotonic() - started)
+                self._metrics.incr(PAGES, tags)
+                self._metrics.incr(RECORDS, tags, page.count)
                 pages += 1
                 processed = current.processed_count + page.count
                 if lease.lost:

@@ -16,7 +16,7 @@ from typing import Any
 
 from synclane_provider.core.database import Session
 from synclane_provider.core.planning import Coverage
-from synclane_provider.core.records import Activity, Cancelled, Job, Progress, Wakeup
+from synclane_provider.core.records import Activity, Cancelled, Freshness, Job, Progress, QueueCounts, Wakeup
 from synclane_provider.core.states import JobStatus
 from synclane_provider.core.wakeups import channel, payload
 
@@ -216,8 +216,8 @@ class Store:
     def release_running(self, queue: str, job_id: int, *, now: datetime | None) -> bool:
         return bool(self.session.run("release_running", queue=queue, id=job_id, now=now))
 
-    def abandon_job(self, queue: str, job_id: int, *, error: str) -> bool:
-        return bool(self.session.run("abandon_job", queue=queue, id=job_id, error=error))
+    def abandon_job(self, queue: str, job_id: int, *, error: str, now: datetime | None = None) -> bool:
+        return bool(self.session.run("abandon_job", queue=queue, id=job_id, error=error, now=now))
 
     def list_jobs(
         self,
@@ -274,6 +274,38 @@ class Store:
         """Per type, the newest completion of the owner's jobs, counting those retention deleted."""
         rows = self.session.run("freshness", queue=queue, owner=owner, types=list(types))
         return {row["type"]: row["completed_at"] for row in rows}
+
+    # -- health -------------------------------------------------------------------------------------------------
+
+    def queue_counts(self, queue: str) -> QueueCounts:
+        row = self.session.one("queue_counts", queue=queue)
+        assert row is not None
+        return QueueCounts(**row)
+
+    def window_lags(
+        self,
+        queue: str,
+        owners: Sequence[str],
+        types: Sequence[str],
+        *,
+        over: timedelta | None,
+        limit: int,
+        now: datetime | None,
+    ) -> list[Freshness]:
+        """Per listed owner and windowed type with a completed window: how far behind it is, most behind first;
+        only lags longer than ``over`` (None: all), at most ``limit``."""
+        rows = self.session.run(
+            "window_lags", queue=queue, owners=list(owners), types=list(types), over=over, limit=limit, now=now
+        )
+        return [Freshness(**row) for row in rows]
+
+    def abandoned_between(self, queue: str, *, since: datetime | None, until: datetime | None, limit: int) -> list[Job]:
+        rows = self.session.run("abandoned_between", queue=queue, since=since, until=until, limit=limit)
+        return [Job.from_row(row) for row in rows]
+
+    def stuck_running(self, queue: str, *, lease: timedelta, now: datetime | None, limit: int) -> list[Job]:
+        rows = self.session.run("stuck_running", queue=queue, lease=lease, now=now, limit=limit)
+        return [Job.from_row(row) for row in rows]
 
     def connection_room(self) -> int:
         """How many more connections the server, and this role's connection limit, let this role open."""

@@ -28,6 +28,7 @@ from synclane_provider.core.declarations import SyncLane
 from synclane_provider.core.lane_gate import LaneGate
 from synclane_provider.core.landed import Landed
 from synclane_provider.core.lease import LeaseKeeper
+from synclane_provider.core.metrics import JOBS_FINISHED, LEASE_TAKEOVERS, NO_METRICS, TAKE_WAIT, Metrics
 from synclane_provider.core.records import Activity, Job
 from synclane_provider.core.pages import PageThread
 from synclane_provider.core.runner import DEFAULT_STOP_GRACE, JobRunner, Outcome, RunResult
@@ -139,8 +140,10 @@ class WorkerSlot:
         give_up_after: timedelta = timedelta(minutes=5),
         stop_grace: timedelta = DEFAULT_STOP_GRACE,
         let_go: Callable[[], bool] | None = None,
+        metrics: Metrics = NO_METRICS,
     ) -> None:
         self.queue = synclane.queue(queue)
+        self.metrics = metrics
         self.worker_id = worker_id or new_worker_id(queue)
         self.clock = clock
         self.stop = stop or threading.Event()
@@ -172,6 +175,7 @@ class WorkerSlot:
             gate=self.gate,
             log=logger or log,
             stop_grace=stop_grace,
+            metrics=metrics,
         )
         self.summary = Summary()
         self._next: Taken | None = None
@@ -191,7 +195,24 @@ class WorkerSlot:
         )
         if take and done.taken is None:
             self.summary.empty_takes += 1
+        if done.taken is not None:
+            self._count_take(done.taken)
         return done
+
+    def _count_take(self, taken: Taken) -> None:
+        """A take: a job taken over from a lost worker, or a waiting job and how long it waited once due."""
+        job = taken.job
+        tags = {"queue": self.queue.name, "type": job.type}
+        if taken.lost_worker is not None:
+            self.metrics.incr(LEASE_TAKEOVERS, tags)
+        elif job.heartbeat_at is not None and job.leased_by == self.worker_id:
+            # heartbeat_at is the take's own instant (the database's clock, like next_run_at).
+            self.metrics.timing(TAKE_WAIT, tags, max((job.heartbeat_at - job.next_run_at).total_seconds(), 0.0))
+
+    def _count(self, result: RunResult) -> None:
+        self.summary.add(result)
+        tags = {"queue": self.queue.name, "type": result.job.type, "outcome": result.outcome.value}
+        self.metrics.incr(JOBS_FINISHED, tags)
 
     def _finish_and_take_next(self, finish: Finish) -> bool:
         """Write how a job ended and, unless the slot is stopping, take its next job in the same statement.
@@ -253,7 +274,7 @@ class WorkerSlot:
             result = self.runner.run(taken.job, lost_worker=taken.lost_worker, lane_wait=taken.lane_wait)
         finally:
             self._busy = False
-        self.summary.add(result)
+        self._count(result)
         if result.outcome is Outcome.COMPLETED and taken.job.mode is JobMode.INITIAL:
             # An owner's first load may have just completed: wake whoever watches for that (the initial-load
             # asset watcher, the sensor's trigger) now instead of at its next poll. Initial jobs only: a
@@ -275,7 +296,7 @@ class WorkerSlot:
         taken, self._next = self._next, None
         if taken is not None and taken.lost_worker is not None:
             self._hand_over = False
-            self.summary.add(self.runner.run(taken.job, lost_worker=taken.lost_worker))
+            self._count(self.runner.run(taken.job, lost_worker=taken.lost_worker))
         elif taken is not None:
             job = taken.job
             if self.store.release(job.id, worker=self.worker_id, processed_count=job.processed_count, now=self.clock()):
@@ -346,6 +367,7 @@ class WorkerPool:
         clock: Clock = database_clock,
         poll_interval: timedelta | None = None,
         stop_grace: timedelta = DEFAULT_STOP_GRACE,
+        metrics: Metrics = NO_METRICS,
     ) -> None:
         self.queue = synclane.queue(queue)
         self.slots = slots if slots is not None else self.queue.concurrency
@@ -367,6 +389,7 @@ class WorkerPool:
                 stop=self.stop,
                 stop_grace=stop_grace,
                 let_go=self._finished.is_set,
+                metrics=metrics,
             )
             for i in range(self.slots)
         ]

@@ -12,6 +12,7 @@ from synclane_provider.core import Operations, SyncLane
 from synclane_provider.core.durations import duration_text
 from synclane_provider.hooks.synclane import SyncLaneHook
 from synclane_provider.locate import locate_queue
+from synclane_provider.stats import AirflowStats
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -32,6 +33,12 @@ class SyncLanePlanOperator(BaseOperator):
     plan interval (what is left goes on in the next run). Returns ``{"queue",
     "owners", "inserted": {type: count}, "total", "pruned"}`` (pushed to XCom)
     and logs one line per job type.
+
+    Then it reads the queue's gauges (jobs waiting, running, abandoned, the
+    largest freshness lag), logs them and sends them to Airflow's metrics
+    (``synclane.queue.*``): the planning run is the one task that runs every
+    minute whatever the workers do. A failure to read them is logged, never
+    fails the planning.
 
     :param synclane: import path of the declaration, ``"package.module:attribute"``.
     :param synclane_queue: name of the queue to plan (``queue`` is the executor's queue in Airflow).
@@ -69,16 +76,17 @@ class SyncLanePlanOperator(BaseOperator):
                 if queue.retention is not None and not self.owner_id
                 else None
             )
-        for job_type, inserted in summary.inserted.items():
-            self.log.info(
-                "queue %s, type %s: %s job(s) inserted for %s owner(s)", queue.name, job_type, inserted, summary.owners
-            )
-        if pruned is not None:
-            self.log.info(
-                "queue %s: %s finished job(s) older than %s pruned%s", queue.name, pruned.deleted,
-                duration_text(queue.retention),
-                " (more left for the next run)" if pruned.more else "",
-            )
+            for job_type, inserted in summary.inserted.items():
+                self.log.info(
+                    "queue %s, type %s: %s job(s) inserted for %s owner(s)", queue.name, job_type, inserted, summary.owners
+                )
+            if pruned is not None:
+                self.log.info(
+                    "queue %s: %s finished job(s) older than %s pruned%s", queue.name, pruned.deleted,
+                    duration_text(queue.retention),
+                    " (more left for the next run)" if pruned.more else "",
+                )
+            self._report_gauges(operations, queue.name)
         return {
             "queue": queue.name,
             "owners": summary.owners,
@@ -86,3 +94,16 @@ class SyncLanePlanOperator(BaseOperator):
             "total": summary.total,
             "pruned": pruned.deleted if pruned is not None else 0,
         }
+
+    def _report_gauges(self, operations: Operations, queue: str) -> None:
+        try:
+            gauges = operations.gauges(queue)
+        except Exception as exc:  # noqa: BLE001 - the planning itself is done; its gauges are only a report
+            self.log.warning("queue %s: could not read its gauges: %s", queue, exc)
+            return
+        gauges.emit(AirflowStats())
+        lag = duration_text(gauges.max_freshness_lag) if gauges.max_freshness_lag is not None else "none yet"
+        self.log.info(
+            "queue %s: %s job(s) waiting, %s running, %s abandoned; largest freshness lag %s",
+            queue, gauges.waiting, gauges.running, gauges.abandoned, lag,
+        )

@@ -18,6 +18,7 @@ from synclane_provider.core.durations import parse_duration
 from synclane_provider.core.worker import new_worker_id
 from synclane_provider.hooks.synclane import SyncLaneHook
 from synclane_provider.locate import locate_queue
+from synclane_provider.stats import AirflowStats
 from synclane_provider.triggers.due import JobDueTrigger
 
 if TYPE_CHECKING:
@@ -73,7 +74,7 @@ class SyncLaneWorkOperator(BaseOperator):
     """One worker slot of a queue: takes and runs jobs until nothing is due, then waits for more.
 
     Each job is logged on one line (owner, type, window, pages, records,
-    outcome). A job that fails, is throttled or abandoned is recorded on its
+    outcome), and counted in Airflow's metrics (``synclane.*``, see docs/metrics.md). A job that fails, is throttled or abandoned is recorded on its
     row and never fails the task; a lost database connection is retried with
     backoff, and the task fails only when the database stays unreachable for
     ``give_up_after``.
@@ -189,6 +190,7 @@ class SyncLaneWorkOperator(BaseOperator):
             worker_id=new_worker_id(f"{queue.name}-{self.slot}"),
             logger=self.log,
             give_up_after=self.give_up_after,
+            metrics=AirflowStats(),
         )
         self._worker = worker
         if self._stop_requested:

@@ -11,6 +11,9 @@ One scenario runs once for the module (it takes minutes); each test asserts one 
 3. wait until everything settled: all completed except globex's broken slice, abandoned at cursor 50;
 4. heal the shop, requeue through a manual run of ``synclane_requeue``, wait until the slice completed.
 
+Meanwhile ``synclane_health`` runs every minute (it fails once the slice is abandoned) and Airflow sends its
+metrics to a StatsD socket of the test's own.
+
 Rows are sampled several times a second throughout, so states that come and go (a failed job, two jobs
 of a lane) are seen, not inferred.
 """
@@ -40,6 +43,7 @@ from synclane_demo.shop.catalogue import Catalogue
 from synclane_demo.store import Store
 from tests.support.database import drop_schemas
 from tests.support.real_airflow import AirflowApi, Sampler, clean_environment, free_port, wait_until
+from tests.support.statsd import Listener
 
 pytestmark = [pytest.mark.airflow, pytest.mark.slow, pytest.mark.timeout(2400)]
 
@@ -82,6 +86,9 @@ class Scenario:
     samples: list[list[dict]] = field(default_factory=list)
     requests: list[dict] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
+    logs: Path | None = None
+    health_failed: dict = field(default_factory=dict)
+    metrics: dict[str, list[tuple[str, str, float]]] = field(default_factory=dict)
 
     def rows(self) -> list[dict]:
         with psycopg.connect(self.url, row_factory=dict_row) as conn:
@@ -138,8 +145,13 @@ def scenario(database_url: str, tmp_path_factory) -> Scenario:
         env=base, log_path=home / "shop.log", cwd=PROJECT,
     ).start()
     services = [shop]
+    statsd = Listener()
+    metrics = {  # plain StatsD, as most users have it: no tags, the values in the names
+        "AIRFLOW__METRICS__STATSD_ON": "True", "AIRFLOW__METRICS__STATSD_HOST": "127.0.0.1",
+        "AIRFLOW__METRICS__STATSD_PORT": str(statsd.port),
+    }
     env = airflow_environment(
-        {**base, **SCALE, "SYNCLANE_DEMO_SCHEMA": jobs_schema, "SYNCLANE_DEMO_DATA_SCHEMA": data_schema},
+        {**base, **SCALE, **metrics, "SYNCLANE_DEMO_SCHEMA": jobs_schema, "SYNCLANE_DEMO_DATA_SCHEMA": data_schema},
         home=home / "airflow", data_url=database_url, metadata_url=metadata_url, port=api_port,
         shop_url=f"http://127.0.0.1:{shop_port}", parallelism=6,
     )
@@ -203,6 +215,15 @@ def scenario(database_url: str, tmp_path_factory) -> Scenario:
                    explain=lambda: f"{[(r['id'], r['owner'], r['status'], r['cursor'], r['error']) for r in run.rows() if r['status'] != 'completed']}\n{airflow.tail(40)}")
         run.settled = run.rows()
         run.timings["settled"] = time.monotonic() - started
+        # The health check's next run fails on the abandoned slice (earlier runs may have failed on a lag
+        # or a worker stopped by the restart: those are findings too, but not this one).
+        run.logs = home / "airflow" / "logs"
+        run.health_failed = wait_until(
+            lambda: next((r for r in run.api.runs("synclane_health") if r["state"] == "failed"
+                          and "abandoned: owner globex" in health_log(run.logs, r["dag_run_id"])), None),
+            180, "a synclane_health run to fail on the abandoned slice", explain=explain,
+        )
+        run.timings["health check failed"] = time.monotonic() - started
 
         # 4. The shop heals; a manual run of the requeue DAG; the slice completes from cursor 50.
         run.shop("/control/heal", {})
@@ -223,11 +244,13 @@ def scenario(database_url: str, tmp_path_factory) -> Scenario:
                    "a worker DAG run to succeed", explain=explain)
         run.timings["done"] = time.monotonic() - started
         run.requests = run.shop("/control/requests")["items"]
+        run.metrics = statsd.received(prefix="airflow.synclane.")
         sampler.stop()  # the promises are checked on its samples: a sampler that died fails here
         yield run
     finally:
         for service in reversed(services):
             service.stop(graceful=60)
+        statsd.close()
         try:
             sampler.stop()
         finally:
@@ -400,3 +423,57 @@ def test_a_restart_left_no_job_running_and_each_resumed_from_its_saved_cursor(sc
         assert asked and asked[0] == int(after["cursor"] or 0), f"job {after['id']} did not resume from cursor {after['cursor']}"
         resumed += 1
     assert resumed >= 1
+
+
+def log_text(path: Path) -> str:
+    """Every string of a task log (Airflow writes one JSON object a line), one per line."""
+    texts: list[str] = []
+
+    def walk(value: object) -> None:
+        if isinstance(value, str):
+            texts.append(value)
+        elif isinstance(value, dict):
+            for item in value.values():
+                walk(item)
+        elif isinstance(value, list):
+            for item in value:
+                walk(item)
+
+    for line in path.read_text(errors="replace").splitlines():
+        try:
+            walk(json.loads(line))
+        except ValueError:
+            texts.append(line)
+    return "\n".join(texts)
+
+
+def health_log(logs: Path, run_id: str) -> str:
+    return "\n".join(log_text(path) for path in logs.glob(f"dag_id=synclane_health/run_id={run_id}/task_id=check/attempt=*.log"))
+
+
+def test_the_health_check_failed_naming_the_owner_the_abandoned_slice_and_its_error(scenario):
+    [broken] = [r for r in scenario.settled if scenario.is_broken_slice(r)]
+    run_id = scenario.health_failed["dag_run_id"]
+    [instance] = scenario.api.task_instances("synclane_health", run_id)
+    assert (instance["task_id"], instance["state"]) == ("check", "failed")
+    text = health_log(scenario.logs, run_id)
+    start, end = (broken[k].astimezone(timezone.utc) for k in ("window_start", "window_end"))
+    window = f"[{start:%Y-%m-%d %H:%M} → {end:%Y-%m-%d %H:%M}]"
+    assert (
+        f"abandoned: owner globex, job globex/orders {window} #{broken['id']}, at cursor '50' after "
+        f"{broken['attempt_count']} attempt(s): UnreadablePage: the shop returned a page that could not be read"
+    ) in text, text[-3000:]
+
+
+def test_metrics_arrived_from_the_real_task_processes(scenario):
+    got = scenario.metrics
+    completed = sum(v for _, _, v in got["airflow.synclane.jobs.finished.shops.orders.completed"])
+    assert completed >= len([r for r in scenario.final if r["type"] == "orders"])  # plus attempts cut by the restart
+    assert sum(v for _, _, v in got["airflow.synclane.jobs.finished.shops.orders.abandoned"]) == 1
+    assert sum(v for _, _, v in got["airflow.synclane.records.shops.orders"]) >= sum(
+        r["processed_count"] for r in scenario.final if r["type"] == "orders")
+    assert sum(v for _, _, v in got["airflow.synclane.throttles.shops.orders"]) > 0  # the shop's 429s
+    assert got["airflow.synclane.page.duration.shops.orders"] and got["airflow.synclane.take.wait.shops.orders"]
+    # Every planning run sends the gauges (whether one fell while the slice lay abandoned depends on timing).
+    for gauge in ("waiting", "running", "abandoned", "max_freshness_lag"):
+        assert {kind for _, kind, _ in got[f"airflow.synclane.queue.{gauge}.shops"]} == {"g"}, gauge

@@ -76,6 +76,7 @@ def is_broken_slice(shop, job) -> bool:
 
 def test_every_account_syncs_and_the_broken_slice_ends_abandoned_at_cursor_50(demo):
     shop, config, synclane, database = demo()
+    started = datetime.now(timezone.utc)
     settle(synclane, database)
     rows = jobs(config.database_url, config.schema)
 
@@ -88,6 +89,16 @@ def test_every_account_syncs_and_the_broken_slice_ends_abandoned_at_cursor_50(de
     assert (broken["status"], broken["cursor"], broken["processed_count"]) == ("abandoned", "50", 50)
     assert broken["attempt_count"] == synclane.queue("shops").max_attempts + 1  # the regular attempts, then the deferred one
     assert broken["error"].startswith("UnreadablePage: the shop returned a page that could not be read")
+
+    # The health check (what the synclane_health DAG runs) names the owner, the job and its error.
+    with Operations(synclane, database) as ops:
+        [finding] = ops.check_health("shops", abandoned_since=started).findings
+        window = ops.job(broken["id"]).describe()
+    assert finding.message == (
+        f"abandoned: owner globex, job {window}, at cursor '50' after {broken['attempt_count']} attempt(s): "
+        f"{broken['error']}"
+    )
+    assert window.startswith("globex/orders [") and window.endswith(f"] #{broken['id']}")
 
     for row in rows:
         if row is broken:

@@ -40,9 +40,11 @@ def test_the_dag_files_parse_without_touching_any_database_or_connection(declara
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(result.stdout.strip().splitlines()[-1])
     assert report["import_errors"] == {}
-    assert report["dags"] == ["synclane_downstream", "synclane_plan", "synclane_requeue", "synclane_work"]
-    assert report["tasks"] == {"synclane_downstream": ["count_new_records"], "synclane_plan": ["plan"],
-                               "synclane_requeue": ["requeue"], "synclane_work": ["assets", "work"]}
+    assert report["dags"] == ["synclane_downstream", "synclane_health", "synclane_plan", "synclane_requeue", "synclane_work"]
+    assert report["tasks"] == {
+        "synclane_downstream": ["count_new_records"], "synclane_health": ["check"], "synclane_plan": ["plan"],
+        "synclane_requeue": ["requeue"], "synclane_work": ["assets", "work"],
+    }
     assert report["attempts"] == []
     assert report["seconds"] < 60
 
@@ -128,12 +130,38 @@ def test_the_worker_dag_drains_the_lanes_with_mapped_slots_deferring_until_a_job
         assert {e.extra["type"]: e.extra for e in events} == emitted
 
 
+def test_the_health_dag_fails_naming_the_job_abandoned_in_its_interval_and_passes_after(dags, provider_schema, capsys):
+    from datetime import datetime, timedelta, timezone
+
+    with operations(decl.synclane) as ops:
+        ops.plan("shops")
+        [job] = ops.list_jobs("shops", owner="globex", type="products")
+        ops.abandon("shops", job.id, "access revoked")
+    dag = dags["synclane_health"]
+    every = dag.timetable.delta
+    # The run whose data interval ends now holds the abandonment: it fails, and says which job and why.
+    end = datetime.now(timezone.utc) + timedelta(seconds=1)
+    failed = dag.test(logical_date=end)  # a run by hand: the interval that ends at its logical date
+    assert (failed.data_interval_start, failed.data_interval_end) == (end - every, end)
+    assert failed.state == "failed"
+    [instance] = task_instances(failed)
+    assert instance.state == "failed"
+    assert f"abandoned: owner globex, job globex/products #{job.id}, at cursor None after 0 attempt(s): " \
+        "Abandoned: access revoked" in capsys.readouterr().out
+    # The next run's interval starts where this one ended: it passes (each abandonment is reported once).
+    passed = dag.test(logical_date=end + every)
+    assert passed.data_interval_start == end
+    assert passed.state == "success"
+    assert xcoms(passed, "check") == {-1: {"queue": "shops", "healthy": True}}
+
+
 def test_every_operator_and_sensor_serializes_into_a_dag():
     from datetime import datetime, timezone
 
     from airflow.sdk import DAG
     from airflow.serialization.serialized_objects import DagSerialization
 
+    from synclane_provider.operators.health import SyncLaneHealthCheckOperator
     from synclane_provider.operators.plan import SyncLanePlanOperator
     from synclane_provider.operators.work import SyncLaneWorkOperator
     from synclane_provider.sensors.drained import SyncLaneDrainedSensor
@@ -145,7 +173,8 @@ def test_every_operator_and_sensor_serializes_into_a_dag():
         work = SyncLaneWorkOperator(task_id="work", slot=1, idle_timeout=5, max_run_time=60, **common)
         loaded = SyncLaneInitialLoadSensor(task_id="loaded", owner_id="globex", job_type="orders", **common)
         drained = SyncLaneDrainedSensor(task_id="drained", lane="acme", **common)
-        plan >> work >> [loaded, drained]
+        check = SyncLaneHealthCheckOperator(task_id="check", abandoned_since="{{ data_interval_start }}", **common)
+        plan >> work >> [loaded, drained] >> check
     restored = DagSerialization.deserialize_dag(DagSerialization.serialize_dag(dag))
-    assert set(restored.task_dict) == {"plan", "work", "loaded", "drained"}
+    assert set(restored.task_dict) == {"plan", "work", "loaded", "drained", "check"}
     assert tuple(restored.task_dict["work"].template_fields) == SyncLaneWorkOperator.template_fields

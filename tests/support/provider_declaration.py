@@ -139,6 +139,7 @@ synclane = SyncLane(
                 SnapshotType("products", products, every=timedelta(days=1)),
             ],
             concurrency=2,
+            max_lag=timedelta(hours=1),
         ),
         Queue(
             "slow",

@@ -1,0 +1,165 @@
+"""Whether a queue needs a person: the health check's findings, and the planning run's gauges.
+
+Three things a person must hear about, because nothing in the engine will fix them by itself:
+
+* a job **abandoned** since the last check (it waits for a requeue);
+* a running job whose heartbeat is older than its lease: its worker is **stuck** (a page that hangs) or gone
+  and no worker has taken the job over;
+* an owner **lagging**: the end of its newest completed window of a windowed type is further behind now than
+  the queue's ``max_lag``.
+
+The check keeps no state of its own: "since the last check" is a time range the caller passes (the Airflow
+operator passes its run's data interval), matched against the moment each job was abandoned, which the row
+holds in ``next_run_at`` (see ``abandoned_between`` in queries.sql).
+
+Retention never deletes initial jobs, so an owner that completed a window keeps one to be measured by.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from enum import Enum
+
+from synclane_provider.core.declarations import Queue
+from synclane_provider.core.durations import duration_text
+from synclane_provider.core.metrics import QUEUE_ABANDONED, QUEUE_MAX_LAG, QUEUE_RUNNING, QUEUE_WAITING, Metrics
+from synclane_provider.core.owners import owners_of
+from synclane_provider.core.records import Freshness, Job
+from synclane_provider.core.store import Store
+
+MAX_FINDINGS = 50
+"""Findings of each kind a check reports at most; more are summed up in one line (the message stays readable)."""
+
+
+class Problem(str, Enum):
+    ABANDONED = "abandoned"
+    STUCK = "stuck"
+    LAGGING = "lagging"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One thing wrong: what, whose, which job (if one), and a sentence for the alert."""
+
+    problem: Problem
+    owner: str
+    message: str
+    job_id: int | None = None
+
+
+@dataclass(frozen=True)
+class HealthReport:
+    """What one check of a queue found; ``more`` counts findings of a kind beyond :data:`MAX_FINDINGS`."""
+
+    queue: str
+    findings: tuple[Finding, ...]
+    more: dict[Problem, bool]
+
+    @property
+    def healthy(self) -> bool:
+        return not self.findings
+
+    def describe(self) -> str:
+        """The alert: a first line saying how many problems, then one line per finding."""
+        if self.healthy:
+            return f"queue {self.queue}: healthy"
+        lines = [f"queue {self.queue}: {len(self.findings)} problem(s)"]
+        lines += [f"- {finding.message}" for finding in self.findings]
+        lines += [f"- … and more {problem} beyond the first {MAX_FINDINGS}" for problem, more in self.more.items() if more]
+        return "\n".join(lines)
+
+
+def _abandoned(job: Job) -> Finding:
+    return Finding(
+        Problem.ABANDONED,
+        job.owner,
+        f"abandoned: owner {job.owner}, job {job.describe()}, at cursor {job.cursor!r} after "
+        f"{job.attempt_count} attempt(s): {job.error or 'no error recorded'}",
+        job.id,
+    )
+
+
+def _stuck(job: Job, lease: timedelta) -> Finding:
+    heartbeat = f"{job.heartbeat_at:%Y-%m-%d %H:%M:%S} UTC" if job.heartbeat_at else "never"
+    return Finding(
+        Problem.STUCK,
+        job.owner,
+        f"stuck: owner {job.owner}, job {job.describe()}, running on {job.leased_by} at cursor {job.cursor!r}, "
+        f"last heartbeat {heartbeat}, longer ago than its lease ({duration_text(lease)}): the worker hangs or is gone",
+        job.id,
+    )
+
+
+def _lagging(row: Freshness, max_lag: timedelta) -> Finding:
+    return Finding(
+        Problem.LAGGING,
+        row.owner,
+        f"lagging: owner {row.owner} is {duration_text(row.lag)} behind in {row.type} (newest completed window ends "
+        f"{row.fresh_until:%Y-%m-%d %H:%M} UTC), more than max_lag ({duration_text(max_lag)})",
+    )
+
+
+def check(
+    store: Store,
+    queue: Queue,
+    *,
+    abandoned_since: datetime | None,
+    abandoned_until: datetime | None = None,
+    now: datetime | None = None,
+) -> HealthReport:
+    """Check ``queue``: jobs abandoned in ``[abandoned_since, abandoned_until)`` (None: no bound), stuck
+    workers, and, when the queue declares ``max_lag``, owners listed by its owner source that lag more."""
+    more: dict[Problem, bool] = {}
+    abandoned = store.abandoned_between(
+        queue.name, since=abandoned_since, until=abandoned_until, limit=MAX_FINDINGS + 1
+    )
+    more[Problem.ABANDONED] = len(abandoned) > MAX_FINDINGS
+    stuck = store.stuck_running(queue.name, lease=queue.lease, now=now, limit=MAX_FINDINGS + 1)
+    more[Problem.STUCK] = len(stuck) > MAX_FINDINGS
+    lagging: list[Freshness] = []
+    if queue.max_lag is not None:
+        owners = [owner.id for owner in owners_of(queue)]
+        lagging = store.window_lags(
+            queue.name, owners, queue.windowed_types, over=queue.max_lag, limit=MAX_FINDINGS + 1, now=now
+        )
+        more[Problem.LAGGING] = len(lagging) > MAX_FINDINGS
+    findings = [_abandoned(job) for job in abandoned[:MAX_FINDINGS]]
+    findings += [_stuck(job, queue.lease) for job in stuck[:MAX_FINDINGS]]
+    if queue.max_lag is not None:
+        findings += [_lagging(row, queue.max_lag) for row in lagging[:MAX_FINDINGS]]
+    return HealthReport(queue.name, tuple(findings), more)
+
+
+@dataclass(frozen=True)
+class QueueGauges:
+    """A queue at one moment: jobs waiting, running, abandoned, and its most-behind owner's freshness lag."""
+
+    queue: str
+    waiting: int
+    running: int
+    abandoned: int
+    max_freshness_lag: timedelta | None
+    """None when no listed owner has completed a window yet (or the queue has no windowed type)."""
+
+    def emit(self, metrics: Metrics) -> None:
+        tags = {"queue": self.queue}
+        metrics.gauge(QUEUE_WAITING, tags, self.waiting)
+        metrics.gauge(QUEUE_RUNNING, tags, self.running)
+        metrics.gauge(QUEUE_ABANDONED, tags, self.abandoned)
+        lag = self.max_freshness_lag.total_seconds() if self.max_freshness_lag is not None else 0.0
+        metrics.gauge(QUEUE_MAX_LAG, tags, max(lag, 0.0))
+
+
+def gauges(store: Store, queue: Queue, *, now: datetime | None = None) -> QueueGauges:
+    """Read the queue's gauges; the freshness lag covers the owners its owner source lists now."""
+    counts = store.queue_counts(queue.name)
+    lag = None
+    if queue.windowed_types:
+        owners = [owner.id for owner in owners_of(queue)]
+        behind = store.window_lags(queue.name, owners, queue.windowed_types, over=None, limit=1, now=now)
+        lag = behind[0].lag if behind else None
+    return QueueGauges(queue.name, counts.waiting, counts.running, counts.abandoned, lag)

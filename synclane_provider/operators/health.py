@@ -1,0 +1,111 @@
+"""The health check operator: a task that fails when a queue needs a person, so Airflow's alerting acts on it."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk import BaseOperator
+from airflow.sdk.exceptions import AirflowException
+
+from synclane_provider.core import DeclarationError, Operations
+from synclane_provider.hooks.synclane import SyncLaneHook
+from synclane_provider.locate import locate_queue
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+
+def _instant(name: str, value: object) -> datetime | None:
+    """A rendered template or a datetime as an aware datetime; empty (or ``None`` rendered) means no bound."""
+    if value is None or (isinstance(value, str) and value.strip() in ("", "None")):
+        return None
+    if isinstance(value, datetime):
+        instant = value
+    elif isinstance(value, str):
+        try:
+            instant = datetime.fromisoformat(value.strip())
+        except ValueError:
+            raise DeclarationError(f"{name} must be an ISO 8601 time, got {value!r}") from None
+    else:
+        raise DeclarationError(f"{name} must be a datetime or an ISO 8601 time, got {value!r}")
+    if instant.utcoffset() is None:
+        raise DeclarationError(f"{name} must name its time zone, got {value!r}")
+    return instant
+
+
+class SyncLaneHealthCheckOperator(BaseOperator):
+    """Fails when a queue needs a person, with a message naming each owner, job and error; else succeeds.
+
+    It fails on: a job abandoned since the last check; a running job whose
+    heartbeat is older than the queue's lease (a stuck or lost worker); an owner
+    listed by the owner source whose freshness lag (now minus the end of its
+    newest completed window of a windowed type) exceeds the queue's ``max_lag``.
+    Airflow's alerting then acts as on any failed task: ``email_on_failure``,
+    notifiers, ``on_failure_callback``.
+
+    "Since the last check" is the run's data interval: a job abandoned within
+    ``[data_interval_start, data_interval_end)`` is reported by that run only,
+    so a DAG scheduled with data intervals (``DeltaDataIntervalTimetable``,
+    ``CronDataIntervalTimetable``) reports each abandonment once.
+    ``abandoned_since`` / ``abandoned_until`` override the bounds; a run with no
+    or an empty data interval (a trigger timetable; a bare ``timedelta``
+    schedule is one in Airflow 3) reports every abandoned job, every run. Stuck workers
+    and lagging owners are conditions, reported by every run while they last.
+
+    Returns ``{"queue", "healthy": True}`` (pushed to XCom) when it passes.
+
+    :param synclane: import path of the declaration, ``"package.module:attribute"``.
+    :param synclane_queue: name of the queue to check.
+    :param abandoned_since: start of the range of abandonments to report (default: the data interval's start).
+    :param abandoned_until: its end, excluded (default: the data interval's end).
+    :param synclane_conn_id: Airflow connection to the database of the jobs table.
+    """
+
+    template_fields: Sequence[str] = (
+        "synclane", "synclane_queue", "abandoned_since", "abandoned_until", "synclane_conn_id"
+    )
+    ui_color = "#f7e1d9"
+
+    def __init__(
+        self,
+        *,
+        synclane: str,
+        synclane_queue: str,
+        abandoned_since: datetime | str | None = None,
+        abandoned_until: datetime | str | None = None,
+        synclane_conn_id: str = SyncLaneHook.default_conn_name,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.synclane = synclane
+        self.synclane_queue = synclane_queue
+        self.abandoned_since = abandoned_since
+        self.abandoned_until = abandoned_until
+        self.synclane_conn_id = synclane_conn_id
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        declaration, queue = locate_queue(self.synclane, self.synclane_queue)
+        since = _instant("abandoned_since", self.abandoned_since or context.get("data_interval_start"))
+        until = _instant("abandoned_until", self.abandoned_until or context.get("data_interval_end"))
+        if since is not None and until is not None and since >= until:
+            # An empty interval (a trigger timetable, such as a bare timedelta schedule, or a manual run of one)
+            # cannot say what "since the last check" is: report every abandoned job rather than none.
+            self.log.warning(
+                "the run's range of abandonments [%s, %s) is empty: reporting every abandoned job; schedule the "
+                "check with a data interval timetable (DeltaDataIntervalTimetable) to report each one once",
+                since.isoformat(), until.isoformat(),
+            )
+            since = until = None
+        database = SyncLaneHook(synclane_conn_id=self.synclane_conn_id).get_database(declaration)
+        with Operations(declaration, database) as operations:
+            report = operations.check_health(queue.name, abandoned_since=since, abandoned_until=until)
+        self.log.info(
+            "queue %s checked (abandoned from %s to %s): %s problem(s)",
+            queue.name, since.isoformat() if since else "ever", until.isoformat() if until else "now",
+            len(report.findings),
+        )
+        if not report.healthy:
+            raise AirflowException(report.describe())
+        return {"queue": queue.name, "healthy": True}
