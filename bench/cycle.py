@@ -37,18 +37,32 @@ def parse_list(text: str) -> list[int]:
     return [int(part) for part in text.split(",") if part]
 
 
-def best_of_rounds(url: str, schema: str, *, rounds: int, jobs: int, lanes: int, workers: int, pages: int,
-                   seconds: float, commit: str, peer: bool) -> dict[str, Run]:
+def best_of_rounds(
+    url: str,
+    schema: str,
+    *,
+    rounds: int,
+    jobs: int,
+    lanes: int,
+    workers: int,
+    pages: int,
+    seconds: float,
+    commit: str,
+    peer: bool,
+) -> dict[str, Run]:
     """Each side's best run over ``rounds`` rounds, the order of the sides rotating from round to round."""
     sides = {
-        "engine": lambda: run_engine(url, schema, workers=workers, pages=pages, seconds=seconds,
-                                     synchronous_commit=commit),
-        "baseline": lambda: run_baseline(url, schema, workers=workers, pages=pages, seconds=seconds,
-                                         synchronous_commit=commit),
+        "engine": lambda: run_engine(
+            url, schema, workers=workers, pages=pages, seconds=seconds, synchronous_commit=commit
+        ),
+        "baseline": lambda: run_baseline(
+            url, schema, workers=workers, pages=pages, seconds=seconds, synchronous_commit=commit
+        ),
     }
     if peer:
-        sides["peer"] = lambda: run_procrastinate(url, jobs=jobs, lanes=lanes, workers=workers, seconds=seconds,
-                                                  synchronous_commit=commit)
+        sides["peer"] = lambda: run_procrastinate(
+            url, jobs=jobs, lanes=lanes, workers=workers, seconds=seconds, synchronous_commit=commit
+        )
     names = list(sides)
     best: dict[str, Run] = {}
     for round_number in range(rounds):
@@ -70,19 +84,25 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=100_000, help="due jobs in the table at the start of each run")
     parser.add_argument("--seconds", type=float, default=5.0, help="length of each timed run")
     parser.add_argument("--rounds", type=int, default=2, help="rounds per cell; every side keeps its best")
-    parser.add_argument("--commit", type=lambda text: text.split(","), default=["off", "on"],
-                        help="synchronous_commit settings to run, each for every side (default: off,on)")
+    parser.add_argument(
+        "--commit",
+        type=lambda text: text.split(","),
+        default=["off", "on"],
+        help="synchronous_commit settings to run, each for every side (default: off,on)",
+    )
     parser.add_argument("--private", action="store_true", help="run on a private cluster started for the run")
     parser.add_argument("--no-peer", action="store_true", help="skip procrastinate")
     parser.add_argument("--quick", action="store_true", help="8x100 and 24x3 only, 1 page, 20k jobs, 2-second runs")
     args = parser.parse_args()
-    cells = [(w, l) for w in args.workers for l in args.lanes]
+    cells = [(workers, lanes) for workers in args.workers for lanes in args.lanes]
     if args.quick:
         cells, args.pages, args.jobs, args.seconds = [(8, 100), (24, 3)], [1], 20_000, 2.0
     peer = peer_available() and not args.no_peer
     if not peer and not args.no_peer:
-        print("procrastinate is not installed: the peer column stays empty "
-              "(install it with: .venv/bin/uv pip install --python .venv/bin/python -c constraints.txt -e '.[bench]')")
+        print(
+            "procrastinate is not installed: the peer column stays empty "
+            "(install it with: .venv/bin/uv pip install --python .venv/bin/python -c constraints.txt -e '.[bench]')"
+        )
 
     if args.private:
         from soak_cluster import PrivateCluster  # a server of its own, stock settings, nothing else on it
@@ -97,13 +117,25 @@ def measure(args: argparse.Namespace, cells: list[tuple[int, int]], peer: bool, 
     schema = schema_name("cycle")
     figures: dict[str, float] = {}
     peer_ratios: dict[str, list[float]] = {}
-    print(f"{'commit':>6} {'workers':>7} {'lanes':>6} {'pages':>5} | {'engine j/s':>10} {'pages/s':>8} {'wasted':>7} | "
-          f"{'baseline j/s':>12} {'wasted':>7} | {'ratio':>5} | {'peer j/s':>8} {'vs peer':>7}")
+    print(
+        f"{'commit':>6} {'workers':>7} {'lanes':>6} {'pages':>5} | {'engine j/s':>10} {'pages/s':>8} {'wasted':>7} | "
+        f"{'baseline j/s':>12} {'wasted':>7} | {'ratio':>5} | {'peer j/s':>8} {'vs peer':>7}"
+    )
     for commit in args.commit:
         for workers, lanes in cells:
             for pages in args.pages:
-                best = best_of_rounds(url, schema, rounds=args.rounds, jobs=args.jobs, lanes=lanes, workers=workers,
-                                      pages=pages, seconds=args.seconds, commit=commit, peer=peer and pages == 1)
+                best = best_of_rounds(
+                    url,
+                    schema,
+                    rounds=args.rounds,
+                    jobs=args.jobs,
+                    lanes=lanes,
+                    workers=workers,
+                    pages=pages,
+                    seconds=args.seconds,
+                    commit=commit,
+                    peer=peer and pages == 1,
+                )
                 engine, baseline = best["engine"], best["baseline"]
                 ratio = engine.jobs_per_s / baseline.jobs_per_s if baseline.jobs else float("nan")
                 peer_text = f"{'-':>8} {'-':>7}"
@@ -112,9 +144,12 @@ def measure(args: argparse.Namespace, cells: list[tuple[int, int]], peer: bool, 
                     versus = engine.jobs_per_s / other.jobs_per_s if other.jobs else float("inf")
                     peer_ratios.setdefault(commit, []).append(versus)
                     peer_text = f"{other.jobs_per_s:8.0f} {versus:7.2f}"
-                print(f"{commit:>6} {workers:>7} {lanes:>6} {pages:>5} | {engine.jobs_per_s:10.0f} "
-                      f"{engine.pages_per_s:8.0f} {engine.wasted_share:7.1%} | {baseline.jobs_per_s:12.0f} "
-                      f"{baseline.wasted_share:7.1%} | {ratio:5.2f} | {peer_text}", flush=True)
+                print(
+                    f"{commit:>6} {workers:>7} {lanes:>6} {pages:>5} | {engine.jobs_per_s:10.0f} "
+                    f"{engine.pages_per_s:8.0f} {engine.wasted_share:7.1%} | {baseline.jobs_per_s:12.0f} "
+                    f"{baseline.wasted_share:7.1%} | {ratio:5.2f} | {peer_text}",
+                    flush=True,
+                )
                 suffix = "" if commit == SHIPPED else f"_commit_{commit}"
                 if pages == 1:
                     figures[f"ratio_{workers}x{lanes}{suffix}"] = ratio
@@ -126,8 +161,13 @@ def measure(args: argparse.Namespace, cells: list[tuple[int, int]], peer: bool, 
     for commit, ratios in peer_ratios.items():
         figures[f"vs_procrastinate_min_commit_{commit}"] = min(ratios)
         figures[f"vs_procrastinate_max_commit_{commit}"] = max(ratios)
-    keys = ["ratio_8x100", "ratio_24x3", "wasted_24x3", "vs_procrastinate_min_commit_off",
-            "vs_procrastinate_min_commit_on"]
+    keys = [
+        "ratio_8x100",
+        "ratio_24x3",
+        "wasted_24x3",
+        "vs_procrastinate_min_commit_off",
+        "vs_procrastinate_min_commit_on",
+    ]
     ordered = [k for k in keys if k in figures] + [k for k in figures if k not in keys]
     print(" ".join(f"{key}={figures[key]:.3f}" for key in ordered))
 

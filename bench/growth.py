@@ -68,8 +68,14 @@ def growth_declaration(schema: str) -> SyncLane:
                 "shops",
                 owners=lambda queue: owners,
                 types=[
-                    WindowedType("orders", noop, horizon=730 * DAY, slice=73 * DAY, every=timedelta(minutes=15),
-                                 overlap=timedelta(minutes=5)),
+                    WindowedType(
+                        "orders",
+                        noop,
+                        horizon=730 * DAY,
+                        slice=73 * DAY,
+                        every=timedelta(minutes=15),
+                        overlap=timedelta(minutes=5),
+                    ),
                     SnapshotType("products", noop, every=DAY),
                 ],
             )
@@ -119,15 +125,22 @@ def takes(url: str, schema: str, count: int, worker: str) -> list[float]:
         for _ in range(count + 1):
             finish = Finish(held, JobStatus.COMPLETED, 1) if held is not None else None
             started = time.perf_counter()
-            result = store.finish_and_take(queue="shops", worker=worker, lease=timedelta(minutes=5), finish=finish,
-                                           take=True, now=None)
+            result = store.finish_and_take(
+                queue="shops", worker=worker, lease=timedelta(minutes=5), finish=finish, take=True, now=None
+            )
             elapsed = time.perf_counter() - started
             if held is not None:
                 seconds.append(elapsed)
             assert result.taken is not None, "nothing to take"
             held = result.taken.job.id
-        store.finish_and_take(queue="shops", worker=worker, lease=timedelta(minutes=5),
-                              finish=Finish(held, JobStatus.COMPLETED, 1), take=False, now=None)
+        store.finish_and_take(
+            queue="shops",
+            worker=worker,
+            lease=timedelta(minutes=5),
+            finish=Finish(held, JobStatus.COMPLETED, 1),
+            take=False,
+            now=None,
+        )
     finally:
         store.session.close()
     return seconds
@@ -185,11 +198,17 @@ def main() -> None:
                 ).fetchone()
                 print(f"{label}: {size[0]:,} rows, {size[1] / 2**20:,.0f} MiB with indexes")
         owners = [f"owner-{i}" for i in range(1, OWNERS + 1, OWNERS // PROGRESS_OWNERS)] * ROUNDS
-        connected = {label: Operations(growth_declaration(f"growth_{label}"), growth_declaration(f"growth_{label}").database(url))
-                     for label in sizes}
+        connected = {
+            label: Operations(
+                growth_declaration(f"growth_{label}"), growth_declaration(f"growth_{label}").database(url)
+            )
+            for label in sizes
+        }
         for ops in connected.values():
             ops.activity("shops")  # connect outside the timing
-        found: dict[str, dict[str, list[float]]] = {label: {"take": [], "replan": [], "progress": []} for label in sizes}
+        found: dict[str, dict[str, list[float]]] = {
+            label: {"take": [], "replan": [], "progress": []} for label in sizes
+        }
         for round_ in range(ROUNDS):
             for label in sizes:
                 schema = f"growth_{label}"
@@ -208,8 +227,10 @@ def main() -> None:
     print(f"{'history':>12} {'take p50 ms':>12} {'take p95 ms':>12} {'replan s':>9} {'progress p50 ms':>16}")
     for label, rows in sizes.items():
         f = found[label]
-        print(f"{rows:>12,} {statistics.median(f['take']) * 1e3:12.3f} {percentile(f['take'], 0.95) * 1e3:12.3f} "
-              f"{min(f['replan']):9.3f} {statistics.median(f['progress']) * 1e3:16.3f}")
+        print(
+            f"{rows:>12,} {statistics.median(f['take']) * 1e3:12.3f} {percentile(f['take'], 0.95) * 1e3:12.3f} "
+            f"{min(f['replan']):9.3f} {statistics.median(f['progress']) * 1e3:16.3f}"
+        )
     small, large = found["small"], found["large"]
     take_ratio = statistics.median(large["take"]) / statistics.median(small["take"])
     take_p95_ratio = percentile(large["take"], 0.95) / percentile(small["take"], 0.95)

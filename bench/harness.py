@@ -103,11 +103,22 @@ def session_settings(synchronous_commit: str) -> dict[str, str]:
     return {**WORKER_SETTINGS, "synchronous_commit": synchronous_commit}
 
 
-def run_engine(url: str, schema: str, *, workers: int, pages: int, seconds: float,
-               synchronous_commit: str = WORKER_SETTINGS["synchronous_commit"]) -> Run:
+def run_engine(
+    url: str,
+    schema: str,
+    *,
+    workers: int,
+    pages: int,
+    seconds: float,
+    synchronous_commit: str = WORKER_SETTINGS["synchronous_commit"],
+) -> Run:
     """The engine's own worker loop (a WorkerPool) for ``seconds``; then it stops gracefully."""
     declaration = SyncLane(
-        queues=[Queue(QUEUE, owners=lambda q: [], types=[SnapshotType("work", noop_handler(pages), every=timedelta(days=1))])],
+        queues=[
+            Queue(
+                QUEUE, owners=lambda q: [], types=[SnapshotType("work", noop_handler(pages), every=timedelta(days=1))]
+            )
+        ],
         schema=schema,
         create_schema=False,
     )
@@ -127,8 +138,15 @@ def run_engine(url: str, schema: str, *, workers: int, pages: int, seconds: floa
     return Run(completed, summary.pages, summary.empty_takes, summary.lane_races, elapsed)
 
 
-def run_baseline(url: str, schema: str, *, workers: int, pages: int, seconds: float,
-                 synchronous_commit: str = WORKER_SETTINGS["synchronous_commit"]) -> Run:
+def run_baseline(
+    url: str,
+    schema: str,
+    *,
+    workers: int,
+    pages: int,
+    seconds: float,
+    synchronous_commit: str = WORKER_SETTINGS["synchronous_commit"],
+) -> Run:
     """The same statements from a minimal psycopg loop per connection: the raw-SQL limit for this design."""
     advance, save = statement("finish_and_take", schema), statement("save_page", schema)
     stop = threading.Event()
@@ -153,10 +171,28 @@ def run_baseline(url: str, schema: str, *, workers: int, pages: int, seconds: fl
                     params = {**base, **nothing, "take": True}
                 else:  # as the engine does: finish this job and take the next in one statement
                     for page in range(1, pages):
-                        conn.execute(save.text, save.arguments({"id": job_id, "worker": worker, "cursor": str(page),
-                                                                "processed_count": page, "lease": lease, "now": None}))
-                    params = {**base, "finished": job_id, "status": "completed", "processed_count": pages,
-                              "error": None, "delay": timedelta(0), "take": not stop.is_set()}
+                        conn.execute(
+                            save.text,
+                            save.arguments(
+                                {
+                                    "id": job_id,
+                                    "worker": worker,
+                                    "cursor": str(page),
+                                    "processed_count": page,
+                                    "lease": lease,
+                                    "now": None,
+                                }
+                            ),
+                        )
+                    params = {
+                        **base,
+                        "finished": job_id,
+                        "status": "completed",
+                        "processed_count": pages,
+                        "error": None,
+                        "delay": timedelta(0),
+                        "take": not stop.is_set(),
+                    }
                 try:
                     row = conn.execute(advance.text, advance.arguments(params)).fetchone()
                 except psycopg.errors.DeadlockDetected:
@@ -207,8 +243,15 @@ def peer_available() -> bool:
     return True
 
 
-def run_procrastinate(url: str, *, jobs: int, lanes: int, workers: int, seconds: float,
-                      synchronous_commit: str = WORKER_SETTINGS["synchronous_commit"]) -> Run:
+def run_procrastinate(
+    url: str,
+    *,
+    jobs: int,
+    lanes: int,
+    workers: int,
+    seconds: float,
+    synchronous_commit: str = WORKER_SETTINGS["synchronous_commit"],
+) -> Run:
     """procrastinate with each job's ``lock`` set to its lane, ``workers`` concurrent jobs, for ``seconds``.
 
     Prepared as the engine's table is: the jobs inserted in one statement, then ``VACUUM ANALYZE``, before
@@ -221,10 +264,10 @@ def run_procrastinate(url: str, *, jobs: int, lanes: int, workers: int, seconds:
     with psycopg.connect(admin_url, autocommit=True) as conn:
         conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(database)))
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(database)))
-    peer_url = psycopg.conninfo.make_conninfo(url, dbname=database,
-                                              options=f"-c synchronous_commit={synchronous_commit}")
-    app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=peer_url,
-                                                                     max_size=workers + 4))
+    peer_url = psycopg.conninfo.make_conninfo(
+        url, dbname=database, options=f"-c synchronous_commit={synchronous_commit}"
+    )
+    app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=peer_url, max_size=workers + 4))
 
     @app.task(name="noop")
     async def noop() -> None:

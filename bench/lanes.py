@@ -36,21 +36,36 @@ def main() -> None:
         args.workers, args.jobs = 12, 200
     url = database_url()
     results = {}
-    print(f"{'lane index':<11} {'workers':>7} {'lanes':>5} {'width':>5} {'jobs':>5} {'overlaps':>8} "
-          f"{'max running':>11} {'lane races':>10} {'seconds':>7}")
+    print(
+        f"{'lane index':<11} {'workers':>7} {'lanes':>5} {'width':>5} {'jobs':>5} {'overlaps':>8} "
+        f"{'max running':>11} {'lane races':>10} {'seconds':>7}"
+    )
     for keep in (True, False):
         schema = schema_name("lanes_with" if keep else "lanes_without")
         try:
-            result = lane_race(url, schema, workers=args.workers, lanes=args.lanes, jobs=args.jobs, waves=args.waves,
-                               page_seconds=args.page_seconds, keep_lane_index=keep, width=args.width)
+            result = lane_race(
+                url,
+                schema,
+                workers=args.workers,
+                lanes=args.lanes,
+                jobs=args.jobs,
+                waves=args.waves,
+                page_seconds=args.page_seconds,
+                keep_lane_index=keep,
+                width=args.width,
+            )
         finally:
             drop_schema(url, schema)
         results[keep] = result
-        print(f"{'kept' if keep else 'dropped':<11} {args.workers:>7} {args.lanes:>5} {args.width:>5} {result.jobs:>5} "
-              f"{result.overlaps:>8} {result.max_running_per_lane:>11} {result.lane_races:>10} {result.seconds:7.2f}")
-    print(f"width={args.width} max_running_per_lane={results[True].max_running_per_lane} "
-          f"max_running_without_index={results[False].max_running_per_lane} "
-          f"overlaps_with_index={results[True].overlaps} overlaps_without_index={results[False].overlaps}")
+        print(
+            f"{'kept' if keep else 'dropped':<11} {args.workers:>7} {args.lanes:>5} {args.width:>5} {result.jobs:>5} "
+            f"{result.overlaps:>8} {result.max_running_per_lane:>11} {result.lane_races:>10} {result.seconds:7.2f}"
+        )
+    print(
+        f"width={args.width} max_running_per_lane={results[True].max_running_per_lane} "
+        f"max_running_without_index={results[False].max_running_per_lane} "
+        f"overlaps_with_index={results[True].overlaps} overlaps_without_index={results[False].overlaps}"
+    )
 
 
 if __name__ == "__main__":

@@ -58,15 +58,21 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--jobs", type=int, default=50_000)
     parser.add_argument("--pages", type=int, default=1, help="no-op pages a job (a cursor save between each)")
-    parser.add_argument("--loop", choices=["engine", "baseline"], default="engine",
-                        help="the engine's WorkerPool, or the minimal psycopg loop sending the same statements")
+    parser.add_argument(
+        "--loop",
+        choices=["engine", "baseline"],
+        default="engine",
+        help="the engine's WorkerPool, or the minimal psycopg loop sending the same statements",
+    )
     args = parser.parse_args()
     shipped = queries._texts()["finish_and_take"]
     assert GUARD in shipped, "the shipped statement no longer gates its takes on the finish"
     orders = {"finish_first": shipped, "finish_last": shipped.replace(GUARD, "")}
     figures: dict[str, float] = {}
-    print(f"{'workers':>7} {'lanes':>5} {'order':>12} | {'best j/s':>8} {'all rounds j/s':>24} | {'wasted':>6} | "
-          f"{'deadlocks':>9}")
+    print(
+        f"{'workers':>7} {'lanes':>5} {'order':>12} | {'best j/s':>8} {'all rounds j/s':>24} | {'wasted':>6} | "
+        f"{'deadlocks':>9}"
+    )
     with PrivateCluster(settings=STOCK) as cluster:
         url = cluster.url
         for schema, text in orders.items():
@@ -92,15 +98,22 @@ def main() -> None:
             for order in orders:
                 rounds_text = " ".join(f"{rate:.0f}" for rate in rates[order])
                 share = sum(wasted[order]) / len(wasted[order])
-                print(f"{workers:>7} {lanes:>5} {order:>12} | {max(rates[order]):8.0f} {rounds_text:>24} | "
-                      f"{share:6.1%} | {locked[order]:>9}", flush=True)
+                print(
+                    f"{workers:>7} {lanes:>5} {order:>12} | {max(rates[order]):8.0f} {rounds_text:>24} | "
+                    f"{share:6.1%} | {locked[order]:>9}",
+                    flush=True,
+                )
                 figures[f"deadlocks_{order}_{cell}"] = locked[order]
             figures[f"ratio_{cell}"] = max(rates["finish_first"]) / max(rates["finish_last"])
         logged = cluster.count_in_log("deadlock detected")
     figures["deadlocks_in_server_log"] = logged
     ratios = [key for key in figures if key.startswith("ratio_")]
-    print(" ".join(f"{key}={figures[key]:.3f}" if key in ratios else f"{key}={figures[key]:.0f}"
-                   for key in ratios + [k for k in figures if k not in ratios]))
+    print(
+        " ".join(
+            f"{key}={figures[key]:.3f}" if key in ratios else f"{key}={figures[key]:.0f}"
+            for key in ratios + [k for k in figures if k not in ratios]
+        )
+    )
 
 
 if __name__ == "__main__":

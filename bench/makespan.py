@@ -43,8 +43,17 @@ def main() -> None:
     url = database_url()
     schema = schema_name("makespan")
     declaration = SyncLane(
-        queues=[Queue("makespan", owners=lambda q: [], types=[WindowedType("work", handler, horizon=timedelta(days=150), slice=timedelta(days=30),
-                                                                  every=timedelta(days=1))])],
+        queues=[
+            Queue(
+                "makespan",
+                owners=lambda q: [],
+                types=[
+                    WindowedType(
+                        "work", handler, horizon=timedelta(days=150), slice=timedelta(days=30), every=timedelta(days=1)
+                    )
+                ],
+            )
+        ],
         schema=schema,
     )
     database = declaration.database(url)
@@ -55,12 +64,15 @@ def main() -> None:
     jobs = [(f"owner-{i}", f"lane-{i % args.lanes}", n) for i in range(args.owners) for n in range(i % 5 + 1)]
     with psycopg.connect(url, autocommit=True) as conn:
         with conn.cursor().copy(
-            sql.SQL("COPY {}.jobs (queue, owner, lane, type, mode, window_start, window_end, dedup_key) FROM STDIN")
-            .format(sql.Identifier(schema))
+            sql.SQL(
+                "COPY {}.jobs (queue, owner, lane, type, mode, window_start, window_end, dedup_key) FROM STDIN"
+            ).format(sql.Identifier(schema))
         ) as copy:
             for owner, lane_name, n in jobs:
                 end = today - n * timedelta(days=30)
-                copy.write_row(("makespan", owner, lane_name, "work", "initial", end - timedelta(days=30), end, f"initial:{n}"))
+                copy.write_row(
+                    ("makespan", owner, lane_name, "work", "initial", end - timedelta(days=30), end, f"initial:{n}")
+                )
 
     per_job = args.pages * args.latency
     lane_work: dict[str, float] = defaultdict(float)
@@ -77,10 +89,14 @@ def main() -> None:
     drop_schema(url, schema)
 
     efficiency = bound / achieved
-    print(f"{'owners':>6} {'lanes':>5} {'slots':>5} {'jobs':>5} {'work s':>7} {'longest lane s':>14} {'bound s':>7} "
-          f"{'achieved s':>10} {'efficiency':>10}")
-    print(f"{args.owners:>6} {args.lanes:>5} {args.slots:>5} {summary.jobs:>5} {total:7.2f} {max(lane_work.values()):14.2f} "
-          f"{bound:7.2f} {achieved:10.2f} {efficiency:10.1%}")
+    print(
+        f"{'owners':>6} {'lanes':>5} {'slots':>5} {'jobs':>5} {'work s':>7} {'longest lane s':>14} {'bound s':>7} "
+        f"{'achieved s':>10} {'efficiency':>10}"
+    )
+    print(
+        f"{args.owners:>6} {args.lanes:>5} {args.slots:>5} {summary.jobs:>5} {total:7.2f} {max(lane_work.values()):14.2f} "
+        f"{bound:7.2f} {achieved:10.2f} {efficiency:10.1%}"
+    )
     print(f"efficiency={efficiency:.3f} bound_s={bound:.3f} achieved_s={achieved:.3f} jobs={summary.jobs}")
 
 

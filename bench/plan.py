@@ -37,8 +37,14 @@ def plan_declaration(schema: str, owners: list[Owner], horizon_days: int) -> Syn
                 "shops",
                 owners=lambda queue: owners,
                 types=[
-                    WindowedType("orders", noop, horizon=horizon_days * DAY, slice=30 * DAY,
-                                 every=timedelta(minutes=15), overlap=timedelta(minutes=5)),
+                    WindowedType(
+                        "orders",
+                        noop,
+                        horizon=horizon_days * DAY,
+                        slice=30 * DAY,
+                        every=timedelta(minutes=15),
+                        overlap=timedelta(minutes=5),
+                    ),
                     SnapshotType("products", noop, every=DAY),
                 ],
             )
@@ -115,8 +121,13 @@ def main() -> None:
             create_schema(conn, name)
 
     def baseline(horizon: int) -> float:
-        params = {"anchor": datetime(2026, 11, 30, tzinfo=timezone.utc), "horizon": horizon, "now": NOW,
-                  "period": datetime(2026, 11, 30, 10, 15, tzinfo=timezone.utc), "owners": count}
+        params = {
+            "anchor": datetime(2026, 11, 30, tzinfo=timezone.utc),
+            "horizon": horizon,
+            "now": NOW,
+            "period": datetime(2026, 11, 30, 10, 15, tzinfo=timezone.utc),
+            "owners": count,
+        }
         with psycopg.connect(url, autocommit=True) as conn:
             statement = sql.SQL(BASELINE).format(jobs=sql.SQL("{}.jobs").format(sql.Identifier(baseline_schema)))
             seconds, _ = timed(lambda: conn.execute(statement, params))
@@ -124,9 +135,12 @@ def main() -> None:
 
     def baseline_replan() -> float:
         """The coverage read over the engine's own table (same rows, same vacuum), which must find nothing."""
-        params = {"owners": count, "horizon_start": datetime(2026, 11, 30, tzinfo=timezone.utc) - 730 * DAY,
-                  "orders_period": datetime(2026, 11, 30, 10, 15, tzinfo=timezone.utc),
-                  "products_period": datetime(2026, 11, 30, tzinfo=timezone.utc)}
+        params = {
+            "owners": count,
+            "horizon_start": datetime(2026, 11, 30, tzinfo=timezone.utc) - 730 * DAY,
+            "orders_period": datetime(2026, 11, 30, 10, 15, tzinfo=timezone.utc),
+            "products_period": datetime(2026, 11, 30, tzinfo=timezone.utc),
+        }
         with psycopg.connect(url, autocommit=True) as conn:
             statement = sql.SQL(BASELINE_REPLAN).format(jobs=sql.SQL("{}.jobs").format(sql.Identifier(schema)))
             seconds, cursor = timed(lambda: conn.execute(statement, params))
@@ -167,9 +181,11 @@ def main() -> None:
         print(f"{label:<24} {count:>7} {inserted:>9} {seconds:9.3f} {base:11.3f} {seconds / base:6.2f}")
     drop_schema(url, schema)
     drop_schema(url, baseline_schema)
-    print(f"first_plan_s={first_s:.3f} baseline_s={baseline_s:.3f} replan_s={replan_s:.3f} "
-          f"baseline_replan_s={baseline_replan_s:.3f} replan_ratio={replan_s / baseline_replan_s:.2f} "
-          f"raise_horizon_s={raise_s:.3f} first_plan_ratio={first_s / baseline_s:.2f} owners={count}")
+    print(
+        f"first_plan_s={first_s:.3f} baseline_s={baseline_s:.3f} replan_s={replan_s:.3f} "
+        f"baseline_replan_s={baseline_replan_s:.3f} replan_ratio={replan_s / baseline_replan_s:.2f} "
+        f"raise_horizon_s={raise_s:.3f} first_plan_ratio={first_s / baseline_s:.2f} owners={count}"
+    )
 
 
 if __name__ == "__main__":

@@ -36,15 +36,19 @@ def main() -> None:
     url = database_url()
     schema = schema_name("ratelimit")
     try:
-        run = budget_run(url, schema, rate=rate, jobs_per_owner=max(args.jobs // 2, 1), pages=args.pages,
-                         slots=args.slots)
+        run = budget_run(
+            url, schema, rate=rate, jobs_per_owner=max(args.jobs // 2, 1), pages=args.pages, slots=args.slots
+        )
     finally:
         drop_schema(url, schema)
     print(f"{'budget/s':>8} {'burst':>5} {'requests':>8} {'max in 1 s':>10} {'utilisation':>11} {'seconds':>7}")
-    print(f"{run.budget_per_s:>8g} {run.burst:>5} {run.requests:>8} {run.max_in_any_window:>10} "
-          f"{run.utilisation:>11.3f} {run.seconds:>7.1f}")
-    print(f"budget_per_s={run.budget_per_s:g} max_in_any_window={run.max_in_any_window} "
-          f"utilisation={run.utilisation:.3f}")
+    print(
+        f"{run.budget_per_s:>8g} {run.burst:>5} {run.requests:>8} {run.max_in_any_window:>10} "
+        f"{run.utilisation:>11.3f} {run.seconds:>7.1f}"
+    )
+    print(
+        f"budget_per_s={run.budget_per_s:g} max_in_any_window={run.max_in_any_window} utilisation={run.utilisation:.3f}"
+    )
 
 
 if __name__ == "__main__":

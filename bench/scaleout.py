@@ -107,19 +107,35 @@ def process_cpu(pids: list[int]) -> float:
 def measure(url: str, args: argparse.Namespace, workers: int, home: Path) -> Measured:
     slots = args.slots * workers
     schema = f"synclane_bench_scaleout_{uuid.uuid4().hex[:8]}"
-    workload = Workload(schema=schema, database_url=url, owners=args.owners, lanes=args.lanes, pages=args.pages,
-                        latency=args.latency, slots=slots, lease=60)
+    workload = Workload(
+        schema=schema,
+        database_url=url,
+        owners=args.owners,
+        lanes=args.lanes,
+        pages=args.pages,
+        latency=args.latency,
+        slots=slots,
+        lease=60,
+    )
     broker = find_redis(home)
-    cluster = CeleryCluster(url, broker.url, workload, home / f"{workers}-workers-{uuid.uuid4().hex[:4]}",
-                            workers=workers, concurrency=args.slots, idle_timeout=600)
+    cluster = CeleryCluster(
+        url,
+        broker.url,
+        workload,
+        home / f"{workers}-workers-{uuid.uuid4().hex[:4]}",
+        workers=workers,
+        concurrency=args.slots,
+        idle_timeout=600,
+    )
     watch = Watch(url, schema)
     try:
         workload.prepare()
         cluster.start()
         watch.start()
         cluster.unpause()
-        cluster.wait(lambda: watch.samples and watch.samples[-1][1] == slots, 180, f"all {slots} slots running a job",
-                     every=0.2)
+        cluster.wait(
+            lambda: watch.samples and watch.samples[-1][1] == slots, 180, f"all {slots} slots running a job", every=0.2
+        )
         with psycopg.connect(url, autocommit=True) as conn:
             (opened,) = conn.execute("SELECT clock_timestamp()").fetchone()
             pids = [pid for service in cluster.services.values() for pid in service.members()]
@@ -139,7 +155,10 @@ def measure(url: str, args: argparse.Namespace, workers: int, home: Path) -> Mea
         watch.stop()
         lane_twice = sum(1 for _, running, lanes in watch.samples if running != lanes)
         return Measured(
-            workers=workers, slots=slots, jobs=done, seconds=(closed - opened).total_seconds(),
+            workers=workers,
+            slots=slots,
+            jobs=done,
+            seconds=(closed - opened).total_seconds(),
             busy=sum(running for _, running, _ in window) / (len(window) * slots),
             cpu=(busy_after - busy_before) / (total_after - total_before),
             airflow_cpu=(airflow_after - airflow_before) / (ended - began),
@@ -171,23 +190,31 @@ def main() -> None:
     url = database_url()
     best: dict[int, Measured] = {}
     overlaps = 0
-    print(f"{'workers':>7} {'slots':>5} {'round':>5} {'jobs':>5} {'seconds':>7} {'jobs/s':>7} {'pages/s':>7} "
-          f"{'busy slots':>10} {'cpu':>5} {'airflow cpu':>11} {'overlaps':>8}", flush=True)
+    print(
+        f"{'workers':>7} {'slots':>5} {'round':>5} {'jobs':>5} {'seconds':>7} {'jobs/s':>7} {'pages/s':>7} "
+        f"{'busy slots':>10} {'cpu':>5} {'airflow cpu':>11} {'overlaps':>8}",
+        flush=True,
+    )
     with tempfile.TemporaryDirectory(prefix="synclane-scaleout-") as home:
         for round_number in range(args.rounds):
-            for workers in ((1, 2) if round_number % 2 == 0 else (2, 1)):
+            for workers in (1, 2) if round_number % 2 == 0 else (2, 1):
                 result = measure(url, args, workers, Path(home))
                 overlaps += result.overlaps
                 if workers not in best or result.jobs_per_s > best[workers].jobs_per_s:
                     best[workers] = result
-                print(f"{workers:>7} {result.slots:>5} {round_number + 1:>5} {result.jobs:>5} {result.seconds:7.1f} "
-                      f"{result.jobs_per_s:7.2f} {result.jobs_per_s * args.pages:7.1f} {result.busy:10.0%} "
-                      f"{result.cpu:5.0%} {result.airflow_cpu:11.2f} {result.overlaps:>8}", flush=True)
+                print(
+                    f"{workers:>7} {result.slots:>5} {round_number + 1:>5} {result.jobs:>5} {result.seconds:7.1f} "
+                    f"{result.jobs_per_s:7.2f} {result.jobs_per_s * args.pages:7.1f} {result.busy:10.0%} "
+                    f"{result.cpu:5.0%} {result.airflow_cpu:11.2f} {result.overlaps:>8}",
+                    flush=True,
+                )
     one, two = best[1].jobs_per_s, best[2].jobs_per_s
     if args.latency > 0:
         ideal = args.slots / (args.pages * args.latency)
-        print(f"one worker's slots at best: {ideal:.2f} jobs/s (slots / (pages x latency)); "
-              f"one worker reached {one / ideal:.0%} of it, two reached {two / (2 * ideal):.0%} of twice that")
+        print(
+            f"one worker's slots at best: {ideal:.2f} jobs/s (slots / (pages x latency)); "
+            f"one worker reached {one / ideal:.0%} of it, two reached {two / (2 * ideal):.0%} of twice that"
+        )
     print(f"jobs_per_s_1={one:.2f} jobs_per_s_2={two:.2f} scaleout_ratio={two / one:.2f} overlaps={overlaps}")
 
 

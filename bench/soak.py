@@ -70,9 +70,17 @@ class Workers:
         number = len(self.all)
         stderr = self.root / f"worker-{number}.err"
         process = subprocess.Popen(
-            [sys.executable, str(HERE / "soak_worker.py"), self.url, SCHEMA, str(self.api_port),
-             str(self.root / "acks.log")],
-            env={**os.environ, **self.env}, stdout=subprocess.DEVNULL, stderr=open(stderr, "wb"),
+            [
+                sys.executable,
+                str(HERE / "soak_worker.py"),
+                self.url,
+                SCHEMA,
+                str(self.api_port),
+                str(self.root / "acks.log"),
+            ],
+            env={**os.environ, **self.env},
+            stdout=subprocess.DEVNULL,
+            stderr=open(stderr, "wb"),
         )
         self.live.append(process)
         self.all.append((process, stderr))
@@ -178,7 +186,8 @@ def settle(url: str, timeout: float) -> None:
         with admin(url) as conn:
             (waiting,) = conn.execute(
                 sql.SQL("SELECT count(*) FROM {}.jobs WHERE status NOT IN ('completed', 'abandoned')").format(
-                    sql.Identifier(SCHEMA))
+                    sql.Identifier(SCHEMA)
+                )
             ).fetchone()
         if waiting == 0:
             return
@@ -227,8 +236,12 @@ def soak(args: argparse.Namespace) -> dict[str, int]:
     faults = Faults()
     api = FakeApi(seed=args.seed)
     api.start()
-    env = {"SOAK_LANES": str(args.lanes), "SOAK_SLOTS": str(args.slots),
-           "SOAK_SYNCHRONOUS_COMMIT": args.synchronous_commit, "SOAK_PLANT": args.plant or ""}
+    env = {
+        "SOAK_LANES": str(args.lanes),
+        "SOAK_SLOTS": str(args.slots),
+        "SOAK_SYNCHRONOUS_COMMIT": args.synchronous_commit,
+        "SOAK_PLANT": args.plant or "",
+    }
     with PrivateCluster() as cluster:
         workers = Workers(cluster.url, api.port, cluster.root, env)
         feeder = Feeder(cluster.url, args.lanes, args.rate)
@@ -259,8 +272,9 @@ def soak(args: argparse.Namespace) -> dict[str, int]:
             settle(cluster.url, timeout=LEASE.total_seconds() * 3 + 60)
             workers.stop()
             died = workers.died_on_their_own()
-            figures = check(api.snapshot(), parse_acks((cluster.root / "acks.log").read_text()), faults,
-                            final_rows(cluster.url))
+            figures = check(
+                api.snapshot(), parse_acks((cluster.root / "acks.log").read_text()), faults, final_rows(cluster.url)
+            )
             figures.update(faults.counts())
             figures["enqueued"] = feeder.enqueued
             figures["worker_errors"] = len(died) + len(api.errors)
@@ -285,8 +299,12 @@ def main() -> None:
     parser.add_argument("--lanes", type=int, default=12)
     parser.add_argument("--rate", type=float, default=25.0, help="jobs enqueued per second")
     parser.add_argument("--every", type=float, default=2.0, help="mean seconds between faults")
-    parser.add_argument("--synchronous-commit", default="off", choices=["off", "on"],
-                        help="the worker sessions' setting (the engine ships off)")
+    parser.add_argument(
+        "--synchronous-commit",
+        default="off",
+        choices=["off", "on"],
+        help="the worker sessions' setting (the engine ships off)",
+    )
     parser.add_argument("--plant", choices=PLANTS, help="break one guarantee on purpose: the checks must see it")
     args = parser.parse_args()
     # The feeder waiting out each restart says so at WARNING: expected here, and the summary says what counts.

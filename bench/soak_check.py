@@ -102,7 +102,9 @@ def check(calls: list[Call], acks: list[Ack], faults: Faults, rows: list[Row]) -
         served[call.job].append(call)
 
     lost = sum(len(set(range(pages_of(row.id))) - {c.page for c in served[row.id]}) for row in rows)
-    wrong = sum(1 for row in rows if row.status == "completed" and row.processed_count != pages_of(row.id) * PAGE_RECORDS)
+    wrong = sum(
+        1 for row in rows if row.status == "completed" and row.processed_count != pages_of(row.id) * PAGE_RECORDS
+    )
 
     duplicates = unexplained = 0
     for job_calls in served.values():
@@ -121,7 +123,7 @@ def check(calls: list[Call], acks: list[Ack], faults: Faults, rows: list[Row]) -
     for ack in acks:
         job_calls = served.get(ack.job, [])
         starts = [c.started for c in job_calls]
-        later = job_calls[bisect.bisect_right(starts, ack.at):]
+        later = job_calls[bisect.bisect_right(starts, ack.at) :]
         betrayal = next((c for c in later if ack.kind == "done" or c.page < ack.page), None)
         if betrayal is None:
             continue

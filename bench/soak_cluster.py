@@ -42,7 +42,12 @@ class PrivateCluster:
         self.data = self.root / "data"
         self.log = self.root / "server.log"
         self.port = free_port()
-        self.settings = {**SETTINGS, **(settings or {}), "unix_socket_directories": str(self.root), "port": str(self.port)}
+        self.settings = {
+            **SETTINGS,
+            **(settings or {}),
+            "unix_socket_directories": str(self.root),
+            "port": str(self.port),
+        }
         self._user = "postgres" if os.geteuid() == 0 else None
         if self._user:
             entry = pwd.getpwnam(self._user)
@@ -54,7 +59,11 @@ class PrivateCluster:
 
     def _run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [str(BINARIES / args[0]), *args[1:]], user=self._user, capture_output=True, text=True, check=check,
+            [str(BINARIES / args[0]), *args[1:]],
+            user=self._user,
+            capture_output=True,
+            text=True,
+            check=check,
             cwd=self.root,
         )
 

@@ -146,8 +146,9 @@ def main() -> None:
     lanes, slots = int(os.environ.get("SOAK_LANES", "12")), int(os.environ.get("SOAK_SLOTS", "3"))
     worker_settings.WORKER_SETTINGS["synchronous_commit"] = os.environ.get("SOAK_SYNCHRONOUS_COMMIT", "off")
     Acks(ack_path).watch()
-    synclane = declaration(schema, lanes=lanes, slots=slots,
-                           handler=ApiClient(int(port), os.environ.get("SOAK_PLANT", "")))
+    synclane = declaration(
+        schema, lanes=lanes, slots=slots, handler=ApiClient(int(port), os.environ.get("SOAK_PLANT", ""))
+    )
     database = synclane.database(url)
     database.application_name = f"soak-worker-{os.getpid()}"  # the soak finds (and terminates) these
     pool = WorkerPool(synclane, database, QUEUE)

@@ -44,19 +44,30 @@ def main() -> None:
     for jitter in (Jitter.FULL, Jitter.NONE):
         schema = schema_name(f"stampede_{jitter.value}")
         try:
-            result = stampede(url, schema, jobs=args.jobs, outage=timedelta(seconds=args.outage_seconds),
-                              retry_delay=timedelta(seconds=args.retry_delay_seconds), jitter=jitter, seed=args.seed)
+            result = stampede(
+                url,
+                schema,
+                jobs=args.jobs,
+                outage=timedelta(seconds=args.outage_seconds),
+                retry_delay=timedelta(seconds=args.retry_delay_seconds),
+                jitter=jitter,
+                seed=args.seed,
+            )
         finally:
             drop_schema(url, schema)
         results[jitter] = result
-        print(f"jitter={jitter.value}: {result.completed} of {result.jobs} jobs completed; first request after the "
-              f"outage, per second after the API came back:")
+        print(
+            f"jitter={jitter.value}: {result.completed} of {result.jobs} jobs completed; first request after the "
+            f"outage, per second after the API came back:"
+        )
         print("\n".join(histogram(result)))
     full, none = results[Jitter.FULL], results[Jitter.NONE]
     after = [n for second, n in full.requests_per_second.items() if second >= 1]
-    print(f"jobs={args.jobs} outage_s={args.outage_seconds:g} max_per_bucket={full.max_per_bucket} "
-          f"spread_s={full.spread_seconds} max_requests_per_s_after_start={max(after, default=0)} "
-          f"max_per_bucket_without_jitter={none.max_per_bucket} spread_s_without_jitter={none.spread_seconds}")
+    print(
+        f"jobs={args.jobs} outage_s={args.outage_seconds:g} max_per_bucket={full.max_per_bucket} "
+        f"spread_s={full.spread_seconds} max_requests_per_s_after_start={max(after, default=0)} "
+        f"max_per_bucket_without_jitter={none.max_per_bucket} spread_s_without_jitter={none.spread_seconds}"
+    )
 
 
 if __name__ == "__main__":

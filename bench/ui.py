@@ -46,8 +46,9 @@ DECLARATION = SyncLane(
             "shops",
             owners=lambda queue: [Owner(f"owner-{i:05d}", lane=f"lane-{i // 2:05d}") for i in range(OWNERS)],
             types=[
-                WindowedType("orders", _noop, horizon=timedelta(days=365), slice=timedelta(days=1),
-                             every=timedelta(minutes=15)),
+                WindowedType(
+                    "orders", _noop, horizon=timedelta(days=365), slice=timedelta(days=1), every=timedelta(minutes=15)
+                ),
                 SnapshotType("products", _noop, every=timedelta(days=1)),
             ],
         )
@@ -126,10 +127,12 @@ def main() -> None:
     url = database_url()
     from synclane_demo.local import airflow_connection
 
-    os.environ.update({
-        "AIRFLOW_CONN_SYNCLANE_DEFAULT": airflow_connection(url),
-        "AIRFLOW__SYNCLANE__DECLARATION": "ui:DECLARATION",
-    })
+    os.environ.update(
+        {
+            "AIRFLOW_CONN_SYNCLANE_DEFAULT": airflow_connection(url),
+            "AIRFLOW__SYNCLANE__DECLARATION": "ui:DECLARATION",
+        }
+    )
     sys.modules.setdefault("ui", sys.modules[__name__])
     try:
         fill_s = fill(url, owners=owners, per_owner=per_owner)
@@ -138,8 +141,14 @@ def main() -> None:
         if not args.keep:
             drop_schema(url, SCHEMA)
     slowest = max(results.values())
-    fields = {"rows": owners * per_owner, "owners": owners, "calls": repeat, "fill_s": f"{fill_s:.1f}",
-              **{f"p95_ms_{name}": f"{value:.1f}" for name, value in results.items()}, "p95_ms_max": f"{slowest:.1f}"}
+    fields = {
+        "rows": owners * per_owner,
+        "owners": owners,
+        "calls": repeat,
+        "fill_s": f"{fill_s:.1f}",
+        **{f"p95_ms_{name}": f"{value:.1f}" for name, value in results.items()},
+        "p95_ms_max": f"{slowest:.1f}",
+    }
     print(" ".join(f"{key}={value}" for key, value in fields.items()))
 
 
@@ -178,9 +187,11 @@ def measure(repeat: int, owners: int, per_owner: int) -> dict[str, float]:
     }
     results: dict[str, float] = {}
     for name, path in endpoints.items():
+
         def call(path: str = path) -> None:
             response = client.get("/" + path)
             assert response.status_code == 200, (path, response.status_code, response.text[:300])
+
         results[name] = p95(timed(call, repeat))
     # plain: Airflow prints json and yaml through rich's syntax highlighting, which costs more than the query
     base = dict(conn_id=None, declaration=None, output="plain", verbose=False, queue=None, limit=50, after=None)
@@ -197,6 +208,7 @@ def measure(repeat: int, owners: int, per_owner: int) -> dict[str, float]:
         def run(command=command, arguments=arguments) -> None:
             with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
                 command(arguments)
+
         results[name] = p95(timed(run, repeat))
     return results
 

@@ -68,8 +68,10 @@ def main() -> None:
         ran.set()
         return Page(None, 1)
 
-    declaration = SyncLane(queues=[Queue("wake", owners=lambda q: [], types=[SnapshotType("ping", handler, every=timedelta(days=1))])],
-                    schema=schema)
+    declaration = SyncLane(
+        queues=[Queue("wake", owners=lambda q: [], types=[SnapshotType("ping", handler, every=timedelta(days=1))])],
+        schema=schema,
+    )
     database = declaration.database(URL)
     ops = Operations(declaration, database)
     slot = WorkerSlot(declaration, database, "wake")
@@ -81,12 +83,24 @@ def main() -> None:
             kind = ("insert", "requeue", "next_run_at")[trial % 3]
             if kind == "requeue":  # a job that failed for good, to be requeued
                 ops.enqueue("wake", f"owner-{trial}", "ping", lane=f"owner-{trial}", key=f"trial-{trial}")
-                execute(admin, schema, "UPDATE {jobs} SET status = 'abandoned' WHERE dedup_key = %s", [f"manual:trial-{trial}"])
+                execute(
+                    admin,
+                    schema,
+                    "UPDATE {jobs} SET status = 'abandoned' WHERE dedup_key = %s",
+                    [f"manual:trial-{trial}"],
+                )
             if kind == "next_run_at":  # due in 1.5 s, and nobody will say so
                 run_at = datetime.now(timezone.utc) + timedelta(seconds=1.5)
-                ops.enqueue("wake", f"owner-{trial}", "ping", lane=f"owner-{trial}", key=f"trial-{trial}", run_at=run_at)
-            trigger = JobDueTrigger(synclane_conn_id="synclane_wakeup", schema=schema, queue="wake",
-                                    until=datetime.now(timezone.utc) + timedelta(seconds=30), poll_interval=30.0)
+                ops.enqueue(
+                    "wake", f"owner-{trial}", "ping", lane=f"owner-{trial}", key=f"trial-{trial}", run_at=run_at
+                )
+            trigger = JobDueTrigger(
+                synclane_conn_id="synclane_wakeup",
+                schema=schema,
+                queue="wake",
+                until=datetime.now(timezone.utc) + timedelta(seconds=30),
+                poll_interval=30.0,
+            )
             event = in_background(trigger)
             wait_until_waiting(admin, APPLICATION, event)
             ran.clear()
@@ -114,8 +128,10 @@ def main() -> None:
     for kind, values in results.items():
         if values:
             print(f"{kind:<14} {len(values):>6} {statistics.median(values):7.3f} {max(values):7.3f}")
-    print(f"{args.slots} idle slots, {herd['jobs']} jobs one at a time: {herd['wakeups']} wake-ups, "
-          f"first wake-up p50 {herd['first_p50']:.4f} s, p95 {herd['first_p95']:.4f} s")
+    print(
+        f"{args.slots} idle slots, {herd['jobs']} jobs one at a time: {herd['wakeups']} wake-ups, "
+        f"first wake-up p50 {herd['first_p50']:.4f} s, p95 {herd['first_p95']:.4f} s"
+    )
     print(
         f"wakeup_p50_s={statistics.median(every):.3f} wakeup_max_s={max(every):.3f} trials={len(every)} "
         f"wakeups_per_job={herd['wakeups'] / herd['jobs']:.2f} herd_first_p50_s={herd['first_p50']:.4f} "
@@ -137,9 +153,13 @@ def herd_of_idle_slots(declaration: SyncLane, database, ops: Operations, schema:
 
     def idle_slot() -> None:
         while not stop.is_set():
-            trigger = JobDueTrigger(synclane_conn_id="synclane_herd", schema=schema, queue="wake",
-                                    until=datetime.now(timezone.utc) + timedelta(seconds=20),
-                                    poll_interval=30.0)
+            trigger = JobDueTrigger(
+                synclane_conn_id="synclane_herd",
+                schema=schema,
+                queue="wake",
+                until=datetime.now(timezone.utc) + timedelta(seconds=20),
+                poll_interval=30.0,
+            )
             event = in_background(trigger, timeout=60).result(timeout=60)
             if event["status"] != "due" or stop.is_set():
                 continue  # timed out: defer again (an idle worker's deadline passing is not a wake-up)

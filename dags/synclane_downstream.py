@@ -3,7 +3,8 @@
 Scheduled on the Asset ``synclane://<schema>/<queue>/orders``; a worker task of ``synclane_work`` emits one
 event per run in which orders jobs completed, its ``extra`` naming each account (owner) with its jobs,
 records and window span. This DAG reads those events and logs, and returns, the new orders per account: the
-place to start a dbt run, a refresh, a report. Set SYNCLANE_DECLARATION and SYNCLANE_QUEUE as for
+place to start a dbt run, a refresh, a report. Set ``[synclane] declaration`` and ``queue`` (or
+$SYNCLANE_DECLARATION and $SYNCLANE_QUEUE) as for
 ``synclane_work`` (and SYNCLANE_DOWNSTREAM_TYPE for another type than ``orders``).
 """
 
@@ -17,10 +18,11 @@ from typing import Any
 from airflow.sdk import DAG, task
 
 from synclane_provider.assets import asset
+from synclane_provider.configured import declaration_path, queue_name
 from synclane_provider.locate import locate_queue
 
-SYNCLANE = os.environ.get("SYNCLANE_DECLARATION", "synclane_provider.example:synclane")
-QUEUE = os.environ.get("SYNCLANE_QUEUE", "example")
+SYNCLANE = declaration_path(default="synclane_provider.example:synclane")  # [synclane] declaration
+QUEUE = queue_name(default="example")  # [synclane] queue
 TYPE = os.environ.get("SYNCLANE_DOWNSTREAM_TYPE", "orders")
 
 declaration, queue = locate_queue(SYNCLANE, QUEUE)  # imports the declaration only: no connection
@@ -43,8 +45,10 @@ with DAG(
         for event in (triggering_asset_events or {}).get(landed, []):
             for owner, landing in event.extra.get("owners", {}).items():
                 per_account[owner] += int(landing["records"])
-                print(f"{owner}: {landing['records']} new {TYPE} in {landing['jobs']} job(s), "
-                      f"{landing['window_start']} to {landing['window_end']}")
+                print(
+                    f"{owner}: {landing['records']} new {TYPE} in {landing['jobs']} job(s), "
+                    f"{landing['window_start']} to {landing['window_end']}"
+                )
         return dict(sorted(per_account.items()))
 
     count_new_records()

@@ -15,11 +15,12 @@ from datetime import datetime, timedelta, timezone
 
 from airflow.sdk import DAG, DeltaDataIntervalTimetable
 
+from synclane_provider.configured import declaration_path, queue_name
 from synclane_provider.locate import locate_queue
 from synclane_provider.operators.health import SyncLaneHealthCheckOperator
 
-SYNCLANE = os.environ.get("SYNCLANE_DECLARATION", "synclane_provider.example:synclane")
-QUEUE = os.environ.get("SYNCLANE_QUEUE", "example")
+SYNCLANE = declaration_path(default="synclane_provider.example:synclane")  # [synclane] declaration
+QUEUE = queue_name(default="example")  # [synclane] queue
 EVERY = timedelta(seconds=int(os.environ.get("SYNCLANE_HEALTH_EVERY", "300")))
 
 declaration, queue = locate_queue(SYNCLANE, QUEUE)  # imports the declaration only: no connection
@@ -37,4 +38,4 @@ with DAG(
     tags=["synclane"],
     doc_md=__doc__,
 ):
-    SyncLaneHealthCheckOperator(task_id="check", synclane=SYNCLANE, synclane_queue=queue.name)
+    SyncLaneHealthCheckOperator(task_id="check", declaration=SYNCLANE, synclane_queue=queue.name)

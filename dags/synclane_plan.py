@@ -1,22 +1,22 @@
 """SyncLane planning: inserts the jobs every owner of the queue should have, at the declaration's plan interval.
 
 Planning is repeatable (a retried or doubled run inserts nothing more), so the
-DAG needs no catchup and one active run at a time. Set SYNCLANE_DECLARATION
-("package.module:attribute") and SYNCLANE_QUEUE to plan your own queue.
+DAG needs no catchup and one active run at a time. Set ``[synclane] declaration``
+("package.module:attribute") and ``[synclane] queue`` to plan your own queue.
 """
 
 from __future__ import annotations
 
-import os
 from datetime import datetime, timedelta, timezone
 
 from airflow.sdk import DAG
 
+from synclane_provider.configured import declaration_path, queue_name
 from synclane_provider.locate import locate_queue
 from synclane_provider.operators.plan import SyncLanePlanOperator
 
-SYNCLANE = os.environ.get("SYNCLANE_DECLARATION", "synclane_provider.example:synclane")
-QUEUE = os.environ.get("SYNCLANE_QUEUE", "example")
+SYNCLANE = declaration_path(default="synclane_provider.example:synclane")  # [synclane] declaration
+QUEUE = queue_name(default="example")  # [synclane] queue
 
 declaration, queue = locate_queue(SYNCLANE, QUEUE)  # imports the declaration only: no connection
 
@@ -32,7 +32,7 @@ with DAG(
 ):
     SyncLanePlanOperator(
         task_id="plan",
-        synclane=SYNCLANE,
+        declaration=SYNCLANE,
         synclane_queue=queue.name,
         retries=2,
         retry_delay=timedelta(seconds=15),

@@ -9,15 +9,15 @@ from code, or the ``UPDATE`` shown in the README.
 from __future__ import annotations
 
 import logging
-import os
 from datetime import datetime, timezone
 
 from airflow.sdk import DAG, Param, task
 
+from synclane_provider.configured import declaration_path, queue_name
 from synclane_provider.locate import locate_queue
 
-SYNCLANE = os.environ.get("SYNCLANE_DECLARATION", "synclane_provider.example:synclane")
-QUEUE = os.environ.get("SYNCLANE_QUEUE", "example")
+SYNCLANE = declaration_path(default="synclane_provider.example:synclane")  # [synclane] declaration
+QUEUE = queue_name(default="example")  # [synclane] queue
 
 declaration, queue = locate_queue(SYNCLANE, QUEUE)  # imports the declaration only: no connection
 
@@ -44,7 +44,9 @@ with DAG(
         owner, job_type = (params or {}).get("owner") or None, (params or {}).get("type") or None
         with Operations(declaration, SyncLaneHook().get_database(declaration)) as operations:
             count = operations.requeue(queue.name, owner=owner, type=job_type)
-        logging.getLogger(__name__).info("requeued %s job(s) of queue %s (owner %s, type %s)", count, queue.name, owner or "any", job_type or "any")
+        logging.getLogger(__name__).info(
+            "requeued %s job(s) of queue %s (owner %s, type %s)", count, queue.name, owner or "any", job_type or "any"
+        )
         return {"requeued": count}
 
     requeue()

@@ -5,7 +5,8 @@ triggerer (holding no worker slot) until a job is inserted, requeued, handed
 back or becomes due. A task ends after ``idle_timeout`` seconds with nothing
 to do or ``max_run_time`` seconds in all (DAG params, so a manual run can
 change them); the DAG runs continuously, so the next run takes over at once.
-Set SYNCLANE_DECLARATION and SYNCLANE_QUEUE to work your own queue, and
+Set ``[synclane] declaration`` and ``queue`` (or
+$SYNCLANE_DECLARATION and $SYNCLANE_QUEUE) to work your own queue, and
 SYNCLANE_IDLE_TIMEOUT (seconds) to change the default idle timeout.
 """
 
@@ -16,12 +17,13 @@ from datetime import datetime, timedelta, timezone
 
 from airflow.sdk import DAG, Param
 
+from synclane_provider.configured import declaration_path, queue_name
 from synclane_provider.locate import locate_queue
 from synclane_provider.operators.assets import SyncLaneAssetsOperator
 from synclane_provider.operators.work import SyncLaneWorkOperator
 
-SYNCLANE = os.environ.get("SYNCLANE_DECLARATION", "synclane_provider.example:synclane")
-QUEUE = os.environ.get("SYNCLANE_QUEUE", "example")
+SYNCLANE = declaration_path(default="synclane_provider.example:synclane")  # [synclane] declaration
+QUEUE = queue_name(default="example")  # [synclane] queue
 IDLE_TIMEOUT = int(os.environ.get("SYNCLANE_IDLE_TIMEOUT", "600"))  # the default of the idle_timeout param
 
 SLOT_RETRIES = 100
@@ -36,7 +38,9 @@ with DAG(
     catchup=False,
     max_active_runs=1,
     params={
-        "idle_timeout": Param(IDLE_TIMEOUT, type="number", minimum=1, description="seconds with nothing to do before a slot ends"),
+        "idle_timeout": Param(
+            IDLE_TIMEOUT, type="number", minimum=1, description="seconds with nothing to do before a slot ends"
+        ),
         "max_run_time": Param(3600, type="number", minimum=1, description="seconds a slot runs at most"),
     },
     tags=["synclane"],
@@ -44,7 +48,7 @@ with DAG(
 ):
     work = SyncLaneWorkOperator.partial(
         task_id="work",
-        synclane=SYNCLANE,
+        declaration=SYNCLANE,
         synclane_queue=queue.name,
         idle_timeout="{{ params.idle_timeout }}",
         max_run_time="{{ params.max_run_time }}",
@@ -61,4 +65,4 @@ with DAG(
         map_index_template="{{ task.synclane_queue }} slot {{ task.slot }}",
     ).expand(slot=list(range(queue.concurrency)))
     # One asset event per type that landed in this run, for every slot at once (synclane_downstream runs on them).
-    work >> SyncLaneAssetsOperator(task_id="assets", synclane=SYNCLANE, synclane_queue=queue.name)
+    work >> SyncLaneAssetsOperator(task_id="assets", declaration=SYNCLANE, synclane_queue=queue.name)

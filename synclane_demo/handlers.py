@@ -17,10 +17,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from synclane_provider.core import Job, JobAbandoned, JobThrottled, Page
-
 from synclane_demo.client import AccountNotFound, ShopClient, ShopThrottled
 from synclane_demo.store import Store
+from synclane_provider.core import Job, JobAbandoned, JobThrottled, Page
 
 
 @contextmanager

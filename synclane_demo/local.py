@@ -78,7 +78,13 @@ def airflow_connection(conninfo: str) -> str:
 
 
 def airflow_environment(
-    base: Mapping[str, str], *, home: Path, data_url: str, metadata_url: str, port: int, shop_url: str | None,
+    base: Mapping[str, str],
+    *,
+    home: Path,
+    data_url: str,
+    metadata_url: str,
+    port: int,
+    shop_url: str | None,
     parallelism: int = 6,
 ) -> dict[str, str]:
     """Airflow's settings for the demo. What ``base`` (the environment) sets wins, except ``AIRFLOW_HOME``:
@@ -130,8 +136,11 @@ def admin_password(home: Path) -> str | None:
 
 def shop_service(env: Mapping[str, str], port: int, log_dir: Path) -> Service:
     return Service(
-        "shop", [sys.executable, "-m", "synclane_demo.shop", "--port", str(port)],
-        env={**env, "PYTHONUNBUFFERED": "1"}, log_path=log_dir / "shop.log", cwd=PROJECT,
+        "shop",
+        [sys.executable, "-m", "synclane_demo.shop", "--port", str(port)],
+        env={**env, "PYTHONUNBUFFERED": "1"},
+        log_path=log_dir / "shop.log",
+        cwd=PROJECT,
     )
 
 
@@ -144,15 +153,20 @@ def airflow_service(env: Mapping[str, str], log_dir: Path) -> Service:
     bin_dir = str(Path(sys.executable).parent)
     path = os.pathsep.join([bin_dir, env.get("PATH", os.defpath)])
     return Service(
-        "airflow", [str(Path(bin_dir) / "airflow"), "standalone"],
-        env={**env, "PATH": path}, log_path=log_dir / "airflow.log", cwd=PROJECT,
+        "airflow",
+        [str(Path(bin_dir) / "airflow"), "standalone"],
+        env={**env, "PATH": path},
+        log_path=log_dir / "airflow.log",
+        cwd=PROJECT,
     )
 
 
 def wait_for_airflow(airflow: Service, port: int, *, timeout: float = 240) -> None:
     """Until the API answers and says the metadata DB, scheduler and triggerer are healthy."""
     wait_for_http(
-        f"http://127.0.0.1:{port}/api/v2/monitor/health", timeout=timeout, service=airflow,
+        f"http://127.0.0.1:{port}/api/v2/monitor/health",
+        timeout=timeout,
+        service=airflow,
         ok=lambda body: all(
             (body.get(part) or {}).get("status") == "healthy" for part in ("metadatabase", "scheduler", "triggerer")
         ),
@@ -160,7 +174,9 @@ def wait_for_airflow(airflow: Service, port: int, *, timeout: float = 240) -> No
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="scripts/demo", description="Run the SyncLane demo in Airflow on this machine.")
+    parser = argparse.ArgumentParser(
+        prog="scripts/demo", description="Run the SyncLane demo in Airflow on this machine."
+    )
     parser.add_argument("--port", type=int, default=int(os.environ.get("DEMO_PORT", "8080")), help="Airflow UI port")
     parser.add_argument("--shop-port", type=int, default=int(os.environ.get("SHOP_PORT", "8081")))
     parser.add_argument("--home", type=Path, default=PROJECT / ".demo", help="where Airflow's home and the logs go")
@@ -208,7 +224,10 @@ def main(argv: list[str] | None = None) -> None:
         shop = shop_service(env, args.shop_port, log_dir).start()
         started.append(shop)
         wait_for_shop(shop, args.shop_port)
-        print(f"starting Airflow (home: {home}; log: {log_dir / 'airflow.log'}); this takes about half a minute", flush=True)
+        print(
+            f"starting Airflow (home: {home}; log: {log_dir / 'airflow.log'}); this takes about half a minute",
+            flush=True,
+        )
         airflow = airflow_service(env, log_dir).start()
         started.append(airflow)
         wait_for_airflow(airflow, args.port)
@@ -241,7 +260,9 @@ def _interrupt(*_: object) -> None:
 
 def banner(port: int, home: Path, shop_url: str, data_url: str) -> str:
     password = admin_password(home)
-    login = f"user admin, password {password}" if password else f"see {home}/simple_auth_manager_passwords.json.generated"
+    login = (
+        f"user admin, password {password}" if password else f"see {home}/simple_auth_manager_passwords.json.generated"
+    )
     return f"""
 SyncLane demo is running.
 

@@ -11,9 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from synclane_provider.core import Owner, Rate
-
 from synclane_demo.store import Store
+from synclane_provider.core import Owner, Rate
 
 
 class ConnectedAccounts:

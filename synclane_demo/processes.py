@@ -33,7 +33,9 @@ from pathlib import Path
 class Service:
     """One started command and its process group, with its output in a log file."""
 
-    def __init__(self, name: str, command: Sequence[str], *, env: Mapping[str, str], log_path: Path, cwd: Path | None = None):
+    def __init__(
+        self, name: str, command: Sequence[str], *, env: Mapping[str, str], log_path: Path, cwd: Path | None = None
+    ):
         self.name = name
         self.command = list(command)
         self.env = dict(env)
@@ -46,8 +48,13 @@ class Service:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child, closed with it
         self.process = subprocess.Popen(
-            self.command, env=self.env, cwd=self.cwd, stdout=log, stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL, start_new_session=True,
+            self.command,
+            env=self.env,
+            cwd=self.cwd,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
         )
         log.close()
         return self
@@ -169,7 +176,9 @@ def _process_table() -> dict[int, _Process]:
             fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
         except (OSError, IndexError):
             continue  # gone while we looked
-        table[int(entry.name)] = _Process(parent=int(fields[1]), group=int(fields[2]), state=fields[0], started=fields[19])
+        table[int(entry.name)] = _Process(
+            parent=int(fields[1]), group=int(fields[2]), state=fields[0], started=fields[19]
+        )
     return table
 
 

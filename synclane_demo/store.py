@@ -62,7 +62,12 @@ class Store:
         """Create the tables and connect the demo accounts; repeating it changes nothing (a disconnected account stays so)."""
         with psycopg.connect(self.conninfo, autocommit=True) as conn, conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock(hashtext('synclane_demo.prepare'))")
-            conn.execute(sql.SQL(_statements()["create_tables"]).format(schema=sql.Identifier(self.schema)).as_string(conn).encode())
+            conn.execute(
+                sql.SQL(_statements()["create_tables"])
+                .format(schema=sql.Identifier(self.schema))
+                .as_string(conn)
+                .encode()
+            )
             for account, lane in accounts:
                 conn.execute(
                     sql.SQL(_statements()["connect_account"]).format(schema=sql.Identifier(self.schema)),

@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import functools
 
-from synclane_provider.core import Queue, RetryPolicy, SnapshotType, SyncLane, WindowedType
-
 from synclane_demo.client import ShopClient
 from synclane_demo.handlers import OrdersHandler, ProductsHandler
 from synclane_demo.owners import ConnectedAccounts
 from synclane_demo.settings import DemoSettings
 from synclane_demo.store import Store
+from synclane_provider.core import Queue, RetryPolicy, SnapshotType, SyncLane, WindowedType
 
 
 def build(settings: DemoSettings) -> SyncLane:

@@ -61,6 +61,14 @@ def get_provider_info() -> dict:
                         "example": "my_sync.declaration:synclane",
                         "default": None,
                     },
+                    "queue": {
+                        "description": "The queue the example DAGs (plan, work, requeue, health, downstream) work.\n"
+                        "When unset, ``$SYNCLANE_QUEUE``.\n",
+                        "version_added": "0.1.0",
+                        "type": "string",
+                        "example": "shops",
+                        "default": None,
+                    },
                     "conn_id": {
                         "description": "The Airflow connection to the database holding the jobs table.\n",
                         "version_added": "0.1.0",

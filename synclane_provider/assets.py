@@ -91,8 +91,13 @@ def emit_landed(context: Context, synclane: str, queue_name: str, landed: Landed
         extra = landed.extra(queue.name, type_name)
         landed_asset = asset(declaration.schema, queue.name, type_name)
         events.add(landed_asset, extra=extra)
-        log.info("asset event %s: %s job(s), %s record(s) for %s owner(s)", landed_asset.uri, extra["jobs"],
-                 extra["records"], len(extra["owners"]))
+        log.info(
+            "asset event %s: %s job(s), %s record(s) for %s owner(s)",
+            landed_asset.uri,
+            extra["jobs"],
+            extra["records"],
+            len(extra["owners"]),
+        )
     return len(landed.by_type)
 
 

@@ -17,19 +17,34 @@ from synclane_provider.locate import locate_synclane
 SECTION = "synclane"
 DEFAULT_CONN_ID = "synclane_default"
 DECLARATION_VARIABLE = "SYNCLANE_DECLARATION"
+QUEUE_VARIABLE = "SYNCLANE_QUEUE"
 
 
-def declaration_path(given: str | None = None) -> str:
-    """The import path of the declaration: ``given``, else ``[synclane] declaration``, else the variable."""
+def declaration_path(given: str | None = None, *, default: str | None = None) -> str:
+    """The import path of the declaration: ``given``, else ``[synclane] declaration``, else the variable,
+    else ``default`` (the example DAGs fall back to the example declaration)."""
     from airflow.configuration import conf
 
-    path = given or conf.get(SECTION, "declaration", fallback=None) or os.environ.get(DECLARATION_VARIABLE)
+    path = given or conf.get(SECTION, "declaration", fallback=None) or os.environ.get(DECLARATION_VARIABLE) or default
     if not path:
         raise DeclarationError(
             "no SyncLane declaration configured: set [synclane] declaration = package.module:attribute in "
             f"airflow.cfg (or AIRFLOW__SYNCLANE__DECLARATION, or ${DECLARATION_VARIABLE}), or pass --declaration"
         )
     return path
+
+
+def queue_name(given: str | None = None, *, default: str | None = None) -> str:
+    """The queue the example DAGs work: ``given``, else ``[synclane] queue``, else the variable, else ``default``."""
+    from airflow.configuration import conf
+
+    name = given or conf.get(SECTION, "queue", fallback=None) or os.environ.get(QUEUE_VARIABLE) or default
+    if not name:
+        raise DeclarationError(
+            f"no SyncLane queue configured: set [synclane] queue in airflow.cfg (or AIRFLOW__SYNCLANE__QUEUE, or "
+            f"${QUEUE_VARIABLE})"
+        )
+    return name
 
 
 def conn_id(given: str | None = None) -> str:

@@ -51,7 +51,9 @@ class AirflowStats:
     def gauge(self, metric: Metric, tags: Mapping[str, str], value: float) -> None:
         self._send(lambda name, t: Stats.gauge(name, value, tags=t), metric, tags)
 
-    def _send(self, send: Callable[[str, dict[str, str] | None], None], metric: Metric, tags: Mapping[str, str]) -> None:
+    def _send(
+        self, send: Callable[[str, dict[str, str] | None], None], metric: Metric, tags: Mapping[str, str]
+    ) -> None:
         try:
             send(metric.name, dict(tags))
             if self.flat_names:

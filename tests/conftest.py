@@ -52,19 +52,19 @@ def admin(database_url: str) -> Iterator[psycopg.Connection]:
 def schema(run_schema: str, admin: psycopg.Connection) -> str:
     """The run's schema with an empty jobs table and no lane budgets or pauses (created on first use by the engine)."""
     admin.execute(
-        sql.SQL(
-            "DO $$ BEGIN IF to_regclass({}) IS NOT NULL THEN EXECUTE {}; END IF; END $$"
-        ).format(
+        sql.SQL("DO $$ BEGIN IF to_regclass({}) IS NOT NULL THEN EXECUTE {}; END IF; END $$").format(
             sql.Literal(f'"{run_schema}".lane_budgets'),
             sql.Literal(sql.SQL("TRUNCATE {}.lane_budgets").format(sql.Identifier(run_schema)).as_string(admin)),
         )
     )
     admin.execute(
-        sql.SQL(
-            "DO $$ BEGIN IF to_regclass({}) IS NOT NULL THEN EXECUTE {}; END IF; END $$"
-        ).format(
+        sql.SQL("DO $$ BEGIN IF to_regclass({}) IS NOT NULL THEN EXECUTE {}; END IF; END $$").format(
             sql.Literal(f'"{run_schema}".jobs'),
-            sql.Literal(sql.SQL("TRUNCATE {0}.jobs, {0}.coverage RESTART IDENTITY").format(sql.Identifier(run_schema)).as_string(admin)),
+            sql.Literal(
+                sql.SQL("TRUNCATE {0}.jobs, {0}.coverage RESTART IDENTITY")
+                .format(sql.Identifier(run_schema))
+                .as_string(admin)
+            ),
         )
     )
     return run_schema

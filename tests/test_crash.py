@@ -40,7 +40,12 @@ def test_a_killed_worker_is_taken_over_from_its_cursor_and_its_late_writes_are_r
             child.kill()
 
     [row] = rows(admin, schema)
-    assert (row["status"], row["cursor"], row["processed_count"], row["leased_by"]) == ("running", "150", 150, dead_worker)
+    assert (row["status"], row["cursor"], row["processed_count"], row["leased_by"]) == (
+        "running",
+        "150",
+        150,
+        dead_worker,
+    )
 
     rescuer = WorkerSlot(declaration, database, "shops")
     assert rescuer.take() is None  # the lease is still the dead worker's until it expires

@@ -34,8 +34,12 @@ class StandInShop:
 
     def orders(self, owner, *, since, until, cursor):
         offset = int(cursor or 0)
-        return types.SimpleNamespace(status=200, headers={}, orders=[f"{owner}-{offset + n}" for n in range(10)],
-                                     next_cursor=None if offset else "10")
+        return types.SimpleNamespace(
+            status=200,
+            headers={},
+            orders=[f"{owner}-{offset + n}" for n in range(10)],
+            next_cursor=None if offset else "10",
+        )
 
     def products(self, owner, *, cursor):
         return types.SimpleNamespace(products=["p1", "p2"], next_cursor=None)
@@ -81,8 +85,14 @@ def test_every_block_of_the_reference_runs(docs_database):
 
 def test_every_block_of_the_readme_runs(docs_database):
     start = datetime(2026, 1, 1, tzinfo=timezone.utc)
-    run_blocks("README.md", docs_database, shop_api=StandInShop(), store=StandInStore(), start=start,
-               end=start + timedelta(days=1))
+    run_blocks(
+        "README.md",
+        docs_database,
+        shop_api=StandInShop(),
+        store=StandInStore(),
+        start=start,
+        end=start + timedelta(days=1),
+    )
 
 
 def test_the_documents_use_the_address_the_test_points_elsewhere():

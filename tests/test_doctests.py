@@ -10,7 +10,9 @@ import pytest
 
 import synclane_provider.core
 
-CORE_MODULES = sorted(info.name for info in pkgutil.iter_modules(synclane_provider.core.__path__, "synclane_provider.core."))
+CORE_MODULES = sorted(
+    info.name for info in pkgutil.iter_modules(synclane_provider.core.__path__, "synclane_provider.core.")
+)
 
 
 @pytest.mark.parametrize("name", CORE_MODULES)
@@ -22,5 +24,11 @@ def test_the_docstring_examples_of_each_core_module_hold(name):
 
 def test_the_modules_with_examples_are_found():
     finder = doctest.DocTestFinder()
-    with_examples = {name for name in CORE_MODULES if any(test.examples for test in finder.find(importlib.import_module(name)))}
-    assert {"synclane_provider.core.retry", "synclane_provider.core.retry_after", "synclane_provider.core.durations"} <= with_examples
+    with_examples = {
+        name for name in CORE_MODULES if any(test.examples for test in finder.find(importlib.import_module(name)))
+    }
+    assert {
+        "synclane_provider.core.retry",
+        "synclane_provider.core.retry_after",
+        "synclane_provider.core.durations",
+    } <= with_examples

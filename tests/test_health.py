@@ -48,7 +48,9 @@ def run_everything(lane, database_url, clock) -> None:
 
 
 def test_all_is_well_when_everything_completed_recently(schema, database_url, clock):
-    healthy = declare(schema, orders(paged(120)), products(paged(30)), owner_source=owners(*SOURCE), max_lag=timedelta(hours=1))
+    healthy = declare(
+        schema, orders(paged(120)), products(paged(30)), owner_source=owners(*SOURCE), max_lag=timedelta(hours=1)
+    )
     with Operations(healthy, healthy.database(database_url), clock=clock) as ops:
         ops.plan("shops")
         run_everything(healthy, database_url, clock)
@@ -78,14 +80,18 @@ def test_each_abandonment_is_reported_by_one_check_only(ops, lane, database_url,
     ops.plan("shops")
     run_everything(lane, database_url, clock)
     # The check whose range holds the abandonment reports it; the previous and the next one do not.
-    assert ops.check_health("shops", abandoned_since=clock.now - timedelta(minutes=1), abandoned_until=clock.now).healthy
+    assert ops.check_health(
+        "shops", abandoned_since=clock.now - timedelta(minutes=1), abandoned_until=clock.now
+    ).healthy
     assert not ops.check_health(
         "shops", abandoned_since=clock.now, abandoned_until=clock.now + timedelta(minutes=1)
     ).healthy
     clock.advance(timedelta(minutes=1))
     assert ops.check_health("shops", abandoned_since=clock.now).healthy
     # With no start (a check run by hand), every abandoned job is reported.
-    assert len(ops.check_health("shops", abandoned_since=None).findings) == len(ops.list_jobs("shops", status="abandoned"))
+    assert len(ops.check_health("shops", abandoned_since=None).findings) == len(
+        ops.list_jobs("shops", status="abandoned")
+    )
 
 
 def test_a_cancel_and_an_operators_abandon_are_abandonments_at_their_own_time(ops, admin, schema, clock):
@@ -110,11 +116,15 @@ def test_a_running_job_whose_heartbeat_is_older_than_its_lease_is_a_stuck_worker
         clock.advance(timedelta(seconds=2))
         [finding] = ops.check_health("shops", abandoned_since=clock.now).findings
     assert (finding.problem, finding.owner, finding.job_id) == (Problem.STUCK, taken.owner, taken.id)
-    assert finding.message.startswith(f"stuck: owner {taken.owner}, job {taken.describe()}, running on {slot.worker_id}")
+    assert finding.message.startswith(
+        f"stuck: owner {taken.owner}, job {taken.describe()}, running on {slot.worker_id}"
+    )
     assert "longer ago than its lease (5 min): the worker hangs or is gone" in finding.message
 
 
-def test_an_owner_whose_newest_completed_window_is_older_than_max_lag_is_lagging(ops, lane, database_url, clock, listed):
+def test_an_owner_whose_newest_completed_window_is_older_than_max_lag_is_lagging(
+    ops, lane, database_url, clock, listed
+):
     ops.plan("shops")
     run_everything(lane, database_url, clock)
     since = clock.advance(timedelta(minutes=50))  # the newest windows end at 10:15; now 11:10, 55 min behind
@@ -143,9 +153,14 @@ def test_a_queue_without_max_lag_is_never_lagging(schema, database_url, clock):
 def test_a_flood_of_findings_is_cut_to_a_readable_message(ops, admin, schema, clock):
     ops.plan("shops")
     execute(admin, schema, "UPDATE {jobs} SET status = 'abandoned', error = 'E: broken', next_run_at = %s", [clock.now])
-    execute(admin, schema, "INSERT INTO {jobs} (queue, owner, lane, type, mode, status, dedup_key, error, next_run_at) "
-            "SELECT 'shops', 'acme', 'acme', 'products', 'manual', 'abandoned', 'manual:' || n, 'E: broken', %s "
-            "FROM generate_series(1, %s) AS n", [clock.now, MAX_FINDINGS])
+    execute(
+        admin,
+        schema,
+        "INSERT INTO {jobs} (queue, owner, lane, type, mode, status, dedup_key, error, next_run_at) "
+        "SELECT 'shops', 'acme', 'acme', 'products', 'manual', 'abandoned', 'manual:' || n, 'E: broken', %s "
+        "FROM generate_series(1, %s) AS n",
+        [clock.now, MAX_FINDINGS],
+    )
     report = ops.check_health("shops", abandoned_since=clock.now)
     assert len(report.findings) == MAX_FINDINGS
     assert report.describe().splitlines()[-1] == f"- … and more abandoned beyond the first {MAX_FINDINGS}"
@@ -155,7 +170,11 @@ def test_the_gauges_count_waiting_running_abandoned_and_the_largest_lag(ops, lan
     ops.plan("shops")
     before = ops.gauges("shops")
     assert (before.waiting, before.running, before.abandoned, before.max_freshness_lag) == (
-        len(ops.list_jobs("shops")), 0, 0, None)
+        len(ops.list_jobs("shops")),
+        0,
+        0,
+        None,
+    )
     run_everything(lane, database_url, clock)
     clock.advance(timedelta(minutes=50))
     after = ops.gauges("shops")
@@ -169,8 +188,10 @@ def test_the_gauges_count_waiting_running_abandoned_and_the_largest_lag(ops, lan
     [
         (timedelta(0), "max_lag of queue 'shops' must be positive, got 0 s"),
         ("1h", "max_lag of queue 'shops' must be a timedelta, got '1h'"),
-        (timedelta(minutes=15), "max_lag of queue 'shops' (15 min) must be longer than the period of job type "
-                                "'orders' (15 min)"),
+        (
+            timedelta(minutes=15),
+            "max_lag of queue 'shops' (15 min) must be longer than the period of job type 'orders' (15 min)",
+        ),
     ],
 )
 def test_a_bad_max_lag_fails_when_declared_naming_the_value(schema, max_lag, message):
@@ -184,7 +205,9 @@ def test_max_lag_needs_a_windowed_type_to_measure():
 
 
 def test_an_owner_given_as_owner_with_a_lane_is_checked_by_its_id(schema, database_url, clock):
-    shared = declare(schema, orders(paged(10)), owner_source=owners(Owner("acme-us", lane="acme")), max_lag=timedelta(hours=1))
+    shared = declare(
+        schema, orders(paged(10)), owner_source=owners(Owner("acme-us", lane="acme")), max_lag=timedelta(hours=1)
+    )
     with Operations(shared, shared.database(database_url), clock=clock) as ops:
         ops.plan("shops")
         run_everything(shared, database_url, clock)
@@ -198,7 +221,13 @@ def test_a_hand_job_does_not_make_an_owner_fresh(ops, lane, database_url, clock)
     ops.plan("shops")
     run_everything(lane, database_url, clock)
     since = clock.advance(timedelta(hours=2))
-    ops.enqueue("shops", "acme", "orders", window_start=clock.now - timedelta(hours=1),
-                window_end=clock.now + timedelta(days=1), key="backfill")
+    ops.enqueue(
+        "shops",
+        "acme",
+        "orders",
+        window_start=clock.now - timedelta(hours=1),
+        window_end=clock.now + timedelta(days=1),
+        key="backfill",
+    )
     run_everything(lane, database_url, clock)
     assert "acme" in [f.owner for f in ops.check_health("shops", abandoned_since=since).findings]

@@ -29,7 +29,9 @@ def test_24_workers_on_3_lanes_of_width_2_run_at_most_2_jobs_of_a_lane_at_once(d
 
 
 def test_without_the_slot_index_the_same_race_runs_a_lane_wider_than_2(database_url, fresh_schema):
-    result = lane_race(database_url, fresh_schema, workers=24, lanes=3, jobs=600, width=2, keep_lane_index=False, **HARSH)
+    result = lane_race(
+        database_url, fresh_schema, workers=24, lanes=3, jobs=600, width=2, keep_lane_index=False, **HARSH
+    )
     assert result.jobs == 600
     assert result.max_running_per_lane > 2  # the check can fail: the index is what holds the width
 
@@ -42,11 +44,15 @@ def test_a_lane_width_that_is_not_a_whole_number_of_at_least_1_is_refused_when_d
 
 def test_owners_sharing_a_lane_must_give_it_one_width(schema, database_url):
     declaration = declare(
-        schema, products(), owner_source=owners(Owner("acme-us", "acme", lane_width=2), Owner("acme-eu", "acme", lane_width=3))
+        schema,
+        products(),
+        owner_source=owners(Owner("acme-us", "acme", lane_width=2), Owner("acme-eu", "acme", lane_width=3)),
     )
     with Operations(declaration, declaration.database(database_url)) as ops:
-        with pytest.raises(OwnerSourceError, match="gives lane 'acme' two widths: lane_width=2 for owner 'acme-us' and "
-                                                   "lane_width=3 for owner 'acme-eu'"):
+        with pytest.raises(
+            OwnerSourceError,
+            match="gives lane 'acme' two widths: lane_width=2 for owner 'acme-us' and lane_width=3 for owner 'acme-eu'",
+        ):
             ops.plan("shops")
 
 
@@ -57,10 +63,12 @@ def test_a_width_k_lane_lets_k_workers_in_and_the_next_one_waits_for_a_free_slot
         owner_source=owners(Owner("acme-us", "acme", lane_width=2), Owner("acme-eu", "acme", lane_width=2)),
     )
     database = declaration.database(database_url)
-    with Operations(declaration, database, clock=clock) as ops, \
-            WorkerSlot(declaration, database, "shops", clock=clock) as first, \
-            WorkerSlot(declaration, database, "shops", clock=clock) as second, \
-            WorkerSlot(declaration, database, "shops", clock=clock) as third:
+    with (
+        Operations(declaration, database, clock=clock) as ops,
+        WorkerSlot(declaration, database, "shops", clock=clock) as first,
+        WorkerSlot(declaration, database, "shops", clock=clock) as second,
+        WorkerSlot(declaration, database, "shops", clock=clock) as third,
+    ):
         ops.plan("shops")
         assert {r["lane_width"] for r in rows(admin, schema)} == {2}
         a, b = first.take(), second.take()
@@ -73,17 +81,22 @@ def test_a_width_k_lane_lets_k_workers_in_and_the_next_one_waits_for_a_free_slot
         assert (c.lane, c.lane_slot) == ("acme", 0)  # the freed slot, not a third one
 
 
-def test_lowering_the_width_applies_to_waiting_jobs_at_the_next_plan_and_running_ones_keep_their_slot(schema, database_url, admin, clock):
+def test_lowering_the_width_applies_to_waiting_jobs_at_the_next_plan_and_running_ones_keep_their_slot(
+    schema, database_url, admin, clock
+):
     width = {"acme": 3}
     declaration = declare(
-        schema, orders(horizon=timedelta(days=120), slice=timedelta(days=30)),
+        schema,
+        orders(horizon=timedelta(days=120), slice=timedelta(days=30)),
         owner_source=lambda queue: [Owner("acme", lane_width=width["acme"])],
     )
     database = declaration.database(database_url)
-    with Operations(declaration, database, clock=clock) as ops, \
-            WorkerSlot(declaration, database, "shops", clock=clock) as first, \
-            WorkerSlot(declaration, database, "shops", clock=clock) as second, \
-            WorkerSlot(declaration, database, "shops", clock=clock) as third:
+    with (
+        Operations(declaration, database, clock=clock) as ops,
+        WorkerSlot(declaration, database, "shops", clock=clock) as first,
+        WorkerSlot(declaration, database, "shops", clock=clock) as second,
+        WorkerSlot(declaration, database, "shops", clock=clock) as third,
+    ):
         ops.plan("shops", now=clock.now)
         held = [first.take(), second.take(), third.take()]
         assert [job.lane_slot for job in held] == [0, 1, 2]
@@ -92,7 +105,10 @@ def test_lowering_the_width_applies_to_waiting_jobs_at_the_next_plan_and_running
         waiting = rows(admin, schema, "status <> 'running'")
         assert waiting and {r["lane_width"] for r in waiting} == {1}
         assert {(r["lane_slot"], r["lane_width"]) for r in rows(admin, schema, "status = 'running'")} == {
-            (0, 3), (1, 3), (2, 3)}
+            (0, 3),
+            (1, 3),
+            (2, 3),
+        }
         for slot, job in zip((first, second, third), held):
             assert slot.store.release(job.id, worker=slot.worker_id, processed_count=0, now=clock.now)
         # The jobs that were running wait again with the width they ran under until the next plan moves them.

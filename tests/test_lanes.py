@@ -24,8 +24,9 @@ def test_24_workers_on_3_lanes_never_run_two_jobs_of_one_lane_at_once(database_u
 
 
 def test_without_the_lane_index_the_same_race_overlaps(database_url, fresh_schema):
-    result = lane_race(database_url, fresh_schema, workers=24, lanes=3, jobs=600, keep_lane_index=False, waves=20,
-                       page_seconds=0.02)
+    result = lane_race(
+        database_url, fresh_schema, workers=24, lanes=3, jobs=600, keep_lane_index=False, waves=20, page_seconds=0.02
+    )
     assert result.jobs == 600
     assert result.overlaps > 0  # the check can fail: the index is what prevents this
 

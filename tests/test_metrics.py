@@ -83,8 +83,10 @@ def test_a_job_taken_over_from_a_lost_worker_is_counted_as_a_takeover(schema, da
     with Operations(lane, lane.database(database_url), clock=clock) as ops:
         ops.plan("shops")
     database = lane.database(database_url)
-    with WorkerSlot(lane, database, "shops", clock=clock) as lost, \
-            WorkerSlot(lane, database, "shops", clock=clock, metrics=metrics) as taker:
+    with (
+        WorkerSlot(lane, database, "shops", clock=clock) as lost,
+        WorkerSlot(lane, database, "shops", clock=clock, metrics=metrics) as taker,
+    ):
         job = lost.take()
         lost.lease.close()  # it stops renewing: it died
         clock.advance(lane.queue("shops").lease + timedelta(seconds=1))
@@ -111,8 +113,11 @@ def test_the_catalogue_names_each_metric_once_under_synclane():
 def test_docs_metrics_lists_every_metric_with_its_kind_and_tags():
     from tests.support.airflow_env import REPO
 
-    rows = [line for line in (REPO / "docs/metrics.md").read_text(encoding="utf-8").splitlines()
-            if line.startswith("| `synclane.")]
+    rows = [
+        line
+        for line in (REPO / "docs/metrics.md").read_text(encoding="utf-8").splitlines()
+        if line.startswith("| `synclane.")
+    ]
     documented = []
     for row in rows:
         name, kind, tags = [cell.strip() for cell in row.strip("|").split("|")][:3]

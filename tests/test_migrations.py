@@ -78,8 +78,6 @@ def with_probes():
     return load_migrations(SHIPPED, probe_directory())
 
 
-
-
 class DataRole:
     """A login role with only SELECT/INSERT/UPDATE/DELETE on a schema's tables, as production workers have."""
 
@@ -188,8 +186,12 @@ def test_every_rule_on_a_row_is_named_for_what_it_guards(admin, database_url, fr
     assert "jobs_running_means_leased" in names
     assert [name for name in names if re.fullmatch(r"\w+_(check|key|excl)\d*", name)] == []
 
-    admin.execute(sql.SQL("INSERT INTO {}.jobs (queue, owner, lane, type, mode, dedup_key) VALUES "
-                          "('shops', 'acme', 'acme', 'orders', 'manual', 'k')").format(sql.Identifier(fresh_schema)))
+    admin.execute(
+        sql.SQL(
+            "INSERT INTO {}.jobs (queue, owner, lane, type, mode, dedup_key) VALUES "
+            "('shops', 'acme', 'acme', 'orders', 'manual', 'k')"
+        ).format(sql.Identifier(fresh_schema))
+    )
     with pytest.raises(psycopg.errors.CheckViolation, match="jobs_running_means_leased"):
         admin.execute(sql.SQL("UPDATE {}.jobs SET status = 'running'").format(sql.Identifier(fresh_schema)))
 
@@ -292,12 +294,16 @@ def test_a_schema_a_newer_release_migrated_is_used_as_it_is(admin, database_url,
     admin.execute(sql.SQL("DROP INDEX {}.jobs_waiting_by_time").format(sql.Identifier(fresh_schema)))
     caplog.set_level(logging.WARNING)
 
-    database = Database(database_url, schema=fresh_schema)  # knows only the shipped ones: the probes are from the future
+    database = Database(
+        database_url, schema=fresh_schema
+    )  # knows only the shipped ones: the probes are from the future
     database.connect().close()
 
     assert f"version(s) {LATEST + 1}, {LATEST + 2} that this SyncLane does not know" in caplog.text
     assert (
-        read_status(admin, fresh_schema).describe().endswith(f"is at version {LATEST + 2}, newer than this SyncLane knows")
+        read_status(admin, fresh_schema)
+        .describe()
+        .endswith(f"is at version {LATEST + 2}, newer than this SyncLane knows")
     )
     indexes = {i["name"] for i in snapshot(admin, fresh_schema)["indexes"]}
     assert "jobs_waiting_by_time" not in indexes  # a newer release may have dropped it on purpose

@@ -26,16 +26,32 @@ def monitor(declaration, database_url, clock):
 @pytest.fixture
 def scene(monitor, admin, schema, clock):
     """acme is done; globex runs a slice at cursor 50 and has one abandoned; initech waits."""
-    execute(admin, schema, "UPDATE {jobs} SET status = 'completed', processed_count = 10, completed_at = %s "
-                           "WHERE owner = 'acme'", [clock.now - timedelta(minutes=10)])
+    execute(
+        admin,
+        schema,
+        "UPDATE {jobs} SET status = 'completed', processed_count = 10, completed_at = %s WHERE owner = 'acme'",
+        [clock.now - timedelta(minutes=10)],
+    )
     globex = [r["id"] for r in rows(admin, schema, "owner = 'globex' AND type = 'orders' AND mode = 'initial'")]
-    execute(admin, schema, "UPDATE {jobs} SET status = 'abandoned', cursor = '50', error = 'ShopError: page 50 broken' "
-                           "WHERE id = %s", [globex[0]])
-    execute(admin, schema, "UPDATE {jobs} SET status = 'running', cursor = '75', processed_count = 75, "
-                           "leased_by = 'worker-1', lease_expires_at = %s, heartbeat_at = %s, started_at = %s "
-                           "WHERE id = %s",
-            [clock.now + timedelta(minutes=4), clock.now - timedelta(seconds=30), clock.now - timedelta(minutes=2),
-             globex[1]])
+    execute(
+        admin,
+        schema,
+        "UPDATE {jobs} SET status = 'abandoned', cursor = '50', error = 'ShopError: page 50 broken' WHERE id = %s",
+        [globex[0]],
+    )
+    execute(
+        admin,
+        schema,
+        "UPDATE {jobs} SET status = 'running', cursor = '75', processed_count = 75, "
+        "leased_by = 'worker-1', lease_expires_at = %s, heartbeat_at = %s, started_at = %s "
+        "WHERE id = %s",
+        [
+            clock.now + timedelta(minutes=4),
+            clock.now - timedelta(seconds=30),
+            clock.now - timedelta(minutes=2),
+            globex[1],
+        ],
+    )
     return {"abandoned": globex[0], "running": globex[1]}
 
 
@@ -52,8 +68,9 @@ def test_a_queue_counts_its_jobs_by_status_and_its_last_hour(monitor, scene, adm
 
 
 def test_the_last_hour_leaves_out_what_completed_before_it(monitor, scene, admin, schema, clock):
-    execute(admin, schema, "UPDATE {jobs} SET completed_at = %s WHERE owner = 'acme'",
-            [clock.now - timedelta(minutes=61)])
+    execute(
+        admin, schema, "UPDATE {jobs} SET completed_at = %s WHERE owner = 'acme'", [clock.now - timedelta(minutes=61)]
+    )
     summary = monitor.queue("shops", now=clock.now)
     assert (summary.done_last_hour, summary.records_last_hour) == (0, 0)
 
@@ -72,8 +89,9 @@ def test_a_lane_shows_its_running_job_with_cursor_worker_and_heartbeat_age(monit
 
 def test_a_lane_names_the_latest_error_of_its_waiting_jobs(monitor, scene, admin, schema, clock):
     failed = rows(admin, schema, "owner = 'initech' AND type = 'products'")[0]["id"]
-    execute(admin, schema, "UPDATE {jobs} SET status = 'failed', error = 'TimeoutError: shop slow' WHERE id = %s",
-            [failed])
+    execute(
+        admin, schema, "UPDATE {jobs} SET status = 'failed', error = 'TimeoutError: shop slow' WHERE id = %s", [failed]
+    )
     initech = monitor.lanes("shops", now=clock.now).items[-1]
     assert (initech.lane, initech.last_error, initech.error_job_id) == ("initech", "TimeoutError: shop slow", failed)
 
@@ -92,14 +110,21 @@ def test_an_owner_shows_its_initial_load_freshness_and_trouble(monitor, scene, a
     acme, globex, initech = owners_["acme"], owners_["globex"], owners_["initech"]
     acme_initial = rows(admin, schema, "owner = 'acme' AND mode = 'initial'")
     assert (acme.initial_completed, acme.initial_total, acme.initial_records) == (
-        len(acme_initial), len(acme_initial), 10 * len(acme_initial))
+        len(acme_initial),
+        len(acme_initial),
+        10 * len(acme_initial),
+    )
     assert acme.initial_complete
     # freshness: the stalest type -- products (a snapshot) completed 10 minutes ago, orders up to its window end
     newest_orders = max(r["window_end"] for r in rows(admin, schema, "owner = 'acme' AND type = 'orders'"))
     assert acme.fresh_until == min(newest_orders, clock.now - timedelta(minutes=10))
     assert acme.lag == clock.now - acme.fresh_until
     assert (globex.abandoned, globex.initial_running, globex.last_error, globex.error_job_id) == (
-        1, 1, "ShopError: page 50 broken", scene["abandoned"])
+        1,
+        1,
+        "ShopError: page 50 broken",
+        scene["abandoned"],
+    )
     assert not globex.initial_complete
     assert (initech.lag, initech.abandoned, initech.last_error) == (None, 0, None)
 
@@ -135,8 +160,12 @@ def test_a_requeue_of_one_job_leaves_the_owners_other_stopped_jobs_alone(monitor
 def test_every_view_is_plain_json_data(monitor, scene, clock):
     import json
 
-    for value in (monitor.queues(now=clock.now), monitor.lanes("shops", now=clock.now),
-                  monitor.owners("shops", now=clock.now), monitor.jobs("shops")):
+    for value in (
+        monitor.queues(now=clock.now),
+        monitor.lanes("shops", now=clock.now),
+        monitor.owners("shops", now=clock.now),
+        monitor.jobs("shops"),
+    ):
         json.dumps(plain(value))
     assert plain(monitor.queue("shops", now=clock.now))["abandoned"] == 1
 

@@ -48,31 +48,51 @@ def test_enqueue_by_hand_is_deduplicated_by_window(ops, admin, schema, clock):
 
 
 def test_enqueue_with_a_key_and_a_start_time(ops, clock):
-    job = ops.enqueue("shops", "acme", "products", key="refresh-after-support-ticket",
-                      run_at=clock.now + timedelta(hours=1), now=clock.now)
+    job = ops.enqueue(
+        "shops",
+        "acme",
+        "products",
+        key="refresh-after-support-ticket",
+        run_at=clock.now + timedelta(hours=1),
+        now=clock.now,
+    )
     assert (job.dedup_key, job.lane, job.next_run_at) == (
-        "manual:refresh-after-support-ticket", "acme", clock.now + timedelta(hours=1))
+        "manual:refresh-after-support-ticket",
+        "acme",
+        clock.now + timedelta(hours=1),
+    )
 
 
 def test_a_hand_job_runs_in_the_lane_the_owner_source_gives_its_owner(schema, database_url, admin, clock):
-    shared = declare(schema, products(), owner_source=owners(Owner("acme-us", lane="acme"), Owner("acme-eu", lane="acme")))
+    shared = declare(
+        schema, products(), owner_source=owners(Owner("acme-us", lane="acme"), Owner("acme-eu", lane="acme"))
+    )
     with Operations(shared, shared.database(database_url)) as ops:
         job = ops.enqueue("shops", "acme-us", "products", key="by-hand", now=clock.now)
         assert job.lane == "acme"
         assert ops.enqueue("shops", "acme-eu", "products", key="by-hand", lane="acme", now=clock.now).lane == "acme"
         with pytest.raises(DeclarationError, match="owner 'acme-us' is in lane 'acme' according to the owner source"):
             ops.enqueue("shops", "acme-us", "products", key="elsewhere", lane="acme-us", now=clock.now)
-        with pytest.raises(UnknownOwnerError, match="owner 'acme-uk' is not listed by the owner source of queue 'shops'"):
+        with pytest.raises(
+            UnknownOwnerError, match="owner 'acme-uk' is not listed by the owner source of queue 'shops'"
+        ):
             ops.enqueue("shops", "acme-uk", "products", key="not-connected", now=clock.now)
-        assert ops.enqueue("shops", "acme-uk", "products", key="not-connected", lane="acme", now=clock.now).lane == "acme"
+        assert (
+            ops.enqueue("shops", "acme-uk", "products", key="not-connected", lane="acme", now=clock.now).lane == "acme"
+        )
     assert [r["lane"] for r in rows(admin, schema)] == ["acme", "acme", "acme"]
 
 
 def test_a_hand_job_never_runs_beside_a_job_of_its_lane(schema, database_url, clock):
-    shared = declare(schema, products(), owner_source=owners(Owner("acme-us", lane="acme"), Owner("acme-eu", lane="acme")))
+    shared = declare(
+        schema, products(), owner_source=owners(Owner("acme-us", lane="acme"), Owner("acme-eu", lane="acme"))
+    )
     database = shared.database(database_url)
-    with Operations(shared, database) as ops, WorkerSlot(shared, database, "shops", clock=clock) as first, \
-            WorkerSlot(shared, database, "shops", clock=clock) as second:
+    with (
+        Operations(shared, database) as ops,
+        WorkerSlot(shared, database, "shops", clock=clock) as first,
+        WorkerSlot(shared, database, "shops", clock=clock) as second,
+    ):
         ops.enqueue("shops", "acme-eu", "products", key="planned-elsewhere", now=clock.now)
         ops.enqueue("shops", "acme-us", "products", key="by-hand", now=clock.now)
         assert first.take().owner in ("acme-eu", "acme-us")
@@ -85,15 +105,28 @@ def test_a_hand_job_never_runs_beside_a_job_of_its_lane(schema, database_url, cl
         ({"queue": "nope"}, UnknownQueueError, "unknown queue 'nope'"),
         ({"type": "invoices"}, UnknownJobTypeError, "no job type 'invoices'"),
         ({"owner": ""}, DeclarationError, "owner id must be a non-empty string"),
-        ({"window_start": datetime(2026, 1, 2, tzinfo=UTC), "window_end": datetime(2026, 1, 1, tzinfo=UTC)},
-         DeclarationError, "must be before window_end"),
+        (
+            {"window_start": datetime(2026, 1, 2, tzinfo=UTC), "window_end": datetime(2026, 1, 1, tzinfo=UTC)},
+            DeclarationError,
+            "must be before window_end",
+        ),
         ({"window_start": datetime(2026, 1, 2, tzinfo=UTC)}, DeclarationError, "give both window_start and window_end"),
-        ({"window_start": datetime(2026, 1, 1), "window_end": datetime(2026, 1, 2)}, DeclarationError,
-         "window_start must be a timezone-aware datetime, got datetime.datetime.2026, 1, 1, 0, 0."),
+        (
+            {"window_start": datetime(2026, 1, 1), "window_end": datetime(2026, 1, 2)},
+            DeclarationError,
+            "window_start must be a timezone-aware datetime, got datetime.datetime.2026, 1, 1, 0, 0.",
+        ),
         ({"key": "k", "run_at": datetime(2026, 1, 1)}, DeclarationError, "run_at must be a timezone-aware datetime"),
         ({"key": "no-window"}, DeclarationError, "job type 'orders' is windowed: give the window_start and window_end"),
-        ({"type": "products", "window_start": datetime(2026, 1, 1, tzinfo=UTC), "window_end": datetime(2026, 1, 2, tzinfo=UTC)},
-         DeclarationError, "job type 'products' is a snapshot: its jobs have no window"),
+        (
+            {
+                "type": "products",
+                "window_start": datetime(2026, 1, 1, tzinfo=UTC),
+                "window_end": datetime(2026, 1, 2, tzinfo=UTC),
+            },
+            DeclarationError,
+            "job type 'products' is a snapshot: its jobs have no window",
+        ),
     ],
 )
 def test_enqueue_refuses_bad_input_by_name(ops, admin, schema, arguments, error, message):
@@ -161,7 +194,9 @@ def test_a_requeued_job_shows_its_last_error_until_it_completes(ops, admin, sche
     assert {r["error"] for r in rows(admin, schema, "type = 'products'")} == {"HTTP 500"}
 
 
-def test_cancel_abandons_waiting_jobs_now_and_marks_the_running_one_to_stop(ops, admin, schema, clock, declaration, database_url):
+def test_cancel_abandons_waiting_jobs_now_and_marks_the_running_one_to_stop(
+    ops, admin, schema, clock, declaration, database_url
+):
     ops.plan("shops", now=clock.now)
     with WorkerSlot(declaration, declaration.database(database_url), "shops", clock=clock) as slot:
         running = slot.take()
@@ -182,12 +217,16 @@ def test_cancel_of_one_type_leaves_the_owners_other_types(ops, admin, schema, cl
     ops.plan("shops", now=clock.now)
     assert ops.cancel("shops", "acme", "orders API retired", type="orders").abandoned == 3
     assert {(r["type"], r["status"]) for r in rows(admin, schema, "owner = 'acme'")} == {
-        ("products", "pending"), ("orders", "abandoned")}
+        ("products", "pending"),
+        ("orders", "abandoned"),
+    }
     with pytest.raises(UnknownJobTypeError):
         ops.cancel("shops", "acme", "typo", type="order")
 
 
-def test_a_cancelled_running_job_stops_after_its_current_page_and_a_requeue_continues_it(schema, database_url, admin, clock):
+def test_a_cancelled_running_job_stops_after_its_current_page_and_a_requeue_continues_it(
+    schema, database_url, admin, clock
+):
     cancel_during = {"cursor": "50"}
 
     def handler(job):
@@ -202,9 +241,18 @@ def test_a_cancelled_running_job_stops_after_its_current_page_and_a_requeue_cont
     with Operations(declaration, database) as ops, WorkerSlot(declaration, database, "shops", clock=clock) as slot:
         ops.plan("shops", now=clock.now)
         stopped = slot.run_one()
-        assert (stopped.outcome, stopped.pages, stopped.error) == (Outcome.ABANDONED, 2, "Cancelled: account disconnected")
+        assert (stopped.outcome, stopped.pages, stopped.error) == (
+            Outcome.ABANDONED,
+            2,
+            "Cancelled: account disconnected",
+        )
         [row] = rows(admin, schema)
-        assert (row["status"], row["cursor"], row["processed_count"], row["stop_reason"]) == ("abandoned", "100", 100, None)
+        assert (row["status"], row["cursor"], row["processed_count"], row["stop_reason"]) == (
+            "abandoned",
+            "100",
+            100,
+            None,
+        )
 
         assert ops.requeue("shops", owner="acme", now=clock.now) == 1
         finished = slot.run_one()
@@ -225,9 +273,13 @@ def test_list_jobs_by_owner_status_and_type(ops, clock):
 def test_progress_of_an_owners_first_load(ops, admin, schema, clock):
     ops.plan("shops", now=clock.now)
     assert not ops.progress("shops", "acme").complete
-    execute(admin, schema, "UPDATE {jobs} SET status = 'completed', processed_count = 40 "
-                           "WHERE owner = 'acme' AND mode = 'initial' AND type = 'orders' AND window_end = %s",
-            [datetime(2026, 11, 30, tzinfo=UTC)])
+    execute(
+        admin,
+        schema,
+        "UPDATE {jobs} SET status = 'completed', processed_count = 40 "
+        "WHERE owner = 'acme' AND mode = 'initial' AND type = 'orders' AND window_end = %s",
+        [datetime(2026, 11, 30, tzinfo=UTC)],
+    )
     progress = ops.progress("shops", "acme")
     assert (progress.total, progress.completed, progress.records, progress.complete) == (3, 1, 40, False)
     orders_only = ops.progress("shops", "acme", type="orders")
@@ -239,7 +291,8 @@ def test_progress_of_an_owners_first_load(ops, admin, schema, clock):
 
 def test_activity_says_what_is_due_running_and_next(ops, admin, schema, clock):
     assert ops.activity("shops", now=clock.now) == Activity(
-        running=False, due=False, next_run_at=None, lease_expires_at=None, now=clock.now)
+        running=False, due=False, next_run_at=None, lease_expires_at=None, now=clock.now
+    )
     ops.plan("shops", now=clock.now)
     execute(admin, schema, "UPDATE {jobs} SET next_run_at = %s", [clock.now + timedelta(minutes=3)])
     activity = ops.activity("shops", now=clock.now)
@@ -263,7 +316,10 @@ def test_errors_are_stored_bounded_and_safe(schema, database_url, admin, clock):
 def test_a_pinned_clock_given_to_operations_plans_and_schedules_at_its_time(declaration, database_url, admin, schema):
     clock = PinnedClock(datetime(2026, 11, 30, 10, 20, tzinfo=UTC))
     database = declaration.database(database_url)
-    with Operations(declaration, database, clock=clock) as ops, WorkerSlot(declaration, database, "shops", clock=clock) as slot:
+    with (
+        Operations(declaration, database, clock=clock) as ops,
+        WorkerSlot(declaration, database, "shops", clock=clock) as slot,
+    ):
         assert ops.plan("shops").inserted == {"products": 2, "orders": 6}
         while slot.run_one() is not None:
             pass
@@ -272,7 +328,10 @@ def test_a_pinned_clock_given_to_operations_plans_and_schedules_at_its_time(decl
         assert ops.plan("shops").inserted == {"products": 0, "orders": 2}  # the next period, no waiting for it
         [newest] = rows(admin, schema, "owner = 'acme' AND mode = 'recurring'", order="window_end DESC LIMIT 1")
         assert (newest["window_start"], newest["window_end"], newest["next_run_at"]) == (
-            datetime(2026, 11, 30, 10, 10, tzinfo=UTC), datetime(2026, 11, 30, 10, 30, tzinfo=UTC), clock.now)
+            datetime(2026, 11, 30, 10, 10, tzinfo=UTC),
+            datetime(2026, 11, 30, 10, 30, tzinfo=UTC),
+            clock.now,
+        )
         assert ops.activity("shops").due and ops.activity("shops").now == clock.now
 
 
@@ -302,17 +361,27 @@ def test_times_are_in_utc_whatever_the_session_time_zone(schema, database_url, c
     assert len(times) == 6 and all(t.tzinfo is UTC for t in times)
     assert job.created_at == clock.now
 
-def test_a_cancelled_job_whose_worker_was_lost_is_abandoned_by_the_worker_that_takes_it_over(declaration, database_url, admin, schema):
+
+def test_a_cancelled_job_whose_worker_was_lost_is_abandoned_by_the_worker_that_takes_it_over(
+    declaration, database_url, admin, schema
+):
     clock = PinnedClock(datetime(2026, 11, 30, 10, 20, tzinfo=UTC))
     database = declaration.database(database_url)
-    with Operations(declaration, database, clock=clock) as ops, WorkerSlot(declaration, database, "shops", clock=clock) as lost, \
-            WorkerSlot(declaration, database, "shops", clock=clock) as taker:
+    with (
+        Operations(declaration, database, clock=clock) as ops,
+        WorkerSlot(declaration, database, "shops", clock=clock) as lost,
+        WorkerSlot(declaration, database, "shops", clock=clock) as taker,
+    ):
         ops.plan("shops", owner="acme")
         job = lost.take()  # and its worker is never heard of again
         assert ops.cancel("shops", "acme", "account disconnected").stopping == 1
         clock.advance(timedelta(minutes=6))
         result = taker.run_one()
-        assert (result.job.id, result.outcome, result.error) == (job.id, Outcome.ABANDONED, "Cancelled: account disconnected")
+        assert (result.job.id, result.outcome, result.error) == (
+            job.id,
+            Outcome.ABANDONED,
+            "Cancelled: account disconnected",
+        )
 
 
 def test_a_stop_request_does_not_outlive_its_attempt(database_url, admin, schema):
@@ -320,11 +389,18 @@ def test_a_stop_request_does_not_outlive_its_attempt(database_url, admin, schema
     clock = PinnedClock(datetime(2026, 11, 30, 10, 20, tzinfo=UTC))
     declaration = declare(schema, products(paged(120)))
     database = declaration.database(database_url)
-    with Operations(declaration, database, clock=clock) as ops, WorkerSlot(declaration, database, "shops", clock=clock) as slot:
+    with (
+        Operations(declaration, database, clock=clock) as ops,
+        WorkerSlot(declaration, database, "shops", clock=clock) as slot,
+    ):
         ops.plan("shops", owner="acme")
         job = slot.take()
         ops.cancel("shops", "acme", "by mistake", type=job.type)
-        execute(admin, schema, "UPDATE {jobs} SET status = 'pending', leased_by = NULL, lease_expires_at = NULL "
-                               "WHERE id = %s", [job.id])
+        execute(
+            admin,
+            schema,
+            "UPDATE {jobs} SET status = 'pending', leased_by = NULL, lease_expires_at = NULL WHERE id = %s",
+            [job.id],
+        )
         again = slot.run_one()
         assert (again.job.id, again.outcome, again.pages) == (job.id, Outcome.COMPLETED, 3)

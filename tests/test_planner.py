@@ -163,13 +163,17 @@ def test_plan_one_owner_takes_its_lane_from_the_owner_source(ops, admin, schema,
         operations.plan("shops", owner=Owner("acme-us", lane="elsewhere"), now=clock.now)
 
 
-def test_waiting_jobs_follow_their_owner_into_a_new_lane_and_a_running_one_stays(ops, admin, schema, clock, database_url):
+def test_waiting_jobs_follow_their_owner_into_a_new_lane_and_a_running_one_stays(
+    ops, admin, schema, clock, database_url
+):
     lanes = {"acme-us": "acme-us", "acme-eu": "acme"}
     operations = ops(orders(), owner_source=lambda queue: [Owner(o, lane=lane) for o, lane in lanes.items()])
     operations.plan("shops", now=clock.now)
     database = operations.session.database
-    with WorkerSlot(operations.synclane, database, "shops", clock=clock) as one, \
-            WorkerSlot(operations.synclane, database, "shops", clock=clock) as other:
+    with (
+        WorkerSlot(operations.synclane, database, "shops", clock=clock) as one,
+        WorkerSlot(operations.synclane, database, "shops", clock=clock) as other,
+    ):
         assert {one.take().lane, other.take().lane} == {"acme-us", "acme"}  # one job of each owner runs
 
         lanes["acme-us"] = "acme"  # acme-us now shares acme's rate limit
@@ -217,8 +221,10 @@ def test_a_deleted_job_is_not_planned_again_until_its_coverage_row_is_deleted_to
 
 
 def test_planning_waits_out_a_passing_error_of_the_owner_source_and_not_a_bug(ops, admin, schema, clock):
-    failures: list[Exception] = [psycopg.errors.TooManyConnections("sorry, too many clients already"),
-                                 psycopg.OperationalError("Connection refused")]
+    failures: list[Exception] = [
+        psycopg.errors.TooManyConnections("sorry, too many clients already"),
+        psycopg.OperationalError("Connection refused"),
+    ]
 
     def accounts(queue):
         if failures:

@@ -64,15 +64,29 @@ def test_a_queue_or_owner_rate_must_be_a_rate():
 
 
 def test_owners_sharing_a_lane_must_name_the_same_rate():
-    declaration = declare("synclane", products(), owner_source=lambda queue: [
-        Owner("acme-us", lane="acme", rate=Rate(5)), Owner("acme-eu", lane="acme", rate=Rate(10)),
-    ])
-    with pytest.raises(OwnerSourceError, match=r"'acme-us' and 'acme-eu' share lane 'acme' but name different rates "
-                                              r"\(5/1 s and 10/1 s\)"):
+    declaration = declare(
+        "synclane",
+        products(),
+        owner_source=lambda queue: [
+            Owner("acme-us", lane="acme", rate=Rate(5)),
+            Owner("acme-eu", lane="acme", rate=Rate(10)),
+        ],
+    )
+    with pytest.raises(
+        OwnerSourceError,
+        match=r"'acme-us' and 'acme-eu' share lane 'acme' but name different rates "
+        r"\(5/1 s and 10/1 s\)",
+    ):
         owners_of(declaration.queue("shops"))
-    same = declare("synclane", products(), owner_source=lambda queue: [
-        Owner("acme-us", lane="acme", rate=Rate(5)), Owner("acme-eu", lane="acme", rate=Rate(5)), Owner("globex"),
-    ])
+    same = declare(
+        "synclane",
+        products(),
+        owner_source=lambda queue: [
+            Owner("acme-us", lane="acme", rate=Rate(5)),
+            Owner("acme-eu", lane="acme", rate=Rate(5)),
+            Owner("globex"),
+        ],
+    )
     assert [o.rate for o in owners_of(same.queue("shops"))] == [Rate(5), Rate(5), None]
 
 
@@ -89,8 +103,10 @@ def test_racing_takers_each_get_their_own_turn_as_the_arithmetic_says(database_u
 
     def takes(session: Session) -> list[float]:
         store = Store(session)
-        return [store.take_lane_budget(QUEUE, "acme", cost=rate.interval, tolerance=rate.tolerance, now=clock())
-                for _ in range(10)]
+        return [
+            store.take_lane_budget(QUEUE, "acme", cost=rate.interval, tolerance=rate.tolerance, now=clock())
+            for _ in range(10)
+        ]
 
     try:
         waits = sorted(w for each in race([lambda s=s: takes(s) for s in sessions]) for w in each)
@@ -129,9 +145,17 @@ def test_the_same_run_without_the_budget_overruns_the_api(database_url, schema):
 
 def test_an_owners_rate_overrides_the_queues_and_a_lane_without_one_has_no_budget_row(database_url, schema, admin):
     with FakeAPI().serve() as served:
-        synclane = declaration(schema, served.url, rate=None, pages=3, requests_per_page=1, owners=(
-            Owner("acme", rate=Rate(4, headroom=0)), Owner("globex"),
-        ))
+        synclane = declaration(
+            schema,
+            served.url,
+            rate=None,
+            pages=3,
+            requests_per_page=1,
+            owners=(
+                Owner("acme", rate=Rate(4, headroom=0)),
+                Owner("globex"),
+            ),
+        )
         database = synclane.database(database_url)
         with Operations(synclane, database) as ops:
             ops.enqueue(QUEUE, "acme", "items")
@@ -141,7 +165,9 @@ def test_an_owners_rate_overrides_the_queues_and_a_lane_without_one_has_no_budge
     assert len(acme) == len(globex) == 3
     assert acme[-1] - acme[0] >= 2 * 0.25 - 0.01  # 4 a second: a quarter of a second apart
     budgets = admin.execute(
-        sql.SQL("SELECT lane, tat IS NOT NULL AS taken FROM {}.lane_budgets ORDER BY lane").format(sql.Identifier(schema))
+        sql.SQL("SELECT lane, tat IS NOT NULL AS taken FROM {}.lane_budgets ORDER BY lane").format(
+            sql.Identifier(schema)
+        )
     ).fetchall()
     assert budgets == [{"lane": "acme", "taken": True}]
 
@@ -161,8 +187,13 @@ def test_spend_outside_a_worker_or_without_a_rate_waits_for_nothing(database_url
     synclane = declare(schema, products())
     job = _any_job(synclane, database_url)
     assert job.spend(3) == timedelta(0)
-    gate = LaneGate(Store(Session(synclane.database(database_url))), synclane.queue("shops"), clock=lambda: None,
-                    stop=threading.Event(), refresh=timedelta(minutes=1))
+    gate = LaneGate(
+        Store(Session(synclane.database(database_url))),
+        synclane.queue("shops"),
+        clock=lambda: None,
+        stop=threading.Event(),
+        refresh=timedelta(minutes=1),
+    )
     assert gate.spend(job, 3) == timedelta(0)
     with pytest.raises(ValueError, match="positive number of units, got 0"):
         gate.spend(job, 0)
@@ -218,8 +249,11 @@ def test_without_the_lane_pause_the_lanes_next_job_hits_the_same_wall(database_u
 
 
 def test_a_pause_holds_back_the_lanes_waiting_jobs_and_tells_a_job_taken_anyway(database_url, schema, clock, admin):
-    synclane = declare(schema, products(), owner_source=lambda queue: [Owner("acme-us", lane="acme"),
-                                                                        Owner("acme-eu", lane="acme"), "globex"])
+    synclane = declare(
+        schema,
+        products(),
+        owner_source=lambda queue: [Owner("acme-us", lane="acme"), Owner("acme-eu", lane="acme"), "globex"],
+    )
     database = synclane.database(database_url)
     with Operations(synclane, database, clock=clock) as ops:
         for owner in ("acme-eu", "globex"):
@@ -228,15 +262,21 @@ def test_a_pause_holds_back_the_lanes_waiting_jobs_and_tells_a_job_taken_anyway(
         store = Store(session)
         until = store.pause_lane("shops", "acme", wait=timedelta(seconds=30), now=clock())
         assert until == clock() + timedelta(seconds=30)
-        waiting = {r["owner"]: r["next_run_at"] for r in admin.execute(
-            sql.SQL("SELECT owner, next_run_at FROM {}.jobs").format(sql.Identifier(schema))).fetchall()}
+        waiting = {
+            r["owner"]: r["next_run_at"]
+            for r in admin.execute(
+                sql.SQL("SELECT owner, next_run_at FROM {}.jobs").format(sql.Identifier(schema))
+            ).fetchall()
+        }
         assert waiting == {"acme-eu": until, "globex": clock()}
         late = ops.enqueue("shops", "acme-us", "products")  # inserted during the pause: due now
         assert late is not None
-        taken = store.finish_and_take(queue="shops", worker="w", lease=timedelta(minutes=1), finish=None, take=True,
-                                      now=clock()).taken
-        other = store.finish_and_take(queue="shops", worker="w2", lease=timedelta(minutes=1), finish=None, take=True,
-                                      now=clock()).taken
+        taken = store.finish_and_take(
+            queue="shops", worker="w", lease=timedelta(minutes=1), finish=None, take=True, now=clock()
+        ).taken
+        other = store.finish_and_take(
+            queue="shops", worker="w2", lease=timedelta(minutes=1), finish=None, take=True, now=clock()
+        ).taken
         session.close()
     assert {taken.job.owner, other.job.owner} == {"globex", "acme-us"}
     assert {t.job.owner: t.lane_wait for t in (taken, other)} == {"globex": 0.0, "acme-us": 30.0}

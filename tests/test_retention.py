@@ -55,9 +55,17 @@ def test_prune_deletes_old_completed_and_cancelled_jobs_and_keeps_what_waits_for
         clock.advance(40 * DAY)
         ops.plan("shops", now=clock.now)
         ops.enqueue("shops", "acme", "products", key="by-hand", now=clock.now)
-        execute(admin, schema, "UPDATE {jobs} SET status = 'completed', completed_at = %s WHERE mode = 'manual'",
-                [clock.now - 31 * DAY])
-        execute(admin, schema, "UPDATE {jobs} SET status = 'failed' WHERE owner = 'globex' AND status = 'pending' AND type = 'orders'")
+        execute(
+            admin,
+            schema,
+            "UPDATE {jobs} SET status = 'completed', completed_at = %s WHERE mode = 'manual'",
+            [clock.now - 31 * DAY],
+        )
+        execute(
+            admin,
+            schema,
+            "UPDATE {jobs} SET status = 'failed' WHERE owner = 'globex' AND status = 'pending' AND type = 'orders'",
+        )
         ops.cancel("shops", "acme", "disconnected", type="orders", now=clock.now)
         before = rows(admin, schema)
         old = {r["id"] for r in before if r["mode"] != "initial" and r["status"] == "completed"}
@@ -86,8 +94,9 @@ def test_prune_deletes_old_completed_and_cancelled_jobs_and_keeps_what_waits_for
 
 
 def test_prune_runs_in_bounded_batches_and_says_when_more_is_left(schema, database_url, admin, clock):
-    declaration = declare(schema, products(every=timedelta(hours=1)), owner_source=owners(*[f"o{i}" for i in range(5)]),
-                   retention=DAY)
+    declaration = declare(
+        schema, products(every=timedelta(hours=1)), owner_source=owners(*[f"o{i}" for i in range(5)]), retention=DAY
+    )
     with Operations(declaration, declaration.database(database_url)) as ops:
         for hour in range(4):
             ops.plan("shops", now=clock.now + hour * timedelta(hours=1))
@@ -103,7 +112,9 @@ def test_prune_runs_in_bounded_batches_and_says_when_more_is_left(schema, databa
 
 
 def test_prune_skips_a_locked_job_instead_of_waiting(schema, database_url, admin, clock):
-    declaration = declare(schema, products(every=timedelta(hours=1)), owner_source=owners("acme", "globex"), retention=DAY)
+    declaration = declare(
+        schema, products(every=timedelta(hours=1)), owner_source=owners("acme", "globex"), retention=DAY
+    )
     with Operations(declaration, declaration.database(database_url)) as ops:
         ops.plan("shops", now=clock.now)
         clock.advance(timedelta(hours=1))

@@ -17,8 +17,10 @@ EXACT = RetryPolicy(max_attempts=5, retry_max_delay=5 * MINUTE, jitter=Jitter.NO
 
 
 def test_failures_wait_a_doubling_capped_delay_then_defer_then_abandon():
-    seen = [(EXACT.after_failure(n, RuntimeError("503")).status, EXACT.after_failure(n, RuntimeError("503")).delay)
-            for n in range(1, 7)]
+    seen = [
+        (EXACT.after_failure(n, RuntimeError("503")).status, EXACT.after_failure(n, RuntimeError("503")).delay)
+        for n in range(1, 7)
+    ]
     assert seen == [
         (JobStatus.FAILED, MINUTE),
         (JobStatus.FAILED, 2 * MINUTE),
@@ -59,7 +61,8 @@ def test_full_jitter_is_the_default_and_spreads_delays_over_the_whole_window():
 def test_a_seed_gives_the_same_delays_every_time():
     first, again = RetryPolicy(seed=7), RetryPolicy(seed=7)
     assert [first.after_failure(3, RuntimeError()).delay for _ in range(5)] == [
-        again.after_failure(3, RuntimeError()).delay for _ in range(5)]
+        again.after_failure(3, RuntimeError()).delay for _ in range(5)
+    ]
 
 
 @pytest.mark.parametrize(
@@ -68,7 +71,10 @@ def test_a_seed_gives_the_same_delays_every_time():
         ({"max_attempts": 0}, "max_attempts must be a positive integer, got 0"),
         ({"retry_delay": 60}, "retry_delay must be a timedelta, got 60"),
         ({"throttle_delay": -MINUTE}, "throttle_delay must be positive, got -1 min"),
-        ({"retry_delay": 2 * MINUTE, "retry_max_delay": MINUTE}, "retry_max_delay (1 min) is shorter than retry_delay (2 min)"),
+        (
+            {"retry_delay": 2 * MINUTE, "retry_max_delay": MINUTE},
+            "retry_max_delay (1 min) is shorter than retry_delay (2 min)",
+        ),
         ({"jitter": "some"}, "jitter must be 'full' or 'none', got 'some'"),
     ],
 )
@@ -84,7 +90,10 @@ def test_a_queue_takes_a_policy_whole_or_its_settings_one_by_one():
     one_by_one = Queue("shops", owners=owners(), types=[products()], max_attempts=3, retry_delay=timedelta(seconds=10))
     assert one_by_one.retry == RetryPolicy(max_attempts=3, retry_delay=timedelta(seconds=10))
     assert (one_by_one.retry_delay, one_by_one.retry_max_delay, one_by_one.retry.jitter) == (
-        timedelta(seconds=10), timedelta(hours=1), Jitter.FULL)
+        timedelta(seconds=10),
+        timedelta(hours=1),
+        Jitter.FULL,
+    )
     with pytest.raises(DeclarationError, match="queue 'shops' takes retry= or the settings max_attempts, not both"):
         Queue("shops", owners=owners(), types=[products()], retry=RetryPolicy(), max_attempts=3)
     assert dataclasses.replace(whole, concurrency=2).retry is whole.retry  # a copy keeps its policy

@@ -31,8 +31,20 @@ def test_seconds_and_http_dates_are_read_as_the_wait(header, wait):
 
 @pytest.mark.parametrize(
     "header",
-    [None, "", "soon", "-3", "1.5", "١٢", -1, float("nan"), True, 10**12, "99999999999999999999",
-     "Mon, 30 Nov 2099 10:20:30 GMT"],
+    [
+        None,
+        "",
+        "soon",
+        "-3",
+        "1.5",
+        "١٢",
+        -1,
+        float("nan"),
+        True,
+        10**12,
+        "99999999999999999999",
+        "Mon, 30 Nov 2099 10:20:30 GMT",
+    ],
 )
 def test_a_missing_unreadable_or_absurd_header_gives_no_wait(header):
     assert parse_retry_after(header, now=NOW) is None

@@ -154,7 +154,11 @@ def test_a_throttled_last_attempt_stays_deferred_and_is_tried_again(setup, admin
     clock.advance(MINUTE)
     throttled = worker.run_one()
     row = job_row(admin, schema, throttled.job.id)
-    assert (row["status"], row["attempt_count"], row["next_run_at"] - clock.now) == ("deferred", 2, timedelta(seconds=30))
+    assert (row["status"], row["attempt_count"], row["next_run_at"] - clock.now) == (
+        "deferred",
+        2,
+        timedelta(seconds=30),
+    )
     clock.advance(timedelta(seconds=30))
     assert worker.run_one().outcome is Outcome.ABANDONED  # the last attempt, really made, failed
     assert job_row(admin, schema, throttled.job.id)["error"] == "ValueError: bad page"
@@ -225,7 +229,9 @@ def test_a_failure_keeps_the_cursor_and_the_retry_continues_from_it(setup, admin
         (Page("x", 2.5), "returned count 2.5, expected an integer of zero or more"),
     ],
 )
-def test_a_bad_handler_result_fails_the_job_clearly_and_leaves_the_row_consistent(setup, admin, schema, returned, message):
+def test_a_bad_handler_result_fails_the_job_clearly_and_leaves_the_row_consistent(
+    setup, admin, schema, returned, message
+):
     _, slot = setup(products(lambda job: returned))
     result = slot().run_one()
     row = job_row(admin, schema, result.job.id)
@@ -287,7 +293,12 @@ def test_an_expired_lease_is_taken_over_as_a_failed_attempt_and_retried_from_its
     written_off = takeover["result"]
     assert (written_off.outcome, written_off.pages) == (Outcome.FAILED, 0)
     row = job_row(admin, schema, written_off.job.id)
-    assert (row["status"], row["cursor"], row["attempt_count"], row["next_run_at"] - clock.now) == ("failed", "50", 1, MINUTE)
+    assert (row["status"], row["cursor"], row["attempt_count"], row["next_run_at"] - clock.now) == (
+        "failed",
+        "50",
+        1,
+        MINUTE,
+    )
     assert row["error"] == (
         f"WorkerLost: worker {first.worker_id} stopped renewing its lease at cursor '50' (lost 1 time(s) in a row)"
     )
@@ -354,7 +365,12 @@ def test_a_late_write_by_an_old_lease_is_refused(setup, admin, schema, clock):
     finish = Finish(job.id, JobStatus.COMPLETED, processed_count=999)
     assert old.store.finish_and_take(queue="shops", lease=MINUTE, finish=finish, take=False, **late).finished is False
     row = job_row(admin, schema, job.id)
-    assert (row["status"], row["leased_by"], row["cursor"], row["processed_count"]) == ("running", new.leased_by, None, 0)
+    assert (row["status"], row["leased_by"], row["cursor"], row["processed_count"]) == (
+        "running",
+        new.leased_by,
+        None,
+        0,
+    )
 
 
 def test_a_take_whose_reply_was_lost_is_found_again_by_the_same_worker(setup, admin, schema):
@@ -477,8 +493,9 @@ def test_drain_leaves_retries_waiting_and_run_until_settled_waits_them_out(schem
             raise answers[job.owner].pop(0)
         return Page(None, 1)
 
-    declaration = declare(schema, products(handler), owner_source=owners("acme", "globex"),
-                          retry_delay=timedelta(milliseconds=200))
+    declaration = declare(
+        schema, products(handler), owner_source=owners("acme", "globex"), retry_delay=timedelta(milliseconds=200)
+    )
     database = declaration.database(database_url)
     with Operations(declaration, database) as ops:
         ops.plan("shops")

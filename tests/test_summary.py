@@ -18,10 +18,28 @@ NOON = datetime(2026, 12, 1, 12, tzinfo=timezone.utc)
 
 def a_job(job_id: int) -> Job:
     return Job(
-        id=job_id, queue="shops", owner="acme", lane="acme", type="orders", mode=JobMode.MANUAL,
-        status=JobStatus.RUNNING, priority=0, window_start=None, window_end=None, dedup_key=f"k{job_id}",
-        cursor=None, processed_count=0, attempt_count=1, error=None, next_run_at=NOON, leased_by="w",
-        lease_expires_at=NOON, created_at=NOON, started_at=NOON, heartbeat_at=NOON, completed_at=None,
+        id=job_id,
+        queue="shops",
+        owner="acme",
+        lane="acme",
+        type="orders",
+        mode=JobMode.MANUAL,
+        status=JobStatus.RUNNING,
+        priority=0,
+        window_start=None,
+        window_end=None,
+        dedup_key=f"k{job_id}",
+        cursor=None,
+        processed_count=0,
+        attempt_count=1,
+        error=None,
+        next_run_at=NOON,
+        leased_by="w",
+        lease_expires_at=NOON,
+        created_at=NOON,
+        started_at=NOON,
+        heartbeat_at=NOON,
+        completed_at=None,
         stop_reason=None,
     )
 

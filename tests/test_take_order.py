@@ -38,9 +38,19 @@ def table(request, schema, database_url, admin):
             "INSERT INTO {jobs} (queue, owner, lane, type, mode, status, priority, window_start, window_end, dedup_key,"
             " next_run_at, leased_by, lease_expires_at) VALUES ('shops', %s, %s, %s, 'initial', %s, %s, %s, %s, %s,"
             " %s, %s, %s)",
-            [lane, lane, type, status, 0 if type == "products" else 1, end - timedelta(days=1), end,
-             f"initial:{lane}:{days_ago}:{status}", NOW - timedelta(hours=1), running_by,
-             NOW + timedelta(hours=1) if running_by else None],
+            [
+                lane,
+                lane,
+                type,
+                status,
+                0 if type == "products" else 1,
+                end - timedelta(days=1),
+                end,
+                f"initial:{lane}:{days_ago}:{status}",
+                NOW - timedelta(hours=1),
+                running_by,
+                NOW + timedelta(hours=1) if running_by else None,
+            ],
         )
 
     if request.param == "lane walk":

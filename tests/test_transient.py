@@ -68,7 +68,9 @@ def test_a_statement_refused_for_what_it_is_fails_at_once(look, database_url, fr
     with Operations(declare(fresh_schema, products()), Database(database_url, schema=fresh_schema)) as ops:
         ops.plan("shops")
     with psycopg.connect(database_url, autocommit=True) as admin:
-        admin.execute(sql.SQL("ALTER TABLE {}.jobs RENAME COLUMN lane TO lane_gone").format(sql.Identifier(fresh_schema)))
+        admin.execute(
+            sql.SQL("ALTER TABLE {}.jobs RENAME COLUMN lane TO lane_gone").format(sql.Identifier(fresh_schema))
+        )
     started = time.monotonic()
     with pytest.raises(psycopg.errors.UndefinedColumn):
         look(database_url, fresh_schema)()
@@ -78,7 +80,9 @@ def test_a_statement_refused_for_what_it_is_fails_at_once(look, database_url, fr
 def test_the_backoff_doubles_up_to_its_cap_and_ends_at_its_deadline():
     backoff = Backoff(first=0.1, cap=0.4, give_up_after=1.0)
     waits = [backoff.next() for _ in range(4)]
-    assert [0.05 <= waits[0] <= 0.1, 0.1 <= waits[1] <= 0.2, 0.2 <= waits[2] <= 0.4, 0.2 <= waits[3] <= 0.4] == [True] * 4
+    assert [0.05 <= waits[0] <= 0.1, 0.1 <= waits[1] <= 0.2, 0.2 <= waits[2] <= 0.4, 0.2 <= waits[3] <= 0.4] == [
+        True
+    ] * 4
     assert Backoff(first=2.0, give_up_after=1.0).next() is None
 
 

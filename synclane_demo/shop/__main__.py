@@ -34,14 +34,22 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     add("--latency", type=float, default=float(_env("latency", "0.3")), help="seconds per data request")
     add("--rate-429", type=float, default=float(_env("rate_429", "0.03")))
     add("--rate-503", type=float, default=float(_env("rate_503", "0.03")))
-    add("--rate-limits", type=parse_limits, default=parse_limits(_env("rate_limits", "acme=2")),
-        help="requests a second per seller, e.g. 'acme=2,globex=5' ('' for none); more get 429")
+    add(
+        "--rate-limits",
+        type=parse_limits,
+        default=parse_limits(_env("rate_limits", "acme=2")),
+        help="requests a second per seller, e.g. 'acme=2,globex=5' ('' for none); more get 429",
+    )
     add("--retry-after", type=int, default=int(_env("retry_after", "3")), help="seconds named by a 429")
     add("--seed", type=int, default=int(_env("seed", "7")))
     add("--broken-account", default=_env("broken_account", "globex"), help="empty: nothing is broken")
     add("--broken-days-ago", type=int, default=int(_env("broken_days_ago", "45")))
-    add("--heal-after", type=_optional_seconds, default=_optional_seconds(_env("heal_after", "600")),
-        help="seconds until the broken page heals by itself; 'never' to heal only when told")
+    add(
+        "--heal-after",
+        type=_optional_seconds,
+        default=_optional_seconds(_env("heal_after", "600")),
+        help="seconds until the broken page heals by itself; 'never' to heal only when told",
+    )
     add("--history-days", type=int, default=int(_env("history_days", "730")))
     add("--orders-per-day", default=_env("orders_per_day", "2-8"), help="LOW-HIGH orders per account and day")
     return parser.parse_args(argv)
@@ -71,9 +79,14 @@ def main(argv: list[str] | None = None) -> None:
     logging.info(
         "shop listening on %s (latency %.2fs, rate limits %s, 429 %.0f%%, 503 %.0f%%; %s's orders page 2 around %s "
         "broken, heals %s)",
-        server.url, faults.latency,
-        ", ".join(f"{seller} {n}/s" for seller, n in server.shop.limits.per_second.items()) or "none", faults.rate_429 * 100, faults.rate_503 * 100, faults.broken_account,
-        faults.broken_at.date(), f"after {faults.heal_after:.0f}s" if faults.heal_after is not None else "when told",
+        server.url,
+        faults.latency,
+        ", ".join(f"{seller} {n}/s" for seller, n in server.shop.limits.per_second.items()) or "none",
+        faults.rate_429 * 100,
+        faults.rate_503 * 100,
+        faults.broken_account,
+        faults.broken_at.date(),
+        f"after {faults.heal_after:.0f}s" if faults.heal_after is not None else "when told",
     )
     try:
         server.serve_forever()

@@ -67,7 +67,9 @@ class Catalogue:
         found: list[dict] = []
         day = start.astimezone(timezone.utc).date()
         while day <= end.astimezone(timezone.utc).date():
-            found.extend(o for o in self._orders_on(account, day) if start <= o["placed_at"] < end and o["placed_at"] <= now)
+            found.extend(
+                o for o in self._orders_on(account, day) if start <= o["placed_at"] < end and o["placed_at"] <= now
+            )
             day += timedelta(days=1)
         return found
 

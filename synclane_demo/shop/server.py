@@ -45,7 +45,9 @@ class BadRequest(Exception):
 class Shop:
     """The shop's state, shared by every request thread: its data, its faults and its request log."""
 
-    def __init__(self, catalogue: Catalogue | None = None, faults: Faults | None = None, limits: Limits | None = None) -> None:
+    def __init__(
+        self, catalogue: Catalogue | None = None, faults: Faults | None = None, limits: Limits | None = None
+    ) -> None:
         self.catalogue = catalogue or Catalogue()
         self.faults = faults or Faults()
         self.limits = limits or Limits()
@@ -168,7 +170,7 @@ class ShopRequestHandler(BaseHTTPRequestHandler):
         if fault is UNREADABLE:
             shop.limits.count("unreadable")
             shop.record({**entry, "status": 200, "fault": "unreadable"})
-            return self._send(200, b'{"items": [{"id": "' + account.encode() + b'-')
+            return self._send(200, b'{"items": [{"id": "' + account.encode() + b"-")
         if fault is not None:
             if fault.status == 429 and fault.retry_after is not None and seller is not None:
                 shop.limits.named_wait(seller, fault.retry_after)

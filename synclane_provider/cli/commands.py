@@ -26,8 +26,21 @@ def _operations(args: Any) -> Iterator[Operations]:
         sys.exit(f"synclane: {exc}")
 
 
-NARROW_JOB = ("id", "owner", "lane", "type", "mode", "status", "window_start", "window_end", "cursor",
-              "processed_count", "attempt_count", "next_run_at", "error")
+NARROW_JOB = (
+    "id",
+    "owner",
+    "lane",
+    "type",
+    "mode",
+    "status",
+    "window_start",
+    "window_end",
+    "cursor",
+    "processed_count",
+    "attempt_count",
+    "next_run_at",
+    "error",
+)
 """The job columns ``jobs`` prints as a table; json and yaml give the whole row."""
 
 
@@ -65,7 +78,9 @@ def _instant(text: str | None, name: str) -> datetime | None:
     try:
         return datetime.fromisoformat(text)
     except ValueError:
-        raise DeclarationError(f"{name} must be an ISO 8601 time, e.g. 2026-11-01T00:00:00+00:00, got {text!r}") from None
+        raise DeclarationError(
+            f"{name} must be an ISO 8601 time, e.g. 2026-11-01T00:00:00+00:00, got {text!r}"
+        ) from None
 
 
 def queues_command(args: Any) -> None:
@@ -73,18 +88,31 @@ def queues_command(args: Any) -> None:
         rows = []
         for summary in Monitor(operations).queues():
             data = plain(summary)
-            counts = {status: f"{count}+" if status in data["more_than"] else count for status, count in data["jobs"].items()}
-            rows.append({"queue": data["queue"], **counts, "done_last_hour": data["done_last_hour"],
-                         "records_last_hour": data["records_last_hour"],
-                         "oldest_waiting_age_s": data["oldest_waiting_age"]})
+            counts = {
+                status: f"{count}+" if status in data["more_than"] else count for status, count in data["jobs"].items()
+            }
+            rows.append(
+                {
+                    "queue": data["queue"],
+                    **counts,
+                    "done_last_hour": data["done_last_hour"],
+                    "records_last_hour": data["records_last_hour"],
+                    "oldest_waiting_age_s": data["oldest_waiting_age"],
+                }
+            )
         _print(rows, args)
 
 
 def jobs_command(args: Any) -> None:
     with _operations(args) as operations:
         page = Monitor(operations).jobs(
-            _queue(operations, args), owner=args.owner, type=args.type, status=args.status, mode=args.mode,
-            before=args.before, limit=args.limit,
+            _queue(operations, args),
+            owner=args.owner,
+            type=args.type,
+            status=args.status,
+            mode=args.mode,
+            before=args.before,
+            limit=args.limit,
         )
         rows = [plain(job) for job in page.items]
         if args.output in ("table", "plain"):  # a terminal's width: the columns an operator scans
@@ -99,9 +127,28 @@ def lanes_command(args: Any) -> None:
         for lane in page.items:
             data = plain(lane)
             running = data.pop("running") or {}
-            rows.append(_flat({"lane": data.pop("lane"), "running": {
-                key: running.get(key) for key in ("id", "owner", "type", "window_start", "window_end", "cursor",
-                                                  "records", "worker", "heartbeat_age")}, **data}))
+            rows.append(
+                _flat(
+                    {
+                        "lane": data.pop("lane"),
+                        "running": {
+                            key: running.get(key)
+                            for key in (
+                                "id",
+                                "owner",
+                                "type",
+                                "window_start",
+                                "window_end",
+                                "cursor",
+                                "records",
+                                "worker",
+                                "heartbeat_age",
+                            )
+                        },
+                        **data,
+                    }
+                )
+            )
         _print(rows, args, next_page=page.next, hint="--after")
 
 
@@ -119,18 +166,31 @@ def progress_command(args: Any) -> None:
 def plan_command(args: Any) -> None:
     with _operations(args) as operations:
         summary = operations.plan(_queue(operations, args), owner=args.owner)
-        _print([{"queue": summary.queue, "owners": summary.owners, "inserted": summary.total,
-                 **{f"inserted_{name}": count for name, count in summary.inserted.items()}, "moved": summary.moved}],
-               args)
+        _print(
+            [
+                {
+                    "queue": summary.queue,
+                    "owners": summary.owners,
+                    "inserted": summary.total,
+                    **{f"inserted_{name}": count for name, count in summary.inserted.items()},
+                    "moved": summary.moved,
+                }
+            ],
+            args,
+        )
 
 
 def enqueue_command(args: Any) -> None:
     with _operations(args) as operations:
         job = operations.enqueue(
-            _queue(operations, args), args.owner, args.type, lane=args.lane,
+            _queue(operations, args),
+            args.owner,
+            args.type,
+            lane=args.lane,
             window_start=_instant(args.window_start, "--window-start"),
             window_end=_instant(args.window_end, "--window-end"),
-            key=args.key, run_at=_instant(args.run_at, "--run-at"),
+            key=args.key,
+            run_at=_instant(args.run_at, "--run-at"),
         )
         if job is None:
             _print([{"enqueued": 0, "message": "a job with this key exists already: nothing added"}], args)

@@ -7,15 +7,21 @@ from airflow.cli.cli_config import ARG_OUTPUT, ARG_VERBOSE, ActionCommand, Arg, 
 
 COMMANDS = "synclane_provider.cli.commands"
 
-ARG_CONN_ID = Arg(("--conn-id",), help="the Airflow connection to the jobs table (default: [synclane] conn_id, "
-                                        "else synclane_default)")
-ARG_DECLARATION = Arg(("--declaration",), help="the declaration, package.module:attribute (default: [synclane] "
-                                               "declaration, else $SYNCLANE_DECLARATION)")
+ARG_CONN_ID = Arg(
+    ("--conn-id",), help="the Airflow connection to the jobs table (default: [synclane] conn_id, else synclane_default)"
+)
+ARG_DECLARATION = Arg(
+    ("--declaration",),
+    help="the declaration, package.module:attribute (default: [synclane] declaration, else $SYNCLANE_DECLARATION)",
+)
 ARG_QUEUE = Arg(("-q", "--queue"), help="the queue (default: the declaration's only queue)")
 ARG_OWNER = Arg(("--owner",), help="only this owner")
 ARG_TYPE = Arg(("--type",), help="only this job type")
-ARG_STATUS = Arg(("--status",), choices=("pending", "running", "completed", "failed", "deferred", "abandoned"),
-                 help="only jobs in this status")
+ARG_STATUS = Arg(
+    ("--status",),
+    choices=("pending", "running", "completed", "failed", "deferred", "abandoned"),
+    help="only jobs in this status",
+)
 ARG_MODE = Arg(("--mode",), choices=("initial", "recurring", "manual"), help="only jobs of this mode")
 ARG_BEFORE = Arg(("--before",), type=int, help="only jobs with a smaller id (the next page after that id)")
 ARG_AFTER = Arg(("--after",), help="start after this name (the next page)")
@@ -31,38 +37,89 @@ ARG_WINDOW_END = Arg(("--window-end",), help="the window's end, ISO 8601 with a 
 ARG_KEY = Arg(("--key",), help="the job's key (default: its window, or the time of the enqueue)")
 ARG_RUN_AT = Arg(("--run-at",), help="not before this instant, ISO 8601 with a time zone (default: now)")
 ARG_LANE = Arg(("--lane",), help="the lane, only for an owner the owner source does not list")
-ARG_SCHEMA_ACTION = Arg(("action",), choices=("sql", "apply", "status"),
-                        help="sql: print what is pending; apply: apply it; status: each migration")
+ARG_SCHEMA_ACTION = Arg(
+    ("action",),
+    choices=("sql", "apply", "status"),
+    help="sql: print what is pending; apply: apply it; status: each migration",
+)
 ARG_SCHEMA_NAME = Arg(("--schema",), help="the schema (default: the declaration's)")
 
 COMMON = (ARG_CONN_ID, ARG_DECLARATION, ARG_OUTPUT, ARG_VERBOSE)
 
 
 def _command(name: str, help: str, *args: Arg) -> ActionCommand:
-    return ActionCommand(name=name, help=help, func=lazy_load_command(f"{COMMANDS}.{name}_command"),
-                         args=(*args, *COMMON))
+    return ActionCommand(
+        name=name, help=help, func=lazy_load_command(f"{COMMANDS}.{name}_command"), args=(*args, *COMMON)
+    )
 
 
 SYNCLANE_COMMANDS = (
     _command("queues", "Each queue: jobs by status, the last hour, the oldest due job's wait"),
-    _command("jobs", "Jobs, newest first, filtered", ARG_QUEUE, ARG_OWNER, ARG_TYPE, ARG_STATUS, ARG_MODE,
-             ARG_BEFORE, ARG_LIMIT),
-    _command("lanes", "Busy lanes: the running job, waiting jobs, next due, last error", ARG_QUEUE, ARG_AFTER,
-             ARG_LIMIT),
-    _command("progress", "Owners' initial load, freshness and troubled jobs (or one owner's initial load)",
-             ARG_OWNER_POSITIONAL, ARG_QUEUE, ARG_TYPE, ARG_AFTER, ARG_TROUBLED, ARG_LIMIT),
+    _command(
+        "jobs",
+        "Jobs, newest first, filtered",
+        ARG_QUEUE,
+        ARG_OWNER,
+        ARG_TYPE,
+        ARG_STATUS,
+        ARG_MODE,
+        ARG_BEFORE,
+        ARG_LIMIT,
+    ),
+    _command(
+        "lanes", "Busy lanes: the running job, waiting jobs, next due, last error", ARG_QUEUE, ARG_AFTER, ARG_LIMIT
+    ),
+    _command(
+        "progress",
+        "Owners' initial load, freshness and troubled jobs (or one owner's initial load)",
+        ARG_OWNER_POSITIONAL,
+        ARG_QUEUE,
+        ARG_TYPE,
+        ARG_AFTER,
+        ARG_TROUBLED,
+        ARG_LIMIT,
+    ),
     _command("plan", "Plan the queue (or one owner) now", ARG_QUEUE, ARG_OWNER),
-    _command("enqueue", "Put one job in by hand", ARG_OWNER_REQUIRED, ARG_TYPE_REQUIRED, ARG_QUEUE,
-             ARG_WINDOW_START, ARG_WINDOW_END, ARG_KEY, ARG_RUN_AT, ARG_LANE),
-    _command("requeue", "Fresh attempts for failed, deferred and abandoned jobs, from their cursors", ARG_QUEUE,
-             ARG_OWNER, ARG_TYPE, ARG_JOB_ID),
-    _command("cancel", "Stop an owner's work: waiting jobs abandoned now, a running one after its page",
-             ARG_OWNER_REQUIRED, ARG_REASON, ARG_QUEUE, ARG_TYPE),
-    _command("schema", "The jobs table's migrations: print what is pending, apply it, or list each",
-             ARG_SCHEMA_ACTION, ARG_SCHEMA_NAME),
+    _command(
+        "enqueue",
+        "Put one job in by hand",
+        ARG_OWNER_REQUIRED,
+        ARG_TYPE_REQUIRED,
+        ARG_QUEUE,
+        ARG_WINDOW_START,
+        ARG_WINDOW_END,
+        ARG_KEY,
+        ARG_RUN_AT,
+        ARG_LANE,
+    ),
+    _command(
+        "requeue",
+        "Fresh attempts for failed, deferred and abandoned jobs, from their cursors",
+        ARG_QUEUE,
+        ARG_OWNER,
+        ARG_TYPE,
+        ARG_JOB_ID,
+    ),
+    _command(
+        "cancel",
+        "Stop an owner's work: waiting jobs abandoned now, a running one after its page",
+        ARG_OWNER_REQUIRED,
+        ARG_REASON,
+        ARG_QUEUE,
+        ARG_TYPE,
+    ),
+    _command(
+        "schema",
+        "The jobs table's migrations: print what is pending, apply it, or list each",
+        ARG_SCHEMA_ACTION,
+        ARG_SCHEMA_NAME,
+    ),
 )
 
 
 def get_synclane_cli_commands() -> list[GroupCommand]:
-    return [GroupCommand(name="synclane", help="SyncLane's jobs: look, plan, enqueue, requeue, cancel",
-                         subcommands=SYNCLANE_COMMANDS)]
+    return [
+        GroupCommand(
+            name="synclane", help="SyncLane's jobs: look, plan, enqueue, requeue, cancel", subcommands=SYNCLANE_COMMANDS
+        )
+    ]

@@ -25,9 +25,9 @@ from synclane_provider.core.errors import (
 from synclane_provider.core.operations import Operations
 from synclane_provider.core.planner import PlanSummary
 from synclane_provider.core.ratelimit import Rate
+from synclane_provider.core.records import Activity, Cancelled, Job, Page, Progress
 from synclane_provider.core.retention import Pruned
 from synclane_provider.core.retry import Jitter, RetryPolicy
-from synclane_provider.core.records import Activity, Cancelled, Job, Page, Progress
 from synclane_provider.core.retry_after import parse_retry_after
 from synclane_provider.core.runner import Outcome, RunResult
 from synclane_provider.core.states import JobMode, JobStatus

@@ -27,8 +27,8 @@ from psycopg.rows import dict_row
 
 from synclane_provider.core.errors import DatabaseUnavailableError
 from synclane_provider.core.queries import statement
-from synclane_provider.core.transient import Backoff, describe, passes
 from synclane_provider.core.schema_versions import Migration, ensure_schema
+from synclane_provider.core.transient import Backoff, describe, passes
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +38,7 @@ LET_GO_EVERY = 0.1
 """How often a session backing off looks whether it should stop or let go, in seconds."""
 
 ConnectionFactory = Callable[[], "psycopg.Connection[Any]"]
+
 
 class Database:
     """Where the jobs table lives: a conninfo string, or a function that opens a psycopg connection.
@@ -168,7 +169,9 @@ class Session:
         """Statements sent again after their connection broke while they were in flight: each may have run
         before (its reply was lost), so its repeat can find its own work already done."""
 
-    def run(self, name: str, *, source: str = "queries.sql", prepare: bool | None = None, **params: Any) -> list[dict[str, Any]]:
+    def run(
+        self, name: str, *, source: str = "queries.sql", prepare: bool | None = None, **params: Any
+    ) -> list[dict[str, Any]]:
         """Run the named statement of ``source`` and return its rows, reconnecting while the database is away.
 
         ``prepare=False`` sends it unprepared, so that it is planned for its values every time: a statement
@@ -206,7 +209,9 @@ class Session:
                         error = exc
             failures += 1
             if self._stopping() and failures > 1:
-                raise DatabaseUnavailableError(f"gave up running {label!r} while stopping: {describe(error)}") from error
+                raise DatabaseUnavailableError(
+                    f"gave up running {label!r} while stopping: {describe(error)}"
+                ) from error
             wait = backoff.next()
             if wait is None:
                 raise DatabaseUnavailableError(

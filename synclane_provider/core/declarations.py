@@ -56,7 +56,9 @@ def checked_name(kind: str, value: object) -> str:
     try:
         size = len(value.encode("utf-8"))
     except UnicodeEncodeError:
-        raise DeclarationError(f"{kind} must be valid unicode (it holds a lone surrogate), got {_clipped(value)}") from None
+        raise DeclarationError(
+            f"{kind} must be valid unicode (it holds a lone surrogate), got {_clipped(value)}"
+        ) from None
     if size > MAX_NAME_BYTES:
         raise DeclarationError(f"{kind} must be at most {MAX_NAME_BYTES} bytes in UTF-8, got {size}: {_clipped(value)}")
     return value
@@ -73,7 +75,9 @@ def _clipped(value: object, limit: int = 80) -> str:
 
 def _checked_rate(where: str, rate: object) -> None:
     if rate is not None and not isinstance(rate, Rate):
-        raise DeclarationError(f"rate of {where} must be a Rate (e.g. Rate(10, per=timedelta(seconds=1))), got {rate!r}")
+        raise DeclarationError(
+            f"rate of {where} must be a Rate (e.g. Rate(10, per=timedelta(seconds=1))), got {rate!r}"
+        )
 
 
 @dataclass(frozen=True)

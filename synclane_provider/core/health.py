@@ -69,7 +69,9 @@ class HealthReport:
             return f"queue {self.queue}: healthy"
         lines = [f"queue {self.queue}: {len(self.findings)} problem(s)"]
         lines += [f"- {finding.message}" for finding in self.findings]
-        lines += [f"- … and more {problem} beyond the first {MAX_FINDINGS}" for problem, more in self.more.items() if more]
+        lines += [
+            f"- … and more {problem} beyond the first {MAX_FINDINGS}" for problem, more in self.more.items() if more
+        ]
         return "\n".join(lines)
 
 

@@ -101,8 +101,13 @@ class LaneGate:
         """Hold the job's whole lane for ``wait``, the wait a server named: no job of the lane starts a page before
         it ends. Written before the throttled job's finish, whose take must not find the lane free."""
         until = self._store.pause_lane(self._queue.name, job.lane, wait=wait, now=self._clock())
-        self._log.info("lane %s of queue %s paused until %s (named by the server to %s)",
-                       job.lane, self._queue.name, until.isoformat(), job.describe())
+        self._log.info(
+            "lane %s of queue %s paused until %s (named by the server to %s)",
+            job.lane,
+            self._queue.name,
+            until.isoformat(),
+            job.describe(),
+        )
 
     def _take(self, job: Job, rate: Rate, units: int) -> float:
         return self._store.take_lane_budget(

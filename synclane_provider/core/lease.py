@@ -121,6 +121,10 @@ def why_lost(store: Store, job_id: int, worker: str) -> str:
     if job.leased_by is not None:
         return f"the job was taken over by worker {job.leased_by}"
     if job.error is not None and job.error.startswith(f"WorkerLost: worker {worker} "):
-        return (f"the lease ran out (it lapsed, or was expired or shortened by hand) and another worker took the "
-                f"job over, writing this attempt down as lost; the job is {job.status.value}")
-    return f"the job is {job.status.value} and leased by no one: handed back by hand (or a take of ours was rolled back)"
+        return (
+            f"the lease ran out (it lapsed, or was expired or shortened by hand) and another worker took the "
+            f"job over, writing this attempt down as lost; the job is {job.status.value}"
+        )
+    return (
+        f"the job is {job.status.value} and leased by no one: handed back by hand (or a take of ours was rolled back)"
+    )

@@ -37,23 +37,31 @@ class Metric:
 
 
 JOBS_FINISHED = Metric(
-    "synclane.jobs.finished", Kind.COUNTER, ("queue", "type", "outcome"),
+    "synclane.jobs.finished",
+    Kind.COUNTER,
+    ("queue", "type", "outcome"),
     "a worker's attempt at a job ended; outcome is completed, failed, deferred, abandoned, released (handed back "
     "on a stop), lease_lost or left_running",
 )
 PAGES = Metric("synclane.pages", Kind.COUNTER, ("queue", "type"), "pages handled (the handler returned a page)")
 RECORDS = Metric("synclane.records", Kind.COUNTER, ("queue", "type"), "records the handlers reported storing")
 PAGE_DURATION = Metric(
-    "synclane.page.duration", Kind.TIMER, ("queue", "type"),
+    "synclane.page.duration",
+    Kind.TIMER,
+    ("queue", "type"),
     "handler time of one page, whatever its end (a page, an error, a throttle)",
 )
 TAKE_WAIT = Metric(
-    "synclane.take.wait", Kind.TIMER, ("queue", "type"),
+    "synclane.take.wait",
+    Kind.TIMER,
+    ("queue", "type"),
     "from the moment a job was due (next_run_at) to the moment a worker took it: how far the workers are behind",
 )
 THROTTLES = Metric("synclane.throttles", Kind.COUNTER, ("queue", "type"), "pages whose handler raised JobThrottled")
 LEASE_TAKEOVERS = Metric(
-    "synclane.lease.takeovers", Kind.COUNTER, ("queue", "type"),
+    "synclane.lease.takeovers",
+    Kind.COUNTER,
+    ("queue", "type"),
     "jobs taken over from a worker whose lease lapsed (a worker died or hung)",
 )
 QUEUE_WAITING = Metric(
@@ -62,14 +70,25 @@ QUEUE_WAITING = Metric(
 QUEUE_RUNNING = Metric("synclane.queue.running", Kind.GAUGE, ("queue",), "jobs running")
 QUEUE_ABANDONED = Metric("synclane.queue.abandoned", Kind.GAUGE, ("queue",), "jobs abandoned, waiting for a person")
 QUEUE_MAX_LAG = Metric(
-    "synclane.queue.max_freshness_lag", Kind.GAUGE, ("queue",),
+    "synclane.queue.max_freshness_lag",
+    Kind.GAUGE,
+    ("queue",),
     "seconds: the largest freshness lag among the owners the owner source lists (now minus the end of the newest "
     "completed window of a windowed type); 0 while none has completed a window",
 )
 
 CATALOGUE: tuple[Metric, ...] = (
-    JOBS_FINISHED, PAGES, RECORDS, PAGE_DURATION, TAKE_WAIT, THROTTLES, LEASE_TAKEOVERS,
-    QUEUE_WAITING, QUEUE_RUNNING, QUEUE_ABANDONED, QUEUE_MAX_LAG,
+    JOBS_FINISHED,
+    PAGES,
+    RECORDS,
+    PAGE_DURATION,
+    TAKE_WAIT,
+    THROTTLES,
+    LEASE_TAKEOVERS,
+    QUEUE_WAITING,
+    QUEUE_RUNNING,
+    QUEUE_ABANDONED,
+    QUEUE_MAX_LAG,
 )
 """Every metric the engine emits."""
 

@@ -168,7 +168,9 @@ class Monitor:
         lanes = [
             Lane(
                 lane=row["lane"],
-                running=None if row["running_id"] is None else RunningJob(
+                running=None
+                if row["running_id"] is None
+                else RunningJob(
                     id=row["running_id"],
                     owner=row["running_owner"],
                     type=row["running_type"],
@@ -206,7 +208,12 @@ class Monitor:
         with failed, deferred or abandoned jobs with ``troubled``."""
         self.operations.synclane.queue(queue)
         rows = self._rows(
-            "owners", queue=queue, after=after, owner=owner, troubled=bool(troubled), limit=_limit(limit),
+            "owners",
+            queue=queue,
+            after=after,
+            owner=owner,
+            troubled=bool(troubled),
+            limit=_limit(limit),
             now=self.operations._now(now),
         )
         owners = [

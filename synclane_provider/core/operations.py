@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import logging
 import time
-from datetime import datetime, timedelta, timezone
 from collections.abc import Sequence
+from datetime import datetime, timedelta, timezone
 
 from synclane_provider.core import health, planner, retention
 from synclane_provider.core.clock import Clock, database_clock
@@ -19,10 +19,9 @@ from synclane_provider.core.planner import PlanSummary
 from synclane_provider.core.planning import instant_key, instant_text, utc
 from synclane_provider.core.records import Activity, Cancelled, Job, Progress
 from synclane_provider.core.retention import Pruned
+from synclane_provider.core.states import JobMode, JobStatus
 from synclane_provider.core.store import Store
 from synclane_provider.core.transient import Backoff, passes_from_anywhere
-from synclane_provider.core.states import JobMode, JobStatus
-
 
 log = logging.getLogger(__name__)
 
@@ -100,11 +99,18 @@ class Operations:
         priority = declared.priority_of(type)
         listed = resolve_owner(declared, owner, lane=lane)
         now = self._now(now)
-        for name, value in (("window_start", window_start), ("window_end", window_end), ("run_at", run_at), ("now", now)):
+        for name, value in (
+            ("window_start", window_start),
+            ("window_end", window_end),
+            ("run_at", run_at),
+            ("now", now),
+        ):
             if value is not None and (not isinstance(value, datetime) or value.utcoffset() is None):
                 raise DeclarationError(f"{name} must be a timezone-aware datetime, got {value!r}")
         if (window_start is None) != (window_end is None):
-            raise DeclarationError(f"give both window_start and window_end, or neither (got {window_start!r}, {window_end!r})")
+            raise DeclarationError(
+                f"give both window_start and window_end, or neither (got {window_start!r}, {window_end!r})"
+            )
         windowed = isinstance(declared.job_type(type), WindowedType)
         if windowed and window_start is None:
             raise DeclarationError(f"job type {type!r} is windowed: give the window_start and window_end of the job")
@@ -168,7 +174,9 @@ class Operations:
         declared = self.synclane.queue(queue)
         if type is not None:
             declared.job_type(type)
-        return self.store.cancel(queue, owner, type=type, error=storable_text(f"Cancelled: {reason}"), now=self._now(now))
+        return self.store.cancel(
+            queue, owner, type=type, error=storable_text(f"Cancelled: {reason}"), now=self._now(now)
+        )
 
     def release(self, queue: str, job_id: int, *, now: datetime | None = None) -> bool:
         """Hand a running job back now: pending at its cursor, due at once, the attempt not counted.

@@ -100,7 +100,9 @@ class PageThread:
                     stopped_at = stopped_at if stopped_at is not None else time.monotonic()
                     if time.monotonic() - stopped_at >= stop_grace:
                         self._leave_behind()
-                        raise PageLeftBehind(f"asked to stop, and the page was still running {_seconds(stop_grace)} later")
+                        raise PageLeftBehind(
+                            f"asked to stop, and the page was still running {_seconds(stop_grace)} later"
+                        )
         finally:
             self._current = None
         if call.error is not None:

@@ -16,10 +16,9 @@ Three mistakes this rule exists to prevent:
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-
-import functools
 
 import pendulum
 
@@ -40,8 +39,6 @@ class Coverage:
     """Newest window end among initial and recurring jobs."""
     first_created_at: datetime | None = None
     """When the owner's first job of this type was created."""
-
-
 
 
 @dataclass(frozen=True)
@@ -90,7 +87,9 @@ def instant_key(mode: JobMode, instant: datetime) -> str:
 
 
 @functools.lru_cache(maxsize=256)
-def slices_back(newest_end: datetime, oldest_start: datetime, length: timedelta) -> tuple[tuple[datetime, datetime], ...]:
+def slices_back(
+    newest_end: datetime, oldest_start: datetime, length: timedelta
+) -> tuple[tuple[datetime, datetime], ...]:
     """Windows of ``length`` from ``newest_end`` back to ``oldest_start``, newest first; the oldest one is clipped."""
     windows = []
     end = newest_end
@@ -156,6 +155,7 @@ def _plan_windowed(job_type: WindowedType, coverage: Coverage, now: datetime) ->
             )
         )
     planned.extend(
-        PlannedJob(job_type.name, JobMode.INITIAL, start, end, instant_key(JobMode.INITIAL, start)) for start, end in history
+        PlannedJob(job_type.name, JobMode.INITIAL, start, end, instant_key(JobMode.INITIAL, start))
+        for start, end in history
     )
     return planned

@@ -55,7 +55,9 @@ class Rate:
         if isinstance(self.burst, bool) or not isinstance(self.burst, int) or self.burst < 0:
             raise DeclarationError(f"Rate burst must be an integer of zero or more, got {self.burst!r}")
         if isinstance(self.headroom, bool) or not isinstance(self.headroom, (int, float)) or not 0 <= self.headroom < 1:
-            raise DeclarationError(f"Rate headroom must be a fraction from 0 up to (not including) 1, got {self.headroom!r}")
+            raise DeclarationError(
+                f"Rate headroom must be a fraction from 0 up to (not including) 1, got {self.headroom!r}"
+            )
         if self.interval < timedelta(microseconds=1):
             raise DeclarationError(
                 f"Rate of {self.requests} per {duration_text(self.per)} is finer than a microsecond a request, "

@@ -81,8 +81,16 @@ class Job:
         return f"{self.owner}/{self.type}{window} #{self.id}"
 
 
-_TIMES = ("window_start", "window_end", "next_run_at", "lease_expires_at", "created_at", "started_at",
-          "heartbeat_at", "completed_at")
+_TIMES = (
+    "window_start",
+    "window_end",
+    "next_run_at",
+    "lease_expires_at",
+    "created_at",
+    "started_at",
+    "heartbeat_at",
+    "completed_at",
+)
 
 
 @dataclass(frozen=True)

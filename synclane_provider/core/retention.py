@@ -84,6 +84,9 @@ def prune(
     if deleted:
         log.info(
             "queue %s: %s finished job(s) older than %s pruned in %s batch(es)",
-            queue, deleted, duration_text(older_than), batches,
+            queue,
+            deleted,
+            duration_text(older_than),
+            batches,
         )
     return Pruned(queue, deleted, batches, more)

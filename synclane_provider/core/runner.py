@@ -8,7 +8,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import timedelta
 from enum import Enum
 
 from synclane_provider.core.clock import Clock
@@ -18,8 +18,8 @@ from synclane_provider.core.errors import JobThrottled, UnknownJobTypeError
 from synclane_provider.core.lane_gate import LaneGate
 from synclane_provider.core.lease import LeaseKeeper, why_lost
 from synclane_provider.core.metrics import NO_METRICS, PAGE_DURATION, PAGES, RECORDS, THROTTLES, Metrics
-from synclane_provider.core.pages import PageLeftBehind, PageThread
 from synclane_provider.core.outcomes import describe_error, lost_attempt
+from synclane_provider.core.pages import PageLeftBehind, PageThread
 from synclane_provider.core.records import Job, Page
 from synclane_provider.core.states import JobStatus
 from synclane_provider.core.store import Finish, Store
@@ -248,8 +248,12 @@ class JobRunner:
 
     def _release(self, job: Job, pages: int, records: int) -> RunResult:
         resent = self._store.session.resent
-        released = self._store.release(job.id, worker=self._worker, processed_count=job.processed_count, now=self._clock())
-        if not released and not self._landed(job, resent, status=JobStatus.PENDING, processed_count=job.processed_count):
+        released = self._store.release(
+            job.id, worker=self._worker, processed_count=job.processed_count, now=self._clock()
+        )
+        if not released and not self._landed(
+            job, resent, status=JobStatus.PENDING, processed_count=job.processed_count
+        ):
             return self._lost(job, pages, records)
         self._store.notify(self._queue.name)  # the job is due again: wake an idle worker to take it over
         result = RunResult(job, Outcome.RELEASED, pages, records, waited=self._waited_so_far())

@@ -150,9 +150,7 @@ class Store:
 
     # -- planning ---------------------------------------------------------------------------------------------
 
-    def move_lanes(
-        self, queue: str, owners: Sequence[str], lanes: Sequence[str], lane_widths: Sequence[int]
-    ) -> int:
+    def move_lanes(self, queue: str, owners: Sequence[str], lanes: Sequence[str], lane_widths: Sequence[int]) -> int:
         """Move the owners' waiting jobs into the lanes and widths given (pairwise); returns how many moved."""
         return len(
             self.session.run(
@@ -231,7 +229,14 @@ class Store:
         before: int | None = None,
     ) -> list[Job]:
         rows = self.session.run(
-            "list_jobs", queue=queue, owner=owner, status=status, type=type, mode=mode, before=before, limit=limit,
+            "list_jobs",
+            queue=queue,
+            owner=owner,
+            status=status,
+            type=type,
+            mode=mode,
+            before=before,
+            limit=limit,
             prepare=False,
         )
         return [Job.from_row(row) for row in rows]
@@ -255,13 +260,9 @@ class Store:
         assert row is not None
         return Wakeup(**row)
 
-    def owners_still_loading(
-        self, queue: str, owners: Sequence[str], *, type: str | None, settled: bool
-    ) -> list[str]:
+    def owners_still_loading(self, queue: str, owners: Sequence[str], *, type: str | None, settled: bool) -> list[str]:
         """Of ``owners``, those whose initial load is not complete (with ``settled``: not settled)."""
-        rows = self.session.run(
-            "initial_load_waiting", queue=queue, owners=list(owners), type=type, settled=settled
-        )
+        rows = self.session.run("initial_load_waiting", queue=queue, owners=list(owners), type=type, settled=settled)
         return [row["owner"] for row in rows]
 
     def prune(self, queue: str, *, older_than: timedelta, now: datetime | None, batch: int) -> tuple[int, int]:

@@ -76,11 +76,15 @@ class TableWatch:
         """What :meth:`Store.wakeup <synclane_provider.core.store.Store.wakeup>` says, by the database's clock;
         with a ``waiter`` key, ``takeable`` only when it is this connection's turn among its holders."""
         key = self._waiter or (None, None)
-        [row] = await self._rows("worker_wakeup", queue=self._queue, now=None, waiter_class=key[0], waiter_object=key[1])
+        [row] = await self._rows(
+            "worker_wakeup", queue=self._queue, now=None, waiter_class=key[0], waiter_object=key[1]
+        )
         return Wakeup(**row)
 
     async def owners_still_loading(self, owners: Sequence[str], *, type: str | None, settled: bool) -> list[str]:
-        rows = await self._rows("initial_load_waiting", queue=self._queue, owners=list(owners), type=type, settled=settled)
+        rows = await self._rows(
+            "initial_load_waiting", queue=self._queue, owners=list(owners), type=type, settled=settled
+        )
         return [row["owner"] for row in rows]
 
     async def initial_loads_complete(self, *, type: str | None) -> list[str]:

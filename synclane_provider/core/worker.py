@@ -17,20 +17,20 @@ import uuid
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 import psycopg.errors
 
 from synclane_provider.core.clock import Clock, database_clock
 from synclane_provider.core.database import Database, Session
-from synclane_provider.core.errors import DatabaseUnavailableError
 from synclane_provider.core.declarations import SyncLane
-from synclane_provider.core.lane_gate import LaneGate
+from synclane_provider.core.errors import DatabaseUnavailableError
 from synclane_provider.core.landed import Landed
+from synclane_provider.core.lane_gate import LaneGate
 from synclane_provider.core.lease import LeaseKeeper
 from synclane_provider.core.metrics import JOBS_FINISHED, LEASE_TAKEOVERS, NO_METRICS, TAKE_WAIT, Metrics
-from synclane_provider.core.records import Activity, Job
 from synclane_provider.core.pages import PageThread
+from synclane_provider.core.records import Activity, Job
 from synclane_provider.core.runner import DEFAULT_STOP_GRACE, JobRunner, Outcome, RunResult
 from synclane_provider.core.states import JobMode
 from synclane_provider.core.store import Finish, FinishAndTake, Store, Taken
@@ -190,7 +190,11 @@ class WorkerSlot:
     def _finish_and_take(self, finish: Finish | None, *, take: bool) -> FinishAndTake:
         """Finish the last job (if any) and lease the next (if ``take``), in one statement."""
         done = self.store.finish_and_take(
-            queue=self.queue.name, worker=self.worker_id, lease=self.queue.lease, finish=finish, take=take,
+            queue=self.queue.name,
+            worker=self.worker_id,
+            lease=self.queue.lease,
+            finish=finish,
+            take=take,
             now=self.clock(),
         )
         if take and done.taken is None:
@@ -411,7 +415,9 @@ class WorkerPool:
         :meth:`drain` and move the clock yourself. The slots' connections are closed when it returns.
         """
         if self.clock() is not None:
-            raise ValueError("run_until_settled() waits for time to pass; with a pinned clock use drain() and advance it")
+            raise ValueError(
+                "run_until_settled() waits for time to pass; with a pinned clock use drain() and advance it"
+            )
         return self._on_threads(lambda slot: self._work(slot, ends=lambda activity: activity.settled))
 
     def run(self) -> Summary:
@@ -487,7 +493,9 @@ class WorkerPool:
             log.warning(
                 "pool of %s slot(s) for queue %s, but the server has room for %s more connection(s) "
                 "(max_connections, or the role's CONNECTION LIMIT): some slots will wait to connect",
-                self.slots, self.queue.name, room,
+                self.slots,
+                self.queue.name,
+                room,
             )
 
     def _wake(self, *, everyone: bool = False) -> None:

@@ -12,8 +12,8 @@ import asyncio
 from typing import Any
 
 import psycopg
-from psycopg.conninfo import make_conninfo
 from airflow.providers.postgres.hooks.postgres import PostgresHook
+from psycopg.conninfo import make_conninfo
 
 from synclane_provider.core import Database, SyncLane
 

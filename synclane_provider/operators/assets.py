@@ -9,6 +9,7 @@ from airflow.sdk import BaseOperator
 
 from synclane_provider.assets import alias, emit_landed
 from synclane_provider.core.landed import Landed
+from synclane_provider.locate import declaration_argument
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -28,21 +29,30 @@ class SyncLaneAssetsOperator(BaseOperator):
     What a slot's failed try completed is not announced (the table has it; the retry starts afresh): the
     events are a wake-up with a summary, and a downstream DAG that must see every record reads the data.
 
-    :param synclane: import path of the declaration, ``"package.module:attribute"``.
+    :param declaration: import path of the declaration, ``"package.module:attribute"``.
     :param synclane_queue: the queue the slots worked.
     :param worker_task_id: the task id of the (mapped) worker operator.
     """
 
-    template_fields: Sequence[str] = ("synclane", "synclane_queue")
+    template_fields: Sequence[str] = ("declaration", "synclane_queue")
     ui_color = "#e8f4e1"
 
-    def __init__(self, *, synclane: str, synclane_queue: str, worker_task_id: str = "work", **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        declaration: str | None = None,
+        synclane_queue: str,
+        worker_task_id: str = "work",
+        synclane: str | None = None,
+        **kwargs: Any,
+    ) -> None:
         kwargs.setdefault("trigger_rule", "all_done")
         outlets = kwargs.pop("outlets", None) or []
         # Declared when the DAG is parsed: Airflow records the alias then, and events only for declared outlets.
-        super().__init__(outlets=[*(outlets if isinstance(outlets, list) else [outlets]), alias(synclane_queue)],
-                         **kwargs)
-        self.synclane = synclane
+        super().__init__(
+            outlets=[*(outlets if isinstance(outlets, list) else [outlets]), alias(synclane_queue)], **kwargs
+        )
+        self.declaration = declaration_argument(declaration, synclane)
         self.synclane_queue = synclane_queue
         self.worker_task_id = worker_task_id
 
@@ -53,7 +63,11 @@ class SyncLaneAssetsOperator(BaseOperator):
         for summary in summaries:
             if isinstance(summary, dict) and summary.get("landed"):
                 landed.merge(Landed.from_dict(summary["landed"]))
-        emitted = emit_landed(context, self.synclane, self.synclane_queue, landed, self.log)
-        self.log.info("queue %s: %s slot summary(ies) read, %s asset event(s) emitted", self.synclane_queue,
-                      len(summaries), emitted)
+        emitted = emit_landed(context, self.declaration, self.synclane_queue, landed, self.log)
+        self.log.info(
+            "queue %s: %s slot summary(ies) read, %s asset event(s) emitted",
+            self.synclane_queue,
+            len(summaries),
+            emitted,
+        )
         return {type_name: landed.extra(self.synclane_queue, type_name) for type_name in sorted(landed.by_type)}

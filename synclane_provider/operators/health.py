@@ -11,7 +11,7 @@ from airflow.sdk.exceptions import AirflowException
 
 from synclane_provider.core import DeclarationError, Operations
 from synclane_provider.hooks.synclane import SyncLaneHook
-from synclane_provider.locate import locate_queue
+from synclane_provider.locate import declaration_argument, locate_queue
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -56,7 +56,7 @@ class SyncLaneHealthCheckOperator(BaseOperator):
 
     Returns ``{"queue", "healthy": True}`` (pushed to XCom) when it passes.
 
-    :param synclane: import path of the declaration, ``"package.module:attribute"``.
+    :param declaration: import path of the declaration, ``"package.module:attribute"``.
     :param synclane_queue: name of the queue to check.
     :param abandoned_since: start of the range of abandonments to report (default: the data interval's start).
     :param abandoned_until: its end, excluded (default: the data interval's end).
@@ -64,29 +64,34 @@ class SyncLaneHealthCheckOperator(BaseOperator):
     """
 
     template_fields: Sequence[str] = (
-        "synclane", "synclane_queue", "abandoned_since", "abandoned_until", "synclane_conn_id"
+        "declaration",
+        "synclane_queue",
+        "abandoned_since",
+        "abandoned_until",
+        "synclane_conn_id",
     )
     ui_color = "#f7e1d9"
 
     def __init__(
         self,
         *,
-        synclane: str,
+        declaration: str | None = None,
         synclane_queue: str,
         abandoned_since: datetime | str | None = None,
         abandoned_until: datetime | str | None = None,
         synclane_conn_id: str = SyncLaneHook.default_conn_name,
+        synclane: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        self.synclane = synclane
+        self.declaration = declaration_argument(declaration, synclane)
         self.synclane_queue = synclane_queue
         self.abandoned_since = abandoned_since
         self.abandoned_until = abandoned_until
         self.synclane_conn_id = synclane_conn_id
 
     def execute(self, context: Context) -> dict[str, Any]:
-        declaration, queue = locate_queue(self.synclane, self.synclane_queue)
+        declaration, queue = locate_queue(self.declaration, self.synclane_queue)
         since = _instant("abandoned_since", self.abandoned_since or context.get("data_interval_start"))
         until = _instant("abandoned_until", self.abandoned_until or context.get("data_interval_end"))
         if since is not None and until is not None and since >= until:
@@ -95,7 +100,8 @@ class SyncLaneHealthCheckOperator(BaseOperator):
             self.log.warning(
                 "the run's range of abandonments [%s, %s) is empty: reporting every abandoned job; schedule the "
                 "check with a data interval timetable (DeltaDataIntervalTimetable) to report each one once",
-                since.isoformat(), until.isoformat(),
+                since.isoformat(),
+                until.isoformat(),
             )
             since = until = None
         database = SyncLaneHook(synclane_conn_id=self.synclane_conn_id).get_database(declaration)
@@ -103,7 +109,9 @@ class SyncLaneHealthCheckOperator(BaseOperator):
             report = operations.check_health(queue.name, abandoned_since=since, abandoned_until=until)
         self.log.info(
             "queue %s checked (abandoned from %s to %s): %s problem(s)",
-            queue.name, since.isoformat() if since else "ever", until.isoformat() if until else "now",
+            queue.name,
+            since.isoformat() if since else "ever",
+            until.isoformat() if until else "now",
             len(report.findings),
         )
         if not report.healthy:

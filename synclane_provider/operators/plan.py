@@ -11,7 +11,7 @@ from airflow.sdk import BaseOperator
 from synclane_provider.core import Operations, SyncLane
 from synclane_provider.core.durations import duration_text
 from synclane_provider.hooks.synclane import SyncLaneHook
-from synclane_provider.locate import locate_queue
+from synclane_provider.locate import declaration_argument, locate_queue
 from synclane_provider.stats import AirflowStats
 
 if TYPE_CHECKING:
@@ -40,33 +40,34 @@ class SyncLanePlanOperator(BaseOperator):
     minute whatever the workers do. A failure to read them is logged, never
     fails the planning.
 
-    :param synclane: import path of the declaration, ``"package.module:attribute"``.
+    :param declaration: import path of the declaration, ``"package.module:attribute"``.
     :param synclane_queue: name of the queue to plan (``queue`` is the executor's queue in Airflow).
     :param owner_id: plan only this owner (it must be listed by the owner source); ``owner`` is the task's
         owner in Airflow.
     :param synclane_conn_id: Airflow connection to the database of the jobs table.
     """
 
-    template_fields: Sequence[str] = ("synclane", "synclane_queue", "owner_id", "synclane_conn_id")
+    template_fields: Sequence[str] = ("declaration", "synclane_queue", "owner_id", "synclane_conn_id")
     ui_color = "#e8f4d9"
 
     def __init__(
         self,
         *,
-        synclane: str,
+        declaration: str | None = None,
         synclane_queue: str,
         owner_id: str | None = None,
         synclane_conn_id: str = SyncLaneHook.default_conn_name,
+        synclane: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        self.synclane = synclane
+        self.declaration = declaration_argument(declaration, synclane)
         self.synclane_queue = synclane_queue
         self.owner_id = owner_id
         self.synclane_conn_id = synclane_conn_id
 
     def execute(self, context: Context) -> dict[str, Any]:
-        declaration, queue = locate_queue(self.synclane, self.synclane_queue)
+        declaration, queue = locate_queue(self.declaration, self.synclane_queue)
         database = SyncLaneHook(synclane_conn_id=self.synclane_conn_id).get_database(declaration)
         with Operations(declaration, database) as operations:
             # A passing database error is waited out, but never into the next run's time.
@@ -78,11 +79,17 @@ class SyncLanePlanOperator(BaseOperator):
             )
             for job_type, inserted in summary.inserted.items():
                 self.log.info(
-                    "queue %s, type %s: %s job(s) inserted for %s owner(s)", queue.name, job_type, inserted, summary.owners
+                    "queue %s, type %s: %s job(s) inserted for %s owner(s)",
+                    queue.name,
+                    job_type,
+                    inserted,
+                    summary.owners,
                 )
             if pruned is not None:
                 self.log.info(
-                    "queue %s: %s finished job(s) older than %s pruned%s", queue.name, pruned.deleted,
+                    "queue %s: %s finished job(s) older than %s pruned%s",
+                    queue.name,
+                    pruned.deleted,
                     duration_text(queue.retention),
                     " (more left for the next run)" if pruned.more else "",
                 )
@@ -105,5 +112,9 @@ class SyncLanePlanOperator(BaseOperator):
         lag = duration_text(gauges.max_freshness_lag) if gauges.max_freshness_lag is not None else "none yet"
         self.log.info(
             "queue %s: %s job(s) waiting, %s running, %s abandoned; largest freshness lag %s",
-            queue, gauges.waiting, gauges.running, gauges.abandoned, lag,
+            queue,
+            gauges.waiting,
+            gauges.running,
+            gauges.abandoned,
+            lag,
         )

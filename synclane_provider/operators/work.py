@@ -13,11 +13,11 @@ from airflow.sdk.exceptions import AirflowException
 
 from synclane_provider.assets import alias, emit_landed
 from synclane_provider.core import Summary, WorkerSlot
-from synclane_provider.core.landed import Landed
 from synclane_provider.core.durations import parse_duration
+from synclane_provider.core.landed import Landed
 from synclane_provider.core.worker import new_worker_id
 from synclane_provider.hooks.synclane import SyncLaneHook
-from synclane_provider.locate import locate_queue
+from synclane_provider.locate import declaration_argument, locate_queue
 from synclane_provider.stats import AirflowStats
 from synclane_provider.triggers.due import JobDueTrigger
 
@@ -94,7 +94,7 @@ class SyncLaneWorkOperator(BaseOperator):
     cursor after the current page, and the task fails. Prefer ``max_run_time``
     to ``execution_timeout``: the latter interrupts a page in flight.
 
-    :param synclane: import path of the declaration, ``"package.module:attribute"``.
+    :param declaration: import path of the declaration, ``"package.module:attribute"``.
     :param synclane_queue: name of the queue to work (``queue`` is the executor's queue in Airflow).
     :param slot: which concurrency slot this task is (names the worker in ``leased_by`` and the UI);
         map over ``range(queue.concurrency)`` to run every slot.
@@ -115,13 +115,19 @@ class SyncLaneWorkOperator(BaseOperator):
         the task), and a mapped task's outlets are not known when the DAG is parsed.
     """
 
-    template_fields: Sequence[str] = ("synclane", "synclane_queue", "synclane_conn_id", "idle_timeout", "max_run_time")
+    template_fields: Sequence[str] = (
+        "declaration",
+        "synclane_queue",
+        "synclane_conn_id",
+        "idle_timeout",
+        "max_run_time",
+    )
     ui_color = "#d9ecf7"
 
     def __init__(
         self,
         *,
-        synclane: str,
+        declaration: str | None = None,
         synclane_queue: str,
         slot: int = 0,
         synclane_conn_id: str = SyncLaneHook.default_conn_name,
@@ -130,6 +136,7 @@ class SyncLaneWorkOperator(BaseOperator):
         give_up_after: timedelta = timedelta(minutes=5),
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
         emit_assets: bool = False,
+        synclane: str | None = None,
         **kwargs: Any,
     ) -> None:
         kwargs.setdefault("map_index_template", "{{ task.synclane_queue }} slot {{ task.slot }}")
@@ -141,7 +148,7 @@ class SyncLaneWorkOperator(BaseOperator):
         for name, value in (("idle_timeout", idle_timeout), ("max_run_time", max_run_time)):
             if not _templated(value):
                 parse_duration(name, value)  # a bad value fails when the DAG is parsed, not hours later
-        self.synclane = synclane
+        self.declaration = declaration_argument(declaration, synclane)
         self.synclane_queue = synclane_queue
         self.slot = slot
         self.synclane_conn_id = synclane_conn_id
@@ -180,7 +187,7 @@ class SyncLaneWorkOperator(BaseOperator):
         self.log.warning("stop requested: the running job, if any, is handed back after its current page")
 
     def _work(self, state: WorkState) -> dict[str, Any]:
-        declaration, queue = locate_queue(self.synclane, self.synclane_queue)
+        declaration, queue = locate_queue(self.declaration, self.synclane_queue)
         idle_timeout = parse_duration("idle_timeout", self.idle_timeout)
         run_until = state.started_at + parse_duration("max_run_time", self.max_run_time)
         worker = WorkerSlot(
@@ -277,4 +284,4 @@ class SyncLaneWorkOperator(BaseOperator):
     def _emit_assets(self, landed: Landed) -> None:
         """One asset event per type whose jobs completed in this run, its ``extra`` naming owners and windows."""
         if self.emit_assets and self._context is not None:
-            emit_landed(self._context, self.synclane, self.synclane_queue, landed, self.log)
+            emit_landed(self._context, self.declaration, self.synclane_queue, landed, self.log)

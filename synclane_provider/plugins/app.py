@@ -114,7 +114,9 @@ def create_app(read_access: Callable[[], Any] = _read_access, edit_access: Calla
         limit: int = Query(50, ge=1, le=MAX_PAGE),
     ) -> dict[str, Any]:
         with _answering() as operations:
-            return plain(Monitor(operations).owners(queue, after=after, owner=owner or None, troubled=troubled, limit=limit))
+            return plain(
+                Monitor(operations).owners(queue, after=after, owner=owner or None, troubled=troubled, limit=limit)
+            )
 
     @app.get("/api/queues/{queue}/owners/{owner}/progress", summary="One owner's initial-load progress")
     def progress(queue: str, owner: str, type: str | None = None) -> dict[str, Any]:
@@ -134,8 +136,13 @@ def create_app(read_access: Callable[[], Any] = _read_access, edit_access: Calla
     ) -> dict[str, Any]:
         with _answering() as operations:
             page = Monitor(operations).jobs(
-                queue, owner=owner or None, type=type or None, status=status or None, mode=mode or None,
-                before=before, limit=limit,
+                queue,
+                owner=owner or None,
+                type=type or None,
+                status=status or None,
+                mode=mode or None,
+                before=before,
+                limit=limit,
             )
             return plain(page)
 
@@ -147,36 +154,54 @@ def create_app(read_access: Callable[[], Any] = _read_access, edit_access: Calla
                 raise HTTPException(404, f"no job {job_id}")
             return plain(found)
 
-    @app.post("/api/queues/{queue}/requeue", dependencies=[edit_access()],
-              summary="Fresh attempts for failed, deferred and abandoned jobs (a job, an owner, an owner's type)")
+    @app.post(
+        "/api/queues/{queue}/requeue",
+        dependencies=[edit_access()],
+        summary="Fresh attempts for failed, deferred and abandoned jobs (a job, an owner, an owner's type)",
+    )
     def requeue(queue: str, body: RequeueBody) -> dict[str, Any]:
         with _answering() as operations:
             count = operations.requeue(queue, owner=body.owner or None, type=body.type or None, job_id=body.job_id)
         if body.job_id is not None:
-            message = (f"Requeued job #{body.job_id} of queue {queue}: pending, from its cursor." if count else
-                       f"Job #{body.job_id} of queue {queue} is not failed, deferred or abandoned: nothing requeued.")
+            message = (
+                f"Requeued job #{body.job_id} of queue {queue}: pending, from its cursor."
+                if count
+                else f"Job #{body.job_id} of queue {queue} is not failed, deferred or abandoned: nothing requeued."
+            )
         else:
             scope = _scope(queue, body.owner, body.type)
-            message = (f"Requeued {_jobs_word(count)} {scope}: pending, each from its cursor." if count else
-                       f"Nothing to requeue {scope}: no failed, deferred or abandoned job.")
+            message = (
+                f"Requeued {_jobs_word(count)} {scope}: pending, each from its cursor."
+                if count
+                else f"Nothing to requeue {scope}: no failed, deferred or abandoned job."
+            )
         return {"requeued": count, "message": message}
 
-    @app.post("/api/queues/{queue}/cancel", dependencies=[edit_access()],
-              summary="Stop an owner's work: waiting jobs abandoned now, a running one after its page")
+    @app.post(
+        "/api/queues/{queue}/cancel",
+        dependencies=[edit_access()],
+        summary="Stop an owner's work: waiting jobs abandoned now, a running one after its page",
+    )
     def cancel(queue: str, body: CancelBody) -> dict[str, Any]:
         with _answering() as operations:
             done = operations.cancel(queue, body.owner, body.reason, type=body.type or None)
         scope = _scope(queue, body.owner, body.type)
-        return {**plain(done), "message": f"Cancelled {scope}: {_jobs_word(done.abandoned)} abandoned now, "
-                                           f"{_jobs_word(done.stopping)} stopping after the current page."}
+        return {
+            **plain(done),
+            "message": f"Cancelled {scope}: {_jobs_word(done.abandoned)} abandoned now, "
+            f"{_jobs_word(done.stopping)} stopping after the current page.",
+        }
 
     @app.post("/api/queues/{queue}/plan", dependencies=[edit_access()], summary="Plan the queue (or one owner) now")
     def plan(queue: str, body: PlanBody) -> dict[str, Any]:
         with _answering() as operations:
             summary = operations.plan(queue, owner=body.owner or None)
         scope = _scope(queue, body.owner, None)
-        return {**plain(summary), "total": summary.total,
-                "message": f"Planned {scope}: {_jobs_word(summary.total)} added."}
+        return {
+            **plain(summary),
+            "total": summary.total,
+            "message": f"Planned {scope}: {_jobs_word(summary.total)} added.",
+        }
 
     return app
 

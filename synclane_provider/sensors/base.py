@@ -12,7 +12,7 @@ from airflow.sdk.exceptions import AirflowException
 
 from synclane_provider.core import Operations, Queue, SyncLane
 from synclane_provider.hooks.synclane import SyncLaneHook
-from synclane_provider.locate import locate_queue
+from synclane_provider.locate import declaration_argument, locate_queue
 from synclane_provider.triggers.base import TableTrigger
 
 if TYPE_CHECKING:
@@ -24,7 +24,7 @@ class TableSensor(BaseSensorOperator):
     condition already holds and otherwise defers to the trigger of :meth:`trigger` (never holding a worker
     slot while waiting), else it pokes every ``poke_interval``.
 
-    :param synclane: import path of the declaration, ``"package.module:attribute"``.
+    :param declaration: import path of the declaration, ``"package.module:attribute"``.
     :param synclane_queue: the queue (``queue`` is the executor's queue in Airflow).
     :param synclane_conn_id: Airflow connection to the database of the jobs table.
     :param deferrable: wait on the triggerer; defaults to ``[operators] default_deferrable``.
@@ -35,14 +35,15 @@ class TableSensor(BaseSensorOperator):
     def __init__(
         self,
         *,
-        synclane: str,
+        declaration: str | None = None,
         synclane_queue: str,
         synclane_conn_id: str = SyncLaneHook.default_conn_name,
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
+        synclane: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        self.synclane = synclane
+        self.declaration = declaration_argument(declaration, synclane)
         self.synclane_queue = synclane_queue
         self.synclane_conn_id = synclane_conn_id
         self.deferrable = deferrable
@@ -66,7 +67,7 @@ class TableSensor(BaseSensorOperator):
     @contextmanager
     def operations(self) -> Iterator[tuple[Operations, Queue]]:
         """The engine's operations on the table, opened when a task runs (never at parse time)."""
-        declaration, queue = locate_queue(self.synclane, self.synclane_queue)
+        declaration, queue = locate_queue(self.declaration, self.synclane_queue)
         database = SyncLaneHook(synclane_conn_id=self.synclane_conn_id).get_database(declaration)
         with Operations(declaration, database) as operations:
             yield operations, queue
@@ -75,7 +76,7 @@ class TableSensor(BaseSensorOperator):
         if not self.deferrable:
             super().execute(context=context)
         elif not self.poke(context):
-            declaration, queue = locate_queue(self.synclane, self.synclane_queue)
+            declaration, queue = locate_queue(self.declaration, self.synclane_queue)
             self.defer(
                 trigger=self.trigger(declaration, queue),
                 method_name="execute_complete",

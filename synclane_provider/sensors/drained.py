@@ -25,7 +25,7 @@ class SyncLaneDrainedSensor(TableSensor):
     (The other parameters are :class:`~synclane_provider.sensors.base.TableSensor`'s.)
     """
 
-    template_fields: Sequence[str] = ("synclane", "synclane_queue", "lane", "synclane_conn_id")
+    template_fields: Sequence[str] = ("declaration", "synclane_queue", "lane", "synclane_conn_id")
 
     def __init__(self, *, lane: str | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -38,7 +38,9 @@ class SyncLaneDrainedSensor(TableSensor):
         with self.operations() as (operations, queue):
             activity = operations.activity(queue.name, lane=self.lane or None)
         if not activity.drained:
-            self.log.info("not drained yet: %s (running=%s, due=%s)", self.waiting_for(), activity.running, activity.due)
+            self.log.info(
+                "not drained yet: %s (running=%s, due=%s)", self.waiting_for(), activity.running, activity.due
+            )
             return False
         self.log.info("drained: %s", self.waiting_for())
         return True

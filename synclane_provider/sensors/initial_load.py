@@ -32,7 +32,7 @@ class SyncLaneInitialLoadSensor(TableSensor):
     (The other parameters are :class:`~synclane_provider.sensors.base.TableSensor`'s.)
     """
 
-    template_fields: Sequence[str] = ("synclane", "synclane_queue", "owner_id", "job_type", "synclane_conn_id")
+    template_fields: Sequence[str] = ("declaration", "synclane_queue", "owner_id", "job_type", "synclane_conn_id")
 
     def __init__(
         self,
@@ -66,7 +66,13 @@ class SyncLaneInitialLoadSensor(TableSensor):
         self._still_loading = waiting
         if waiting:
             shown = ", ".join(waiting[:5]) + (", …" if len(waiting) > 5 else "")
-            self.log.info("initial load of queue %s not complete for %s of %s owner(s): %s", queue.name, len(waiting), len(owners), shown)
+            self.log.info(
+                "initial load of queue %s not complete for %s of %s owner(s): %s",
+                queue.name,
+                len(waiting),
+                len(owners),
+                shown,
+            )
             return False
         self.log.info("initial load of queue %s complete for %s owner(s)", queue.name, len(owners))
         return True
@@ -85,8 +91,12 @@ class SyncLaneInitialLoadSensor(TableSensor):
     def execute_complete(self, context: Context, event: dict[str, Any]) -> None:
         if event.get("status") == "success" and event.get("more"):
             # The trigger waited for the first part of the owners: look at them all again, and wait on.
-            self.log.info("initial load of queue %s complete for %s owner(s); %s more to look at",
-                          self.synclane_queue, event.get("owners"), event.get("more"))
+            self.log.info(
+                "initial load of queue %s complete for %s owner(s); %s more to look at",
+                self.synclane_queue,
+                event.get("owners"),
+                event.get("more"),
+            )
             self.execute(context)
             return
         super().execute_complete(context, event)

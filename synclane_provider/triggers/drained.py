@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from synclane_provider.triggers.base import TableTrigger
 from synclane_provider.core.watch import TableWatch
+from synclane_provider.triggers.base import TableTrigger
 
 
 class DrainedTrigger(TableTrigger):

@@ -6,9 +6,9 @@ import time
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from synclane_provider.triggers.base import TableTrigger
 from synclane_provider.core.wakeups import waiter_key
 from synclane_provider.core.watch import TableWatch
+from synclane_provider.triggers.base import TableTrigger
 
 
 class JobDueTrigger(TableTrigger):
@@ -78,7 +78,9 @@ class JobDueTrigger(TableTrigger):
             self._behind_since = self._behind_since if self._behind_since is not None else now
             allowed = (self.patience if self.patience is not None else self.poll_interval) * state.behind
             if now - self._behind_since >= allowed:
-                self.log.info("jobs of queue %s left waiting for %.1fs by the workers ahead; waking", self.queue, allowed)
+                self.log.info(
+                    "jobs of queue %s left waiting for %.1fs by the workers ahead; waking", self.queue, allowed
+                )
                 return {"status": "due"}, 0.0
             sleep = min(sleep, allowed - (now - self._behind_since))
         else:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from synclane_provider.triggers.base import TableTrigger
 from synclane_provider.core.watch import TableWatch
+from synclane_provider.triggers.base import TableTrigger
 
 MAX_OWNER_BYTES = 16_000
 """The most owner ids, in UTF-8 bytes, one trigger carries: its kwargs are stored in Airflow's database and

@@ -102,7 +102,12 @@ def test_progress_shows_every_owner_and_one_owner_alone(listings):
     assert owners["acme-us"]["initial_complete"] == "True"
     assert (owners["globex"]["abandoned"], owners["globex"]["last_error"]) == ("1", BROKEN)
     [globex] = json.loads(listings["progress-one", "json"])
-    assert (globex["owner"], globex["abandoned"], globex["running"], globex["complete"]) == ("globex", "1", "1", "False")
+    assert (globex["owner"], globex["abandoned"], globex["running"], globex["complete"]) == (
+        "globex",
+        "1",
+        "1",
+        "False",
+    )
 
 
 def test_jobs_filter_and_say_where_the_next_page_starts(scene, env, database_url, cli_schema):
@@ -110,24 +115,34 @@ def test_jobs_filter_and_say_where_the_next_page_starts(scene, env, database_url
     assert (abandoned["id"], abandoned["cursor"], abandoned["error"]) == (str(scene["abandoned"]), "50", BROKEN)
     done = airflow("synclane", "jobs", "--owner", "globex", "--limit", "1", env=env)
     with psycopg.connect(database_url) as conn:
-        newest = conn.execute(sql.SQL("SELECT max(id) FROM {}.jobs WHERE owner = 'globex'").format(
-            sql.Identifier(cli_schema))).fetchone()[0]
+        newest = conn.execute(
+            sql.SQL("SELECT max(id) FROM {}.jobs WHERE owner = 'globex'").format(sql.Identifier(cli_schema))
+        ).fetchone()[0]
     assert done.returncode == 0 and f"more: --before {newest}" in done.stderr
-    [second] = json.loads(synclane("jobs", "--owner", "globex", "--limit", "1", "--before", str(newest), "-o", "json",
-                                   env=env))
+    [second] = json.loads(
+        synclane("jobs", "--owner", "globex", "--limit", "1", "--before", str(newest), "-o", "json", env=env)
+    )
     assert int(second["id"]) < newest
 
 
 def test_requeue_cancel_enqueue_and_plan_change_the_table(scene, env, database_url, cli_schema):
-    assert json.loads(synclane("requeue", "--job-id", str(scene["abandoned"]), "-o", "json", env=env)) == [{"requeued": "1"}]
-    assert (job(database_url, cli_schema, scene["abandoned"])["status"], job(database_url, cli_schema, scene["abandoned"])["cursor"]) == ("pending", "50")
+    assert json.loads(synclane("requeue", "--job-id", str(scene["abandoned"]), "-o", "json", env=env)) == [
+        {"requeued": "1"}
+    ]
+    assert (
+        job(database_url, cli_schema, scene["abandoned"])["status"],
+        job(database_url, cli_schema, scene["abandoned"])["cursor"],
+    ) == ("pending", "50")
 
     assert json.loads(synclane("cancel", "initech", "--reason", "account disconnected", "-o", "json", env=env)) == [
-        {"abandoned": "4", "stopping": "0"}]
+        {"abandoned": "4", "stopping": "0"}
+    ]
     cancelled = job(database_url, cli_schema, scene["failed"])
     assert (cancelled["status"], cancelled["error"]) == ("abandoned", "Cancelled: account disconnected")
 
-    [enqueued] = json.loads(synclane("enqueue", "globex", "products", "--key", "after-ticket-42", "-o", "json", env=env))
+    [enqueued] = json.loads(
+        synclane("enqueue", "globex", "products", "--key", "after-ticket-42", "-o", "json", env=env)
+    )
     assert (enqueued["enqueued"], enqueued["mode"], enqueued["dedup_key"]) == ("1", "manual", "manual:after-ticket-42")
 
     [planned] = json.loads(synclane("plan", "--owner", "globex", "-o", "json", env=env))
@@ -149,8 +164,18 @@ def test_the_declaration_and_connection_can_be_named_on_the_command_line(scene, 
     done = airflow("synclane", "queues", env=unconfigured)
     assert done.returncode != 0 and "[synclane] declaration" in done.stderr
     other = {**unconfigured, "AIRFLOW_CONN_REPORTING_DB": airflow_connection(database_url)}
-    rows = json.loads(synclane("queues", "--declaration", "tests.support.operate_declaration:synclane",
-                               "--conn-id", "reporting_db", "-o", "json", env=other))
+    rows = json.loads(
+        synclane(
+            "queues",
+            "--declaration",
+            "tests.support.operate_declaration:synclane",
+            "--conn-id",
+            "reporting_db",
+            "-o",
+            "json",
+            env=other,
+        )
+    )
     assert rows[0]["abandoned"] == "1"
     done = airflow("synclane", "queues", "--conn-id", "no_such_connection", env=env)
     assert done.returncode != 0 and "no_such_connection" in done.stdout + done.stderr

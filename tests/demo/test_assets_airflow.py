@@ -39,8 +39,10 @@ def downstream_counts(api: AirflowApi) -> list[dict[str, int]]:
         if run["state"] != "success":
             continue
         run_id = urllib.parse.quote(run["dag_run_id"], safe="")
-        entry = api.get(f"/api/v2/dags/synclane_downstream/dagRuns/{run_id}/taskInstances/count_new_records"
-                        "/xcomEntries/return_value")
+        entry = api.get(
+            f"/api/v2/dags/synclane_downstream/dagRuns/{run_id}/taskInstances/count_new_records"
+            "/xcomEntries/return_value"
+        )
         counted.append(entry["value"])
     return counted
 
@@ -63,8 +65,15 @@ def test_the_downstream_dag_runs_when_orders_land_with_owners_windows_and_counts
         # completed is in the table but in no event (measured here with 5 s).
         "SYNCLANE_IDLE_TIMEOUT": "30",
     }
-    env = airflow_environment(base, home=tmp_path / "airflow", data_url=database_url, metadata_url=metadata_url,
-                              port=port, shop_url=None, parallelism=4)
+    env = airflow_environment(
+        base,
+        home=tmp_path / "airflow",
+        data_url=database_url,
+        metadata_url=metadata_url,
+        port=port,
+        shop_url=None,
+        parallelism=4,
+    )
     env.update(SYNCLANE_DECLARATION="tests.support.assets_declaration:synclane", SYNCLANE_QUEUE="shops")
     airflow = airflow_service(env, tmp_path).start()
     try:
@@ -89,11 +98,19 @@ def test_the_downstream_dag_runs_when_orders_land_with_owners_windows_and_counts
                     total[owner] += records
             return counted if dict(total) == dict(expected) else None
 
-        counted = wait_until(counted_everything, 300, f"downstream runs to count {dict(expected)}", every=2,
-                             explain=lambda: f"counted so far: {downstream_counts(api)}\n{airflow.tail(40)}")
+        counted = wait_until(
+            counted_everything,
+            300,
+            f"downstream runs to count {dict(expected)}",
+            every=2,
+            explain=lambda: f"counted so far: {downstream_counts(api)}\n{airflow.tail(40)}",
+        )
 
-        events = [e for e in api.get("/api/v2/assets/events", limit=100)["asset_events"]
-                  if e.get("extra", {}).get("type") == "orders"]
+        events = [
+            e
+            for e in api.get("/api/v2/assets/events", limit=100)["asset_events"]
+            if e.get("extra", {}).get("type") == "orders"
+        ]
         assert events, "no orders asset event"
         assert {(e["source_dag_id"], e["source_task_id"]) for e in events} == {("synclane_work", "assets")}
         # One orders event per worker DAG run that completed orders jobs (both slots together), not per job or page.
@@ -106,8 +123,10 @@ def test_the_downstream_dag_runs_when_orders_land_with_owners_windows_and_counts
                 windows[owner] = (min(start, landing["window_start"]), max(end, landing["window_end"]))
         for owner in expected:
             mine = [r for r in orders if r["owner"] == owner]
-            assert windows[owner] == (min(r["window_start"] for r in mine).isoformat(),
-                                      max(r["window_end"] for r in mine).isoformat())
+            assert windows[owner] == (
+                min(r["window_start"] for r in mine).isoformat(),
+                max(r["window_end"] for r in mine).isoformat(),
+            )
         print(f"\ndownstream runs counted {counted}; {len(events)} orders event(s); expected {dict(expected)}")
     finally:
         airflow.stop(graceful=60)

@@ -25,8 +25,15 @@ ROOT = Path(__file__).resolve().parents[2]
 IMAGE_ROOT = "/opt/synclane/"
 
 
-CELERY_AIRFLOW = {"airflow-init", "airflow-api-server", "airflow-scheduler", "airflow-dag-processor",
-                  "airflow-triggerer", "airflow-worker-1", "airflow-worker-2"}
+CELERY_AIRFLOW = {
+    "airflow-init",
+    "airflow-api-server",
+    "airflow-scheduler",
+    "airflow-dag-processor",
+    "airflow-triggerer",
+    "airflow-worker-1",
+    "airflow-worker-2",
+}
 
 
 def compose() -> dict:
@@ -45,8 +52,11 @@ def default_profiles() -> set[str]:
 
 def active(profiles: set[str]) -> dict[str, dict]:
     """The services compose runs with these profiles active."""
-    return {name: service for name, service in compose()["services"].items()
-            if not service.get("profiles") or profiles & set(service["profiles"])}
+    return {
+        name: service
+        for name, service in compose()["services"].items()
+        if not service.get("profiles") or profiles & set(service["profiles"])
+    }
 
 
 def environment(service: dict) -> dict[str, str]:
@@ -62,7 +72,9 @@ def environment(service: dict) -> dict[str, str]:
 def airflow_commands(service: dict) -> list[list[str]]:
     """The ``airflow ...`` commands a service runs, also inside ``bash -c "... && exec airflow ..."``."""
     command = service.get("command", [])
-    lines = [shlex.split(part) for part in re.split(r"&&|;", command[2])] if command[:2] == ["bash", "-c"] else [command]
+    lines = (
+        [shlex.split(part) for part in re.split(r"&&|;", command[2])] if command[:2] == ["bash", "-c"] else [command]
+    )
     lines = [words[1:] if words[:1] == ["exec"] else words for words in lines]
     return [words[1:] for words in lines if words[:1] == ["airflow"]]
 
@@ -84,7 +96,13 @@ def test_the_celery_profile_runs_each_airflow_component_apart_with_two_celery_wo
     commands = {name: airflow_commands(services[name]) for name in CELERY_AIRFLOW}
     assert commands["airflow-init"] == [["db", "migrate"]]
     assert sorted(command[0][0] for name, command in commands.items() if name != "airflow-init") == [
-        "api-server", "celery", "celery", "dag-processor", "scheduler", "triggerer"]
+        "api-server",
+        "celery",
+        "celery",
+        "dag-processor",
+        "scheduler",
+        "triggerer",
+    ]
     assert "8080:8080" in services["airflow-api-server"]["ports"]
     for name, service in services.items():
         for needed in service.get("depends_on", {}):
@@ -102,15 +120,23 @@ def test_every_celery_component_runs_the_celery_executor_with_redis_and_one_secr
     for env in settings:
         assert env["AIRFLOW__CORE__EXECUTOR"] == "CeleryExecutor"
         assert "SYNCLANE_DECLARATION" in env and "AIRFLOW_CONN_SYNCLANE_DEFAULT" in env
-    for key in ("AIRFLOW__CELERY__BROKER_URL", "AIRFLOW__CELERY__RESULT_BACKEND", "AIRFLOW__API_AUTH__JWT_SECRET",
-                "AIRFLOW__CORE__EXECUTION_API_SERVER_URL", "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"):
+    for key in (
+        "AIRFLOW__CELERY__BROKER_URL",
+        "AIRFLOW__CELERY__RESULT_BACKEND",
+        "AIRFLOW__API_AUTH__JWT_SECRET",
+        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL",
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN",
+    ):
         assert len({env[key] for env in settings}) == 1, f"the components disagree on {key}"
     env = settings[0]
     broker = urlsplit(env["AIRFLOW__CELERY__BROKER_URL"])
     assert broker.scheme == "redis" and broker.hostname == "redis" and broker.port == 6379
     assert services["redis"]["image"].startswith("redis:")
     backend = urlsplit(env["AIRFLOW__CELERY__RESULT_BACKEND"])
-    assert backend.scheme.startswith("db+postgresql") and (backend.hostname, backend.path) == ("postgres", "/synclane_airflow")
+    assert backend.scheme.startswith("db+postgresql") and (backend.hostname, backend.path) == (
+        "postgres",
+        "/synclane_airflow",
+    )
     api = urlsplit(env["AIRFLOW__CORE__EXECUTION_API_SERVER_URL"])
     assert (api.hostname, api.port) == ("airflow-api-server", 8080)
 
@@ -119,7 +145,9 @@ def test_the_two_celery_workers_stand_for_two_machines():
     services = active({"celery"})
     workers = [services[name] for name in ("airflow-worker-1", "airflow-worker-2")]
     hostnames = [worker["hostname"] for worker in workers]
-    celery_names = [command[command.index("--celery-hostname") + 1] for worker in workers for command in airflow_commands(worker)]
+    celery_names = [
+        command[command.index("--celery-hostname") + 1] for worker in workers for command in airflow_commands(worker)
+    ]
     assert len(set(hostnames)) == 2 and len(set(celery_names)) == 2
     # The API server fetches a worker's task logs from its host name: each resolves, being a service name.
     assert set(hostnames) <= set(services)
@@ -154,11 +182,11 @@ def test_every_file_it_refers_to_exists():
             assert (ROOT / path).is_file(), f"{name} reads {path}, which does not exist"
         for value in environment(service).values():
             if str(value).startswith(IMAGE_ROOT):
-                assert (ROOT / str(value)[len(IMAGE_ROOT):]).exists(), f"{name} names {value}, not in the image"
+                assert (ROOT / str(value)[len(IMAGE_ROOT) :]).exists(), f"{name} names {value}, not in the image"
         if "image" in service and "build" not in service and service["image"] == "synclane-demo":
-            assert any(other.get("image") == "synclane-demo" and "build" in other for other in active(set()).values()), (
-                f"{name} uses the project's image, which no service that always runs builds"
-            )
+            assert any(
+                other.get("image") == "synclane-demo" and "build" in other for other in active(set()).values()
+            ), f"{name} uses the project's image, which no service that always runs builds"
 
 
 def test_the_dockerfile_copies_only_what_exists_and_installs_the_project():
@@ -166,8 +194,10 @@ def test_the_dockerfile_copies_only_what_exists_and_installs_the_project():
     assert re.search(r"^FROM apache/airflow:", dockerfile, re.MULTILINE)
     copied = [
         source
-        for line in dockerfile.splitlines() if line.startswith("COPY")
-        for source in line.split()[1:-1] if not source.startswith("--")
+        for line in dockerfile.splitlines()
+        if line.startswith("COPY")
+        for source in line.split()[1:-1]
+        if not source.startswith("--")
     ]
     assert {"pyproject.toml", "synclane_provider", "synclane_demo", "dags"} <= set(copied)
     for source in copied:
@@ -193,4 +223,3 @@ def test_the_commands_and_settings_it_uses_are_ours():
     assert "synclane_airflow" in env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"]
     assert "synclane_airflow" in (ROOT / "docker/postgres-init.sql").read_text()
     json.dumps(compose())  # nothing YAML-only (dates, anchors left unresolved) in it
-

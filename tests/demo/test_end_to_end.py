@@ -62,8 +62,24 @@ SCALE = {
     "SYNCLANE_DEMO_POLL_INTERVAL": "2s",
     "SYNCLANE_IDLE_TIMEOUT": "20",
 }
-SHOP = ["--latency", "0.4", "--rate-429", "0.05", "--rate-503", "0.05", "--retry-after", "1", "--seed", "5",
-        "--heal-after", "never", "--history-days", "120", "--orders-per-day", "8-12"]
+SHOP = [
+    "--latency",
+    "0.4",
+    "--rate-429",
+    "0.05",
+    "--rate-503",
+    "0.05",
+    "--retry-after",
+    "1",
+    "--seed",
+    "5",
+    "--heal-after",
+    "never",
+    "--history-days",
+    "120",
+    "--orders-per-day",
+    "8-12",
+]
 
 
 @dataclass
@@ -133,7 +149,11 @@ def scenario(database_url: str, tmp_path_factory) -> Scenario:
     started = time.monotonic()
     suffix = uuid.uuid4().hex[:8]
     home = tmp_path_factory.mktemp("airflow-e2e")
-    metadata_db, jobs_schema, data_schema = f"synclane_e2e_airflow_{suffix}", f"synclane_e2e_{suffix}", f"synclane_e2e_data_{suffix}"
+    metadata_db, jobs_schema, data_schema = (
+        f"synclane_e2e_airflow_{suffix}",
+        f"synclane_e2e_{suffix}",
+        f"synclane_e2e_data_{suffix}",
+    )
     with psycopg.connect(database_url, autocommit=True) as conn:
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(metadata_db)))
     metadata_url = psycopg.conninfo.make_conninfo(database_url, dbname=metadata_db)
@@ -141,26 +161,39 @@ def scenario(database_url: str, tmp_path_factory) -> Scenario:
     shop_port, api_port = free_port(), free_port()
     base = clean_environment()
     shop = Service(
-        "shop", [sys.executable, "-m", "synclane_demo.shop", "--port", str(shop_port), *SHOP],
-        env=base, log_path=home / "shop.log", cwd=PROJECT,
+        "shop",
+        [sys.executable, "-m", "synclane_demo.shop", "--port", str(shop_port), *SHOP],
+        env=base,
+        log_path=home / "shop.log",
+        cwd=PROJECT,
     ).start()
     services = [shop]
     statsd = Listener()
     metrics = {  # plain StatsD, as most users have it: no tags, the values in the names
-        "AIRFLOW__METRICS__STATSD_ON": "True", "AIRFLOW__METRICS__STATSD_HOST": "127.0.0.1",
+        "AIRFLOW__METRICS__STATSD_ON": "True",
+        "AIRFLOW__METRICS__STATSD_HOST": "127.0.0.1",
         "AIRFLOW__METRICS__STATSD_PORT": str(statsd.port),
     }
     env = airflow_environment(
         {**base, **SCALE, **metrics, "SYNCLANE_DEMO_SCHEMA": jobs_schema, "SYNCLANE_DEMO_DATA_SCHEMA": data_schema},
-        home=home / "airflow", data_url=database_url, metadata_url=metadata_url, port=api_port,
-        shop_url=f"http://127.0.0.1:{shop_port}", parallelism=6,
+        home=home / "airflow",
+        data_url=database_url,
+        metadata_url=metadata_url,
+        port=api_port,
+        shop_url=f"http://127.0.0.1:{shop_port}",
+        parallelism=6,
     )
     sampler = Sampler(database_url, jobs_schema)
     try:
         wait_for_http(f"http://127.0.0.1:{shop_port}/health", timeout=30, service=shop)
         status = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{shop_port}/control/status").read())
-        run = Scenario(database_url, jobs_schema, data_schema, f"http://127.0.0.1:{shop_port}",
-                       datetime.fromisoformat(status["broken_at"]))
+        run = Scenario(
+            database_url,
+            jobs_schema,
+            data_schema,
+            f"http://127.0.0.1:{shop_port}",
+            datetime.fromisoformat(status["broken_at"]),
+        )
         run.samples = sampler.samples  # filled while the scenario runs
         Store(database_url, data_schema).prepare()
         sampler.start()
@@ -176,8 +209,11 @@ def scenario(database_url: str, tmp_path_factory) -> Scenario:
         def mid_run():
             # A job mid-slice with pages to go: it cannot finish in the moment Airflow takes to stop it.
             rows = run.rows()
-            running = [r for r in rows if r["status"] == "running" and r["cursor"] is not None
-                       and shop_count(r) - int(r["cursor"]) >= 150]
+            running = [
+                r
+                for r in rows
+                if r["status"] == "running" and r["cursor"] is not None and shop_count(r) - int(r["cursor"]) >= 150
+            ]
             done = [r for r in rows if r["status"] == "completed"]
             return running if running and len(done) >= 3 else None
 
@@ -196,8 +232,13 @@ def scenario(database_url: str, tmp_path_factory) -> Scenario:
         # Twice more while jobs run: Ctrl-C, then a restart right after the last one came up.
         for stop_signal, after_start in ((signal.SIGINT, 20), (signal.SIGTERM, 0)):
             time.sleep(after_start)
-            wait_until(lambda: any(r["status"] == "running" for r in run.rows()), 120, "a job running", every=0.2,
-                       explain=lambda: airflow.tail(40))
+            wait_until(
+                lambda: any(r["status"] == "running" for r in run.rows()),
+                120,
+                "a job running",
+                every=0.2,
+                explain=lambda: airflow.tail(40),
+            )
             airflow.stop(graceful=90, signal_first=stop_signal)
             services.remove(airflow)
             airflow = airflow_service(env, home).start()
@@ -206,42 +247,71 @@ def scenario(database_url: str, tmp_path_factory) -> Scenario:
         restarted = time.monotonic()
         run.api = AirflowApi(f"http://127.0.0.1:{api_port}", home / "airflow")
         explain = lambda: airflow.tail(60)  # noqa: E731
-        run.slot_states = wait_until(lambda: all_slots_working(run.api), 180,
-                                     "every slot of the worker DAG working again", every=1, explain=explain)
+        run.slot_states = wait_until(
+            lambda: all_slots_working(run.api),
+            180,
+            "every slot of the worker DAG working again",
+            every=1,
+            explain=explain,
+        )
         run.slots_back_after = time.monotonic() - restarted
 
         # 3. Everything settles: completed, except the broken slice, abandoned.
-        wait_until(lambda: settled(run.rows(), run), 420, "every job completed but the broken slice abandoned",
-                   explain=lambda: f"{[(r['id'], r['owner'], r['status'], r['cursor'], r['error']) for r in run.rows() if r['status'] != 'completed']}\n{airflow.tail(40)}")
+        wait_until(
+            lambda: settled(run.rows(), run),
+            420,
+            "every job completed but the broken slice abandoned",
+            explain=lambda: (
+                f"{[(r['id'], r['owner'], r['status'], r['cursor'], r['error']) for r in run.rows() if r['status'] != 'completed']}\n{airflow.tail(40)}"
+            ),
+        )
         run.settled = run.rows()
         run.timings["settled"] = time.monotonic() - started
         # The health check's next run fails on the abandoned slice (earlier runs may have failed on a lag
         # or a worker stopped by the restart: those are findings too, but not this one).
         run.logs = home / "airflow" / "logs"
         run.health_failed = wait_until(
-            lambda: next((r for r in run.api.runs("synclane_health") if r["state"] == "failed"
-                          and "abandoned: owner globex" in health_log(run.logs, r["dag_run_id"])), None),
-            180, "a synclane_health run to fail on the abandoned slice", explain=explain,
+            lambda: next(
+                (
+                    r
+                    for r in run.api.runs("synclane_health")
+                    if r["state"] == "failed" and "abandoned: owner globex" in health_log(run.logs, r["dag_run_id"])
+                ),
+                None,
+            ),
+            180,
+            "a synclane_health run to fail on the abandoned slice",
+            explain=explain,
         )
         run.timings["health check failed"] = time.monotonic() - started
 
         # 4. The shop heals; a manual run of the requeue DAG; the slice completes from cursor 50.
         run.shop("/control/heal", {})
         run.requeue_seq = run.last_seq()
-        created = run.api.post("/api/v2/dags/synclane_requeue/dagRuns", {"logical_date": None, "conf": {"owner": "globex"}})
+        created = run.api.post(
+            "/api/v2/dags/synclane_requeue/dagRuns", {"logical_date": None, "conf": {"owner": "globex"}}
+        )
         run_id = created["dag_run_id"]
         run.requeue_run = wait_until(
             lambda: (lambda r: r if r["state"] in ("success", "failed") else None)(
-                run.api.get(f"/api/v2/dags/synclane_requeue/dagRuns/{urllib.parse.quote(run_id, safe='')}")),
-            180, "the requeue run to finish", explain=explain,
+                run.api.get(f"/api/v2/dags/synclane_requeue/dagRuns/{urllib.parse.quote(run_id, safe='')}")
+            ),
+            180,
+            "the requeue run to finish",
+            explain=explain,
         )
         # The rows as they were the moment everything completed: the planner goes on adding recurring jobs
         # every few minutes, so a later read may hold one not yet run.
-        run.final = wait_until(lambda: every_job_completed(run.rows()), 180, "the requeued slice to complete",
-                               explain=explain)
+        run.final = wait_until(
+            lambda: every_job_completed(run.rows()), 180, "the requeued slice to complete", explain=explain
+        )
         # a worker run that ended on its own (idle timeout) after the work was done
-        wait_until(lambda: any(r["state"] == "success" for r in run.api.runs("synclane_work")), 180,
-                   "a worker DAG run to succeed", explain=explain)
+        wait_until(
+            lambda: any(r["state"] == "success" for r in run.api.runs("synclane_work")),
+            180,
+            "a worker DAG run to succeed",
+            explain=explain,
+        )
         run.timings["done"] = time.monotonic() - started
         run.requests = run.shop("/control/requests")["items"]
         run.metrics = statsd.received(prefix="airflow.synclane.")
@@ -273,10 +343,24 @@ def all_slots_working(api: AirflowApi) -> list[dict] | None:
 
 def report(run: Scenario, logs: Path) -> str:
     """What the run ended with, for ``pytest -s`` and for failures: timings, the final rows, a worker's log."""
-    lines = [f"\nend-to-end timings (s): { {k: round(v) for k, v in run.timings.items()} }",
-             f"every slot working {run.slots_back_after} s after the third restart", "final rows:"]
-    columns = ("id", "owner", "lane", "type", "mode", "status", "window_start", "cursor", "processed_count",
-               "attempt_count", "error")
+    lines = [
+        f"\nend-to-end timings (s): { {k: round(v) for k, v in run.timings.items()} }",
+        f"every slot working {run.slots_back_after} s after the third restart",
+        "final rows:",
+    ]
+    columns = (
+        "id",
+        "owner",
+        "lane",
+        "type",
+        "mode",
+        "status",
+        "window_start",
+        "cursor",
+        "processed_count",
+        "attempt_count",
+        "error",
+    )
     for row in run.final or run.rows():
         values = {**row, "window_start": row["window_start"].date() if row["window_start"] else None}
         lines.append(" | ".join(str(values[c]) if values[c] is not None else "" for c in columns))
@@ -297,7 +381,9 @@ def operator_lines(path: Path) -> list[str]:
         except ValueError:
             continue
         if "synclane" in str(entry.get("logger", "")).lower():
-            found.append(f"{entry.get('timestamp', '')[11:19]} {entry.get('level', '').upper():<7} {entry.get('event')}")
+            found.append(
+                f"{entry.get('timestamp', '')[11:19]} {entry.get('level', '').upper():<7} {entry.get('event')}"
+            )
     return found
 
 
@@ -337,7 +423,10 @@ def test_planning_and_worker_runs_succeed_and_mapped_slots_are_named(scenario):
 def test_no_two_jobs_of_one_lane_ever_ran_at_once(scenario):
     rows = scenario.final
     assert {r["owner"]: r["lane"] for r in rows} == {
-        "acme-us": "acme", "acme-eu": "acme", "globex": "globex", "initech": "initech"
+        "acme-us": "acme",
+        "acme-eu": "acme",
+        "globex": "globex",
+        "initech": "initech",
     }
     assert len(scenario.samples) > 100
     for sample in scenario.samples:
@@ -350,7 +439,9 @@ def test_no_two_jobs_of_one_lane_ever_ran_at_once(scenario):
         intervals.sort()
         for (_, end, first), (start, _, second) in zip(intervals, intervals[1:]):
             assert end <= start, f"jobs {first} and {second} of lane {lane} overlap"
-    assert max(len({r["lane"] for r in s if r["status"] == "running"}) for s in scenario.samples) >= 2  # lanes side by side
+    assert (
+        max(len({r["lane"] for r in s if r["status"] == "running"}) for s in scenario.samples) >= 2
+    )  # lanes side by side
 
 
 def test_each_owner_loaded_its_newest_slice_first(scenario):
@@ -375,7 +466,9 @@ def test_failed_and_throttled_jobs_continued_from_their_cursor(scenario):
     assert refusals
     for refused in refusals:
         following = [e for e in scenario.requests if e["seq"] > refused["seq"] and entry_key(e) == entry_key(refused)]
-        assert following and following[0]["cursor"] == refused["cursor"], f"after {refused} the job did not ask again from its cursor"
+        assert following and following[0]["cursor"] == refused["cursor"], (
+            f"after {refused} the job did not ask again from its cursor"
+        )
 
 
 def test_the_broken_slice_ended_abandoned_at_cursor_50_while_its_lane_completed(scenario):
@@ -385,10 +478,16 @@ def test_the_broken_slice_ended_abandoned_at_cursor_50_while_its_lane_completed(
     assert broken["attempt_count"] >= 6
     # Its attempts met the unreadable page at cursor 50; the last may instead have met one of the shop's
     # random 503s, which come before the page is read (a 429 there would have kept it deferred).
-    assert broken["error"].startswith(("UnreadablePage: the shop returned a page", "ShopUnavailable: the shop answered 503"))
-    unreadable = [e for e in scenario.requests if entry_key(e) == request_key(broken) and e.get("fault") == "unreadable"]
+    assert broken["error"].startswith(
+        ("UnreadablePage: the shop returned a page", "ShopUnavailable: the shop answered 503")
+    )
+    unreadable = [
+        e for e in scenario.requests if entry_key(e) == request_key(broken) and e.get("fault") == "unreadable"
+    ]
     assert unreadable and all(e["cursor"] == 50 for e in unreadable)
-    assert all(r["status"] == "completed" for r in scenario.settled if r["lane"] == "globex" and r["id"] != broken["id"])
+    assert all(
+        r["status"] == "completed" for r in scenario.settled if r["lane"] == "globex" and r["id"] != broken["id"]
+    )
     seen = [r["status"] for sample in scenario.samples for r in sample if r["id"] == broken["id"]]
     assert "failed" in seen and "deferred" in seen  # it stepped aside before its last attempt
 
@@ -396,17 +495,23 @@ def test_the_broken_slice_ended_abandoned_at_cursor_50_while_its_lane_completed(
 def test_after_healing_a_requeue_completed_the_slice_from_cursor_50(scenario):
     [broken] = [r for r in scenario.final if scenario.is_broken_slice(r)]
     assert broken["status"] == "completed" and broken["processed_count"] == shop_count(broken) > 50
-    asked = [e["cursor"] for e in scenario.requests if e["seq"] > scenario.requeue_seq and entry_key(e) == request_key(broken)]
+    asked = [
+        e["cursor"]
+        for e in scenario.requests
+        if e["seq"] > scenario.requeue_seq and entry_key(e) == request_key(broken)
+    ]
     assert asked[0] == 50 and 0 not in asked
 
 
 def test_three_restarts_lost_no_worker_slot(scenario):
     """However often Airflow restarts, the queue is back to its full number of slots within minutes, unaided."""
     assert scenario.slots_back_after is not None and scenario.slots_back_after < 120
-    failed = [(run["dag_run_id"], ti["map_index"], ti["try_number"])
-              for run in scenario.api.runs("synclane_work")
-              for ti in scenario.api.task_instances("synclane_work", run["dag_run_id"])
-              if ti["task_id"] == "work" and ti["state"] == "failed"]
+    failed = [
+        (run["dag_run_id"], ti["map_index"], ti["try_number"])
+        for run in scenario.api.runs("synclane_work")
+        for ti in scenario.api.task_instances("synclane_work", run["dag_run_id"])
+        if ti["task_id"] == "work" and ti["state"] == "failed"
+    ]
     assert failed == [], "worker slots that failed for good"
 
 
@@ -419,8 +524,14 @@ def test_a_restart_left_no_job_running_and_each_resumed_from_its_saved_cursor(sc
         if after["status"] == "completed":
             continue
         assert after["status"] in ("pending", "failed") and int(after["cursor"] or 0) >= int(before["cursor"] or 0)
-        asked = [e["cursor"] for e in scenario.requests if e["seq"] > scenario.restart_seq and entry_key(e) == request_key(after)]
-        assert asked and asked[0] == int(after["cursor"] or 0), f"job {after['id']} did not resume from cursor {after['cursor']}"
+        asked = [
+            e["cursor"]
+            for e in scenario.requests
+            if e["seq"] > scenario.restart_seq and entry_key(e) == request_key(after)
+        ]
+        assert asked and asked[0] == int(after["cursor"] or 0), (
+            f"job {after['id']} did not resume from cursor {after['cursor']}"
+        )
         resumed += 1
     assert resumed >= 1
 
@@ -448,7 +559,9 @@ def log_text(path: Path) -> str:
 
 
 def health_log(logs: Path, run_id: str) -> str:
-    return "\n".join(log_text(path) for path in logs.glob(f"dag_id=synclane_health/run_id={run_id}/task_id=check/attempt=*.log"))
+    return "\n".join(
+        log_text(path) for path in logs.glob(f"dag_id=synclane_health/run_id={run_id}/task_id=check/attempt=*.log")
+    )
 
 
 def test_the_health_check_failed_naming_the_owner_the_abandoned_slice_and_its_error(scenario):
@@ -471,7 +584,8 @@ def test_metrics_arrived_from_the_real_task_processes(scenario):
     assert completed >= len([r for r in scenario.final if r["type"] == "orders"])  # plus attempts cut by the restart
     assert sum(v for _, _, v in got["airflow.synclane.jobs.finished.shops.orders.abandoned"]) == 1
     assert sum(v for _, _, v in got["airflow.synclane.records.shops.orders"]) >= sum(
-        r["processed_count"] for r in scenario.final if r["type"] == "orders")
+        r["processed_count"] for r in scenario.final if r["type"] == "orders"
+    )
     assert sum(v for _, _, v in got["airflow.synclane.throttles.shops.orders"]) > 0  # the shop's 429s
     assert got["airflow.synclane.page.duration.shops.orders"] and got["airflow.synclane.take.wait.shops.orders"]
     # Every planning run sends the gauges (whether one fell while the slice lay abandoned depends on timing).

@@ -30,21 +30,34 @@ def test_sqlalchemy_urls_for_tcp_and_for_a_unix_socket():
 def test_the_airflow_connection_names_the_same_database():
     connection = json.loads(airflow_connection("postgresql://app:secret@db.internal:6543/synclane"))
     assert connection == {
-        "conn_type": "postgres", "host": "db.internal", "port": 6543, "login": "app", "password": "secret", "schema": "synclane"
+        "conn_type": "postgres",
+        "host": "db.internal",
+        "port": 6543,
+        "login": "app",
+        "password": "secret",
+        "schema": "synclane",
     }
 
 
 def test_airflow_lives_in_the_project_and_the_environment_wins_otherwise(tmp_path):
     env = airflow_environment(
         {"AIRFLOW_HOME": "/elsewhere", "AIRFLOW__CORE__PARALLELISM": "2", "PATH": "/bin"},
-        home=tmp_path, data_url="postgresql://postgres@127.0.0.1/synclane",
-        metadata_url="postgresql://postgres@127.0.0.1/synclane_airflow", port=9090, shop_url="http://127.0.0.1:9091",
+        home=tmp_path,
+        data_url="postgresql://postgres@127.0.0.1/synclane",
+        metadata_url="postgresql://postgres@127.0.0.1/synclane_airflow",
+        port=9090,
+        shop_url="http://127.0.0.1:9091",
     )
     assert env["AIRFLOW_HOME"] == str(tmp_path)
     assert env["AIRFLOW__CORE__PARALLELISM"] == "2"
     assert env["AIRFLOW__CORE__DAGS_FOLDER"] == str(PROJECT / "dags") and (PROJECT / "dags").is_dir()
-    assert env["AIRFLOW__CORE__LOAD_EXAMPLES"] == "False" and env["AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION"] == "False"
-    assert env["AIRFLOW__API__PORT"] == "9090" and env["AIRFLOW__CORE__EXECUTION_API_SERVER_URL"] == "http://localhost:9090/execution/"
+    assert (
+        env["AIRFLOW__CORE__LOAD_EXAMPLES"] == "False" and env["AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION"] == "False"
+    )
+    assert (
+        env["AIRFLOW__API__PORT"] == "9090"
+        and env["AIRFLOW__CORE__EXECUTION_API_SERVER_URL"] == "http://localhost:9090/execution/"
+    )
     assert env["SYNCLANE_DEMO_SHOP_URL"] == "http://127.0.0.1:9091"
     assert (env["SYNCLANE_DECLARATION"], env["SYNCLANE_QUEUE"]) == ("synclane_demo.sync:synclane", "shops")
     assert json.loads(env["AIRFLOW_CONN_SYNCLANE_DEFAULT"])["schema"] == "synclane"
@@ -119,7 +132,9 @@ def _alive(pid: int) -> bool:
 
 
 def test_stopping_a_service_ends_processes_that_left_its_process_group(tmp_path: Path):
-    service = Service("escaping", [sys.executable, "-c", ESCAPING_CHILD], env={}, log_path=tmp_path / "escaping.log").start()
+    service = Service(
+        "escaping", [sys.executable, "-c", ESCAPING_CHILD], env={}, log_path=tmp_path / "escaping.log"
+    ).start()
     try:
         parent, child = map(int, _wait_for_lines(tmp_path / "escaping.log", 2))
         assert os.getpgid(child) != service.process.pid and set(service.members()) == {parent, child}
@@ -133,7 +148,9 @@ def test_killing_a_service_kills_every_process_it_started_at_once(tmp_path: Path
     """As when the machine dies: the parent ignores SIGTERM and its child is in another group; both go."""
     script = "import signal\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n" + ESCAPING_CHILD
     service = Service("doomed", [sys.executable, "-c", script], env={}, log_path=tmp_path / "doomed.log").start()
-    bystander = Service("bystander", [sys.executable, "-c", ESCAPING_CHILD], env={}, log_path=tmp_path / "bystander.log").start()
+    bystander = Service(
+        "bystander", [sys.executable, "-c", ESCAPING_CHILD], env={}, log_path=tmp_path / "bystander.log"
+    ).start()
     try:
         parent, child = map(int, _wait_for_lines(tmp_path / "doomed.log", 2))
         others = set(map(int, _wait_for_lines(tmp_path / "bystander.log", 2)))

@@ -51,7 +51,11 @@ def test_an_impossible_declaration_is_refused_when_built():
 
 
 def test_durations():
-    assert duration("730d") == timedelta(days=730) and duration(" 2h ") == timedelta(hours=2) and duration("7") == timedelta(seconds=7)
+    assert (
+        duration("730d") == timedelta(days=730)
+        and duration(" 2h ") == timedelta(hours=2)
+        and duration("7") == timedelta(seconds=7)
+    )
     with pytest.raises(ValueError):
         duration("5 weeks")
 

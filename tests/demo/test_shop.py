@@ -200,7 +200,10 @@ def test_the_request_log_and_settings_can_be_read_and_changed(start_shop):
 
 def test_the_four_accounts_and_their_sellers():
     assert {a.id: a.seller for a in ACCOUNTS.values()} == {
-        "acme-us": "acme", "acme-eu": "acme", "globex": "globex", "initech": "initech"
+        "acme-us": "acme",
+        "acme-eu": "acme",
+        "globex": "globex",
+        "initech": "initech",
     }
 
 

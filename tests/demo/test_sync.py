@@ -64,13 +64,18 @@ def stored(database_url, schema, table, account, since=None, until=None) -> int:
 
 
 def shop_orders(shop, job) -> int:
-    return len(shop.shop.catalogue.orders(job["owner"], job["window_start"], job["window_end"], datetime.now(timezone.utc)))
+    return len(
+        shop.shop.catalogue.orders(job["owner"], job["window_start"], job["window_end"], datetime.now(timezone.utc))
+    )
 
 
 def is_broken_slice(shop, job) -> bool:
     broken_at = shop.shop.faults.broken_at
-    return job["owner"] == "globex" and job["mode"] == "initial" and job["type"] == "orders" and (
-        job["window_start"] <= broken_at < job["window_end"]
+    return (
+        job["owner"] == "globex"
+        and job["mode"] == "initial"
+        and job["type"] == "orders"
+        and (job["window_start"] <= broken_at < job["window_end"])
     )
 
 
@@ -81,13 +86,18 @@ def test_every_account_syncs_and_the_broken_slice_ends_abandoned_at_cursor_50(de
     rows = jobs(config.database_url, config.schema)
 
     assert {(r["owner"], r["lane"]) for r in rows} == {
-        ("acme-us", "acme"), ("acme-eu", "acme"), ("globex", "globex"), ("initech", "initech")
+        ("acme-us", "acme"),
+        ("acme-eu", "acme"),
+        ("globex", "globex"),
+        ("initech", "initech"),
     }
     assert len([r for r in rows if r["type"] == "orders" and r["mode"] == "initial"]) == 4 * 3  # 90 days, 30-day slices
     [broken] = [r for r in rows if r["status"] != "completed"]
     assert is_broken_slice(shop, broken)
     assert (broken["status"], broken["cursor"], broken["processed_count"]) == ("abandoned", "50", 50)
-    assert broken["attempt_count"] == synclane.queue("shops").max_attempts + 1  # the regular attempts, then the deferred one
+    assert (
+        broken["attempt_count"] == synclane.queue("shops").max_attempts + 1
+    )  # the regular attempts, then the deferred one
     assert broken["error"].startswith("UnreadablePage: the shop returned a page that could not be read")
 
     # The health check (what the synclane_health DAG runs) names the owner, the job and its error.
@@ -106,7 +116,17 @@ def test_every_account_syncs_and_the_broken_slice_ends_abandoned_at_cursor_50(de
         if row["type"] == "orders":
             assert row["processed_count"] == shop_orders(shop, row)
             assert row["mode"] != "initial" or row["processed_count"] > 0  # a recent recurring window may be empty
-            assert stored(config.database_url, config.data_schema, "orders", row["owner"], row["window_start"], row["window_end"]) == row["processed_count"]
+            assert (
+                stored(
+                    config.database_url,
+                    config.data_schema,
+                    "orders",
+                    row["owner"],
+                    row["window_start"],
+                    row["window_end"],
+                )
+                == row["processed_count"]
+            )
         else:
             assert row["processed_count"] == len(shop.shop.catalogue.products(row["owner"]))
             assert stored(config.database_url, config.data_schema, "products", row["owner"]) == row["processed_count"]
@@ -152,9 +172,14 @@ def test_after_the_shop_heals_a_requeue_completes_the_slice_from_cursor_50(demo)
 
     [done] = jobs(config.database_url, config.schema, "id = %s", [broken["id"]])
     assert done["status"] == "completed" and done["processed_count"] == shop_orders(shop, done)
-    asked = [e["cursor"] for e in shop.shop.requests_after(seen) if e["account"] == "globex" and e["resource"] == "orders"]
+    asked = [
+        e["cursor"] for e in shop.shop.requests_after(seen) if e["account"] == "globex" and e["resource"] == "orders"
+    ]
     assert asked[0] == 50 and 0 not in asked  # it continued where it stopped, never from the first page
-    assert stored(config.database_url, config.data_schema, "orders", "globex", done["window_start"], done["window_end"]) == done["processed_count"]
+    assert (
+        stored(config.database_url, config.data_schema, "orders", "globex", done["window_start"], done["window_end"])
+        == done["processed_count"]
+    )
 
 
 def test_failures_and_throttles_continue_from_the_cursor_without_counting_twice(demo):
@@ -173,8 +198,13 @@ def test_failures_and_throttles_continue_from_the_cursor_without_counting_twice(
     log = shop.shop.requests_after(0)
     resumed = 0
     for failed in (e for e in log if e["status"] != 200 and e["cursor"] > 0):
-        same = [e for e in log if e["seq"] > failed["seq"] and (e["account"], e["resource"], e.get("since")) == (
-            failed["account"], failed["resource"], failed.get("since"))]
+        same = [
+            e
+            for e in log
+            if e["seq"] > failed["seq"]
+            and (e["account"], e["resource"], e.get("since"))
+            == (failed["account"], failed["resource"], failed.get("since"))
+        ]
         assert same[0]["cursor"] == failed["cursor"]  # the next try asked for the page that had failed
         resumed += 1
     assert resumed > 0
@@ -202,7 +232,10 @@ def test_accounts_connect_and_disconnect_with_sql(demo):
         conn.execute(sql.SQL("INSERT INTO {} (id) VALUES ('hooli')").format(accounts))
     owners = synclane.queue("shops").owners("shops")
     assert [(o.id, o.lane_or_id) for o in owners] == [
-        ("acme-eu", "acme"), ("acme-us", "acme"), ("globex", "globex"), ("hooli", "hooli")
+        ("acme-eu", "acme"),
+        ("acme-us", "acme"),
+        ("globex", "globex"),
+        ("hooli", "hooli"),
     ]
     Store(config.database_url, config.data_schema).prepare()  # preparing again reconnects nobody
     assert "initech" not in [o.id for o in synclane.queue("shops").owners("shops")]
@@ -212,13 +245,16 @@ def test_accounts_connect_and_disconnect_with_sql(demo):
     assert summary.owners == 4
     hooli = jobs(config.database_url, config.schema, "owner = 'hooli'")
     # products, three slices, and the recurring window unless the first period of the (UTC) day is still running
-    assert sorted((r["type"], r["mode"]) for r in hooli if r["mode"] == "initial") == [
-        ("orders", "initial")] * 3 + [("products", "initial")]
+    assert sorted((r["type"], r["mode"]) for r in hooli if r["mode"] == "initial") == [("orders", "initial")] * 3 + [
+        ("products", "initial")
+    ]
     assert len(hooli) - 4 <= 1
     settle(synclane, database)
     hooli = jobs(config.database_url, config.schema, "owner = 'hooli'")
     assert {r["status"] for r in hooli} == {"abandoned"}  # the shop has no such account: a retry cannot help
-    assert all(r["attempt_count"] == 1 and r["error"].startswith("JobAbandoned: the shop has no such account") for r in hooli)
+    assert all(
+        r["attempt_count"] == 1 and r["error"].startswith("JobAbandoned: the shop has no such account") for r in hooli
+    )
 
 
 def test_a_page_stored_twice_changes_nothing(demo):
@@ -234,8 +270,14 @@ def test_a_page_stored_twice_changes_nothing(demo):
 def rate_limited_demo(demo):
     """The demo against a shop that allows acme 2 requests a second, with 10 % random 429s naming one second."""
     return demo(
-        shop_faults={"rate_limits": {"acme": 2}, "rate_429": 0.1, "retry_after": 1, "latency": 0.02, "seed": 3,
-                     "broken_account": None},
+        shop_faults={
+            "rate_limits": {"acme": 2},
+            "rate_429": 0.1,
+            "retry_after": 1,
+            "latency": 0.02,
+            "seed": 3,
+            "broken_account": None,
+        },
         rates="acme=2",
         max_attempts=50,
         horizon=timedelta(days=60),

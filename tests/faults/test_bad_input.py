@@ -32,7 +32,7 @@ from tests.support.database import drop_schemas
 from tests.support.helpers import declare, failing, owners, paged, products, rows
 
 ODD_NAMES = [
-    "it's \"quoted\"; DROP TABLE jobs; --",
+    'it\'s "quoted"; DROP TABLE jobs; --',
     "ünïcødé ✓ 日本語 🚀",
     "back\\slash %s %(owner)s {schema} $1",
     " padded\twith\nwhitespace ",
@@ -61,7 +61,11 @@ def test_odd_names_round_trip_exactly_through_plan_run_and_operations(schema, da
 
     synclane = SyncLane(
         queues=[
-            Queue(name, owners=owners(Owner(name, lane=lane)), types=[SnapshotType(name, handler, every=timedelta(days=1))])
+            Queue(
+                name,
+                owners=owners(Owner(name, lane=lane)),
+                types=[SnapshotType(name, handler, every=timedelta(days=1))],
+            )
         ],
         schema=schema,
     )
@@ -93,7 +97,11 @@ TOO_LONG = "x" * 10_000
 MULTIBYTE = "é" * 257  # 514 bytes in UTF-8, only 257 characters
 
 
-@pytest.mark.parametrize("value", [TOO_LONG, MULTIBYTE, "lone \udcff surrogate", "nul\x00inside"], ids=["10kB", "514-bytes", "surrogate", "nul"])
+@pytest.mark.parametrize(
+    "value",
+    [TOO_LONG, MULTIBYTE, "lone \udcff surrogate", "nul\x00inside"],
+    ids=["10kB", "514-bytes", "surrogate", "nul"],
+)
 @pytest.mark.parametrize("where", ["queue", "type", "owner", "lane"])
 def test_names_the_table_cannot_hold_are_refused_when_declared(where, value):
     arguments = {"queue": "shops", "type": "products", "owner": "acme", "lane": None, where: value}
@@ -277,5 +285,9 @@ def test_any_interrupt_inside_a_page_hands_the_job_back_with_its_cursor_and_prop
     slot.close()
     [row] = rows(admin, schema)
     assert (row["status"], row["cursor"], row["processed_count"], row["attempt_count"], row["leased_by"]) == (
-        "pending", "100", 100, 0, None
+        "pending",
+        "100",
+        100,
+        0,
+        None,
     )

@@ -72,7 +72,9 @@ def test_a_pool_larger_than_the_connection_limit_does_the_work_says_so_and_retur
             conn.close()
 
     assert summary.outcomes == {"completed": 40}
-    done = admin.execute(sql.SQL("SELECT max(completed_at) AS t FROM {}.jobs").format(sql.Identifier(schema))).fetchone()["t"]
+    done = admin.execute(
+        sql.SQL("SELECT max(completed_at) AS t FROM {}.jobs").format(sql.Identifier(schema))
+    ).fetchone()["t"]
     assert (returned - done).total_seconds() < 1.5, "the pool waited for slots that could not connect"
     messages = [r.getMessage() for r in caplog.records]
     assert any(f"pool of {SLOTS} slot(s) for queue shops, but the server has room for 0 more" in m for m in messages)
@@ -82,8 +84,13 @@ def test_a_pool_larger_than_the_connection_limit_does_the_work_says_so_and_retur
 
 def test_idle_slots_let_others_have_their_connections(schema, database_url, limited_role, admin):
     declaration = plan(schema, database_url, jobs=10)
-    pool = WorkerPool(declaration, declaration.database(make_conninfo(database_url, user=limited_role)), "shops",
-                      slots=LIMIT, poll_interval=timedelta(seconds=0.3))
+    pool = WorkerPool(
+        declaration,
+        declaration.database(make_conninfo(database_url, user=limited_role)),
+        "shops",
+        slots=LIMIT,
+        poll_interval=timedelta(seconds=0.3),
+    )
     running = Background(pool.run, name="pool")
     try:
         deadline = time.monotonic() + 30

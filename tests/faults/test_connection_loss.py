@@ -316,9 +316,7 @@ def test_a_graceful_stop_on_a_killed_connection_still_hands_the_job_back(worker,
 # --- the database away --------------------------------------------------------------------------------------
 
 
-def test_while_the_database_is_away_a_session_backs_off_then_gives_up_naming_the_statement(
-    schema, database_url, proxy
-):
+def test_while_the_database_is_away_a_session_backs_off_then_gives_up_naming_the_statement(schema, database_url, proxy):
     session = Session(
         database(database_url, schema, application_name("away"), conninfo=proxy.conninfo()),
         give_up_after=timedelta(seconds=2),
@@ -368,7 +366,9 @@ def test_a_worker_cut_off_longer_than_its_lease_stops_writing_and_the_job_is_tak
         return pages(job)
 
     log = PageLog(handler)
-    slot, _, declaration, _ = worker(log, through=proxy, lease=timedelta(seconds=1), retry_delay=timedelta(milliseconds=50))
+    slot, _, declaration, _ = worker(
+        log, through=proxy, lease=timedelta(seconds=1), retry_delay=timedelta(milliseconds=50)
+    )
     rival = WorkerSlot(declaration, declaration.database(database_url), "shops")
     cut_off = slot()
     try:
@@ -380,7 +380,10 @@ def test_a_worker_cut_off_longer_than_its_lease_stops_writing_and_the_job_is_tak
     assert result.outcome is Outcome.LEASE_LOST
     takeover = rescued["takeover"]
     assert (takeover.outcome, takeover.pages) == (Outcome.FAILED, 0)
-    assert takeover.error == f"WorkerLost: worker {cut_off.worker_id} stopped renewing its lease at cursor '100' (lost 1 time(s) in a row)"
+    assert (
+        takeover.error
+        == f"WorkerLost: worker {cut_off.worker_id} stopped renewing its lease at cursor '100' (lost 1 time(s) in a row)"
+    )
     assert retried.outcome is Outcome.COMPLETED
     row = the_row(admin, schema)
     assert (row["status"], row["processed_count"], row["attempt_count"]) == ("completed", TOTAL, 2)

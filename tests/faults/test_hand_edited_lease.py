@@ -40,10 +40,13 @@ class SlowPages:
             return [cursor for who, cursor, at in self.started if who == worker and at > after]
 
 
-@pytest.mark.parametrize("edit", [
-    "lease_expires_at = now() - interval '1 second'",  # expired by hand
-    "lease_expires_at = now() + interval '10 milliseconds'",  # shortened by hand
-])
+@pytest.mark.parametrize(
+    "edit",
+    [
+        "lease_expires_at = now() - interval '1 second'",  # expired by hand
+        "lease_expires_at = now() + interval '10 milliseconds'",  # shortened by hand
+    ],
+)
 def test_a_worker_whose_lease_was_cut_short_by_hand_stops_when_another_takes_its_job(
     schema, database_url, admin, caplog, edit
 ):
@@ -76,6 +79,8 @@ def test_a_worker_whose_lease_was_cut_short_by_hand_stops_when_another_takes_its
         assert row["cursor"] in ("100", "150")  # the last page the first worker saved before the takeover
         assert "worker first stopped renewing its lease" in row["error"]
 
-    told = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING and "lease ran out" in r.getMessage()]
+    told = [
+        r.getMessage() for r in caplog.records if r.levelno == logging.WARNING and "lease ran out" in r.getMessage()
+    ]
     assert len(told) == 1, told  # once, by whichever write noticed first
     assert "another worker took the job over, writing this attempt down as lost; the job is failed" in told[0]

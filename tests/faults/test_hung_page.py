@@ -36,8 +36,12 @@ def hang():
 
 def test_a_page_past_its_timeout_fails_at_its_cursor_and_its_lane_goes_on(schema, database_url, admin, hang, caplog):
     caplog.set_level(logging.WARNING)
-    declaration = declare(schema, products(hang, page_timeout=timedelta(seconds=1)), owner_source=ACME,
-                          retry_delay=timedelta(milliseconds=200))
+    declaration = declare(
+        schema,
+        products(hang, page_timeout=timedelta(seconds=1)),
+        owner_source=ACME,
+        retry_delay=timedelta(milliseconds=200),
+    )
     database = declaration.database(database_url)
     with Operations(declaration, database) as ops, WorkerSlot(declaration, database, "shops") as slot:
         ops.enqueue("shops", "acme-us", "products", key="hangs")
@@ -98,8 +102,10 @@ def test_an_operator_hands_a_stuck_job_back_and_its_worker_says_so_once(schema, 
         assert (row["status"], row["cursor"], row["attempt_count"], row["leased_by"]) == ("pending", "50", 0, None)
         time.sleep(1.5)  # several renewal intervals of the old worker
         told = [r.getMessage() for r in caplog.records if "this worker stops writing to it" in r.getMessage()]
-        assert told == [f"job {job.id}: the job is pending and leased by no one: handed back by hand (or a take of "
-                        "ours was rolled back); this worker stops writing to it"]  # once, however long the page hangs
+        assert told == [
+            f"job {job.id}: the job is pending and leased by no one: handed back by hand (or a take of "
+            "ours was rolled back); this worker stops writing to it"
+        ]  # once, however long the page hangs
         assert running.result(20).outcome is Outcome.LEASE_LOST  # it gave up the page instead of waiting on it
         assert not ops.release("shops", job.id)  # not running any more
 
@@ -115,7 +121,8 @@ def test_an_operator_abandons_a_job_running_or_waiting(schema, database_url, adm
         assert ops.abandon("shops", waiting.id, "the account is gone")
         assert not ops.abandon("shops", waiting.id, "twice")
     assert {(r["status"], r["error"], r["leased_by"]) for r in rows(admin, schema)} == {
-        ("abandoned", "Abandoned: the account is gone", None)}
+        ("abandoned", "Abandoned: the account is gone", None)
+    }
 
 
 def test_a_lease_keeper_that_lost_its_job_stops_renewing_and_says_so_once(schema, database_url, admin, caplog):

@@ -159,7 +159,9 @@ def test_a_worker_whose_own_row_is_held_waits_for_it_alone_while_other_lanes_run
         pool.close()
 
     assert outcome["summary"].outcomes == {"completed": 6}
-    assert {(r["status"], r["processed_count"], r["attempt_count"]) for r in rows(admin, schema)} == {("completed", 100, 1)}
+    assert {(r["status"], r["processed_count"], r["attempt_count"]) for r in rows(admin, schema)} == {
+        ("completed", 100, 1)
+    }
     assert log.cursors(held["id"]) == [None, "50"]
     assert log.overlaps() == 0
 
@@ -184,14 +186,19 @@ def test_a_statement_the_server_refuses_for_what_it_is_fails_at_once_without_ret
         with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState, match="read-only during maintenance"):
             planner.plan(Store(session), declaration.queue("shops"))
         session.close()
-        [attempts] = admin.execute(
-            sql.SQL("SELECT last_value FROM {}.jobs_refusals").format(sql.Identifier(schema))
-        ).fetchone().values()
+        [attempts] = (
+            admin.execute(sql.SQL("SELECT last_value FROM {}.jobs_refusals").format(sql.Identifier(schema)))
+            .fetchone()
+            .values()
+        )
         assert attempts == 1
     finally:
-        for statement in ["DROP TRIGGER refuse ON {jobs}", "DROP FUNCTION {jobs}_refuse()", "DROP SEQUENCE {jobs}_refusals"]:
+        for statement in [
+            "DROP TRIGGER refuse ON {jobs}",
+            "DROP FUNCTION {jobs}_refuse()",
+            "DROP SEQUENCE {jobs}_refusals",
+        ]:
             execute(admin, schema, statement)
-
 
 
 REFUSE_RENEWALS = [

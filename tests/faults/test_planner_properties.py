@@ -190,7 +190,11 @@ def test_windowed_plans_cover_the_horizon_to_the_latest_period_without_gaps_or_d
 
 
 @PURE
-@given(first=instants, every=st.one_of(seconds(1, 3 * 86400), st.timedeltas(min_value=timedelta(microseconds=1), max_value=DAY)), plan=steps)
+@given(
+    first=instants,
+    every=st.one_of(seconds(1, 3 * 86400), st.timedeltas(min_value=timedelta(microseconds=1), max_value=DAY)),
+    plan=steps,
+)
 def test_a_snapshot_gets_one_first_load_and_at_most_one_refresh_per_period(first, every, plan):
     table = Table()
     job_type = SnapshotType("products", paged(0), every=every)
@@ -213,7 +217,7 @@ def test_a_snapshot_gets_one_first_load_and_at_most_one_refresh_per_period(first
 
 # --- the real planner against the real table ----------------------------------------------------------------
 
-OWNERS = [Owner("acme-us", lane="acme"), Owner("acme-eu", lane="acme"), Owner("it's; \"quoted\" ünïcode")]
+OWNERS = [Owner("acme-us", lane="acme"), Owner("acme-eu", lane="acme"), Owner('it\'s; "quoted" ünïcode')]
 
 
 def declaration(schema: str, current: dict) -> SyncLane:
@@ -270,9 +274,7 @@ def test_the_planner_against_the_table_covers_every_owner_and_replanning_inserts
 
 
 def _progress_and_freshness(ops: Operations) -> dict:
-    return {
-        owner.id: (ops.progress("shops", owner.id), ops.freshness("shops", owner.id)) for owner in OWNERS
-    }
+    return {owner.id: (ops.progress("shops", owner.id), ops.freshness("shops", owner.id)) for owner in OWNERS}
 
 
 @AGAINST_POSTGRES

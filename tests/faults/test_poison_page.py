@@ -25,10 +25,15 @@ def test_a_page_that_kills_its_worker_every_time_is_abandoned_and_its_lane_goes_
     deaths: list[int] = []
     started = time.monotonic()
     while True:
-        assert time.monotonic() - started < DEADLINE, f"not settled after {len(deaths)} worker deaths: {rows(admin, schema)}"
+        assert time.monotonic() - started < DEADLINE, (
+            f"not settled after {len(deaths)} worker deaths: {rows(admin, schema)}"
+        )
         child = subprocess.run(
             [sys.executable, "-m", "tests.support.poison_worker", database_url, schema],
-            cwd=ROOT, capture_output=True, text=True, timeout=DEADLINE,
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=DEADLINE,
         )
         pid = int(child.stdout.split()[1])
         if child.returncode == 0:

@@ -25,7 +25,9 @@ def soak(*args: str, timeout: float) -> tuple[dict[str, int], subprocess.Complet
         [sys.executable, str(BENCH / "soak.py"), *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT
     )
     last = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
-    assert "lost_pages=" in last, f"no summary line; exit {done.returncode}\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}"
+    assert "lost_pages=" in last, (
+        f"no summary line; exit {done.returncode}\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}"
+    )
     return {key: int(float(value)) for key, value in (pair.split("=") for pair in last.split())}, done
 
 
@@ -34,8 +36,16 @@ def soak(*args: str, timeout: float) -> tuple[dict[str, int], subprocess.Complet
 def test_two_minutes_of_kills_terminations_and_restarts_lose_no_page_and_never_overlap_a_lane():
     figures, done = soak("--minutes", "2", timeout=540)
     assert done.returncode == 0, f"{figures}\n{done.stderr[-4000:]}"
-    for key in ("lost_pages", "lane_overlaps", "stuck_running", "duplicate_pages_beyond_crashes", "wrong_counts",
-                "acked_lost_without_crash", "unfinished", "worker_errors"):
+    for key in (
+        "lost_pages",
+        "lane_overlaps",
+        "stuck_running",
+        "duplicate_pages_beyond_crashes",
+        "wrong_counts",
+        "acked_lost_without_crash",
+        "unfinished",
+        "worker_errors",
+    ):
         assert figures[key] == 0, (key, figures)
     for fault in ("worker_kills", "connections_terminated", "fast_restarts", "immediate_restarts"):
         assert figures[fault] > 0, (fault, figures)
@@ -52,6 +62,7 @@ def test_a_planted_skipped_page_fails_the_soak():
 
 # The checks on planted records: each figure is shown to move.
 
+
 def served(job: int, *, lane: str = "a", pid: int = 1, at: float = 0.0, pages: int | None = None) -> list[Call]:
     """Every page of ``job`` served once, one after the other from ``at``, 1 s each."""
     return [Call(job, lane, page, pid, at + page, at + page + 1) for page in range(pages or pages_of(job))]
@@ -64,7 +75,8 @@ def completed(*jobs: int) -> list[Row]:
 def test_a_clean_record_counts_nothing():
     figures = check(served(3) + served(4, lane="b"), [], Faults(), completed(3, 4))
     assert {k: figures[k] for k in ("lost_pages", "lane_overlaps", "duplicate_pages", "wrong_counts")} == dict.fromkeys(
-        ("lost_pages", "lane_overlaps", "duplicate_pages", "wrong_counts"), 0)
+        ("lost_pages", "lane_overlaps", "duplicate_pages", "wrong_counts"), 0
+    )
 
 
 def test_a_page_never_served_is_lost_and_a_running_job_is_stuck():

@@ -41,8 +41,9 @@ def test_a_read_without_a_token_is_refused_with_401_and_no_data(api_server, scen
 
 
 @pytest.mark.parametrize("path, body", ACTIONS)
-def test_an_action_without_a_token_is_refused_and_changes_nothing(api_server, scene, database_url, operate_schema,
-                                                                  path, body):
+def test_an_action_without_a_token_is_refused_and_changes_nothing(
+    api_server, scene, database_url, operate_schema, path, body
+):
     status, _ = api_server.call("POST", path, body=body)
     assert status == 401
     assert job(database_url, operate_schema, scene["abandoned"])["status"] == "abandoned"
@@ -68,8 +69,12 @@ def test_a_viewer_may_not_act_and_the_table_is_unchanged(api_server, scene, data
 
 
 def test_an_admin_requeues_a_job_and_is_told_what_changed(api_server, scene, database_url, operate_schema):
-    status, answer = api_server.call("POST", "/synclane/api/queues/shops/requeue", token=api_server.token("admin"),
-                                     body={"job_id": scene["abandoned"]})
+    status, answer = api_server.call(
+        "POST",
+        "/synclane/api/queues/shops/requeue",
+        token=api_server.token("admin"),
+        body={"job_id": scene["abandoned"]},
+    )
     assert status == 200, answer
     assert json.loads(answer) == {
         "requeued": 1,

@@ -27,9 +27,14 @@ ARTIFACTS = Path(os.environ.get("SYNCLANE_TEST_ARTIFACTS", PROJECT / "test-artif
 
 def chromium() -> str:
     """The system Chromium, or the reason there is none (a failure under CI, else a skip)."""
-    found = next((shutil.which(name) for name in (os.environ.get("SYNCLANE_CHROMIUM", ""), "chromium",
-                                                  "chromium-browser", "google-chrome") if name and shutil.which(name)),
-                 None)
+    found = next(
+        (
+            shutil.which(name)
+            for name in (os.environ.get("SYNCLANE_CHROMIUM", ""), "chromium", "chromium-browser", "google-chrome")
+            if name and shutil.which(name)
+        ),
+        None,
+    )
     try:
         import playwright.sync_api  # noqa: F401
     except ImportError:
@@ -101,7 +106,9 @@ def test_an_operator_finds_the_abandoned_slice_and_requeues_it_from_the_page(
     # Owners: acme-us's first load done (a full bar), globex's abandoned slice with the shop's error.
     frame.get_by_role("button", name="Owners", exact=True).click()
     acme_us = frame.locator("#owners-table tr[data-owner=acme-us]")
-    total = sum(1 for row in _rows(database_url, operate_schema) if row["owner"] == "acme-us" and row["mode"] == "initial")
+    total = sum(
+        1 for row in _rows(database_url, operate_schema) if row["owner"] == "acme-us" and row["mode"] == "initial"
+    )
     expect(acme_us).to_contain_text(f"{total}/{total} ✓")
     globex_owner = frame.locator("#owners-table tr[data-owner=globex]")
     expect(globex_owner).to_contain_text(BROKEN)
@@ -125,7 +132,8 @@ def test_an_operator_finds_the_abandoned_slice_and_requeues_it_from_the_page(
     shot(page, "5-confirm")
     confirm.get_by_role("button", name="Yes, do it").click()
     expect(frame.locator("#message")).to_have_text(
-        f"Requeued job #{scene['abandoned']} of queue shops: pending, from its cursor.")
+        f"Requeued job #{scene['abandoned']} of queue shops: pending, from its cursor."
+    )
     assert dialogs == []  # the page asks in its own box: Airflow's frame allows no window.confirm
     requeued = job(database_url, operate_schema, scene["abandoned"])
     assert (requeued["status"], requeued["cursor"], requeued["attempt_count"]) == ("pending", "50", 0)

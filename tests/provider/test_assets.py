@@ -20,8 +20,9 @@ pytestmark = pytest.mark.airflow
 
 def test_a_queue_type_is_an_asset_with_the_synclane_scheme_and_names_survive_it():
     assert asset_uri("synclane", "shops", "orders") == "synclane://synclane/shops/orders"
-    assert asset("synclane", "shops", "orders") == Asset(uri="synclane://synclane/shops/orders",
-                                                         name="synclane.shops.orders", group="synclane")
+    assert asset("synclane", "shops", "orders") == Asset(
+        uri="synclane://synclane/shops/orders", name="synclane.shops.orders", group="synclane"
+    )
     assert asset_uri("s", "a b/c", "x?y") == "synclane://s/a%20b%2Fc/x%3Fy"
 
 
@@ -31,18 +32,24 @@ def test_airflow_refuses_a_synclane_uri_that_is_not_schema_queue_type():
 
 
 def test_a_worker_that_emits_declares_its_alias_as_an_outlet_when_the_dag_is_parsed():
-    operator = SyncLaneWorkOperator(task_id="work", synclane=DECLARATION, synclane_queue="shops", emit_assets=True)
+    operator = SyncLaneWorkOperator(task_id="work", declaration=DECLARATION, synclane_queue="shops", emit_assets=True)
     assert alias("shops") in operator.outlets and alias_name("shops") == "synclane-shops"
-    assert SyncLaneWorkOperator(task_id="w", synclane=DECLARATION, synclane_queue="shops").outlets == []
-    emitter = SyncLaneAssetsOperator(task_id="assets", synclane=DECLARATION, synclane_queue="shops")
+    assert SyncLaneWorkOperator(task_id="w", declaration=DECLARATION, synclane_queue="shops").outlets == []
+    emitter = SyncLaneAssetsOperator(task_id="assets", declaration=DECLARATION, synclane_queue="shops")
     assert emitter.outlets == [alias("shops")] and emitter.trigger_rule == "all_done"
 
 
 def test_a_worker_run_emits_one_event_per_type_that_landed_with_owners_windows_and_records(provider_schema, admin):
     with operations(decl.synclane) as ops:
         ops.plan("shops")
-    operator = SyncLaneWorkOperator(task_id="work", synclane=DECLARATION, synclane_queue="shops", idle_timeout=30,
-                                    deferrable=True, emit_assets=True)
+    operator = SyncLaneWorkOperator(
+        task_id="work",
+        declaration=DECLARATION,
+        synclane_queue="shops",
+        idle_timeout=30,
+        deferrable=True,
+        emit_assets=True,
+    )
     outlet_events = OutletEventAccessors()
     context = {"outlet_events": outlet_events}
     with pytest.raises(TaskDeferred) as deferred:  # the throttled job waits: the run goes on after a deferral
@@ -58,7 +65,9 @@ def test_a_worker_run_emits_one_event_per_type_that_landed_with_owners_windows_a
 
     events = outlet_events[alias("shops")].asset_alias_events
     assert sorted(e.dest_asset_key.uri for e in events) == [
-        f"synclane://{provider_schema}/shops/orders", f"synclane://{provider_schema}/shops/products"]
+        f"synclane://{provider_schema}/shops/orders",
+        f"synclane://{provider_schema}/shops/products",
+    ]
     by_type = {e.extra["type"]: e.extra for e in events}
     completed = [r for r in rows(admin, provider_schema) if r["status"] == "completed"]
     for type_name, extra in by_type.items():

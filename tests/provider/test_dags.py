@@ -17,7 +17,6 @@ from tests.support.provider_helpers import operations
 pytestmark = pytest.mark.airflow
 
 
-
 @pytest.mark.parametrize(
     "declaration",
     [None, "tests.support.provider_declaration:synclane"],
@@ -40,10 +39,19 @@ def test_the_dag_files_parse_without_touching_any_database_or_connection(declara
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(result.stdout.strip().splitlines()[-1])
     assert report["import_errors"] == {}
-    assert report["dags"] == ["synclane_downstream", "synclane_health", "synclane_plan", "synclane_requeue", "synclane_work"]
+    assert report["dags"] == [
+        "synclane_downstream",
+        "synclane_health",
+        "synclane_plan",
+        "synclane_requeue",
+        "synclane_work",
+    ]
     assert report["tasks"] == {
-        "synclane_downstream": ["count_new_records"], "synclane_health": ["check"], "synclane_plan": ["plan"],
-        "synclane_requeue": ["requeue"], "synclane_work": ["assets", "work"],
+        "synclane_downstream": ["count_new_records"],
+        "synclane_health": ["check"],
+        "synclane_plan": ["plan"],
+        "synclane_requeue": ["requeue"],
+        "synclane_work": ["assets", "work"],
     }
     assert report["attempts"] == []
     assert report["seconds"] < 60
@@ -63,7 +71,9 @@ def xcoms(run, task_id: str) -> dict[int, dict]:
     from airflow.utils.session import create_session
 
     with create_session() as session:
-        found = session.scalars(XComModel.get_many(run_id=run.run_id, dag_ids=run.dag_id, task_ids=task_id, key="return_value")).all()
+        found = session.scalars(
+            XComModel.get_many(run_id=run.run_id, dag_ids=run.dag_id, task_ids=task_id, key="return_value")
+        ).all()
         return {x.map_index: XComModel.deserialize_value(x) for x in found}
 
 
@@ -78,7 +88,9 @@ def test_the_planning_dag_inserts_the_planned_rows_once(dags, provider_schema, a
     first = dags["synclane_plan"].test()
     assert first.state == "success"
     inserted = {"orders": 4 * decl.orders_per_owner(), "products": 4}
-    assert xcoms(first, "plan") == {-1: {"queue": "shops", "owners": 4, "inserted": inserted, "total": decl.shop_jobs(), "pruned": 0}}
+    assert xcoms(first, "plan") == {
+        -1: {"queue": "shops", "owners": 4, "inserted": inserted, "total": decl.shop_jobs(), "pruned": 0}
+    }
     assert len(rows(admin, provider_schema)) == decl.shop_jobs()
 
     again = dags["synclane_plan"].test()
@@ -87,7 +99,9 @@ def test_the_planning_dag_inserts_the_planned_rows_once(dags, provider_schema, a
     assert len(rows(admin, provider_schema)) == decl.shop_jobs()
 
 
-def test_the_worker_dag_drains_the_lanes_with_mapped_slots_deferring_until_a_job_is_due(dags, provider_schema, admin, capsys):
+def test_the_worker_dag_drains_the_lanes_with_mapped_slots_deferring_until_a_job_is_due(
+    dags, provider_schema, admin, capsys
+):
     with operations(decl.synclane) as ops:
         ops.plan("shops")
 
@@ -99,8 +113,17 @@ def test_the_worker_dag_drains_the_lanes_with_mapped_slots_deferring_until_a_job
     assert [ti.rendered_map_index for ti in instances] == ["shops slot 0", "shops slot 1"]
     summaries = xcoms(run, "work")
     assert sorted(summaries) == [0, 1]
-    total = {key: sum(s[key] for s in summaries.values()) for key in ("jobs", "completed", "failed", "released", "lease_lost")}
-    assert total == {"jobs": decl.shop_jobs() + 1, "completed": decl.shop_jobs(), "failed": 1, "released": 0, "lease_lost": 0}
+    total = {
+        key: sum(s[key] for s in summaries.values())
+        for key in ("jobs", "completed", "failed", "released", "lease_lost")
+    }
+    assert total == {
+        "jobs": decl.shop_jobs() + 1,
+        "completed": decl.shop_jobs(),
+        "failed": 1,
+        "released": 0,
+        "lease_lost": 0,
+    }
     # The slot that met the throttled job deferred, was woken when the job became due, ran it, and deferred again.
     assert max(s["deferrals"] for s in summaries.values()) >= 2
     assert all(s["ended"] == "idle_timeout" for s in summaries.values())
@@ -126,7 +149,9 @@ def test_the_worker_dag_drains_the_lanes_with_mapped_slots_deferring_until_a_job
     with create_session() as session:
         events = [e for e in session.query(AssetEvent).all() if e.source_run_id == run.run_id]
         assert sorted(e.asset.uri for e in events) == [
-            f"synclane://{provider_schema}/shops/orders", f"synclane://{provider_schema}/shops/products"]
+            f"synclane://{provider_schema}/shops/orders",
+            f"synclane://{provider_schema}/shops/products",
+        ]
         assert {e.extra["type"]: e.extra for e in events} == emitted
 
 
@@ -146,8 +171,10 @@ def test_the_health_dag_fails_naming_the_job_abandoned_in_its_interval_and_passe
     assert failed.state == "failed"
     [instance] = task_instances(failed)
     assert instance.state == "failed"
-    assert f"abandoned: owner globex, job globex/products #{job.id}, at cursor None after 0 attempt(s): " \
+    assert (
+        f"abandoned: owner globex, job globex/products #{job.id}, at cursor None after 0 attempt(s): "
         "Abandoned: access revoked" in capsys.readouterr().out
+    )
     # The next run's interval starts where this one ended: it passes (each abandonment is reported once).
     passed = dag.test(logical_date=end + every)
     assert passed.data_interval_start == end
@@ -167,7 +194,7 @@ def test_every_operator_and_sensor_serializes_into_a_dag():
     from synclane_provider.sensors.drained import SyncLaneDrainedSensor
     from synclane_provider.sensors.initial_load import SyncLaneInitialLoadSensor
 
-    common = dict(synclane="tests.support.provider_declaration:synclane", synclane_queue="shops")
+    common = dict(declaration="tests.support.provider_declaration:synclane", synclane_queue="shops")
     with DAG("synclane_everything", schedule=None, start_date=datetime(2026, 1, 1, tzinfo=timezone.utc)) as dag:
         plan = SyncLanePlanOperator(task_id="plan", owner_id="globex", **common)
         work = SyncLaneWorkOperator(task_id="work", slot=1, idle_timeout=5, max_run_time=60, **common)
@@ -178,3 +205,26 @@ def test_every_operator_and_sensor_serializes_into_a_dag():
     restored = DagSerialization.deserialize_dag(DagSerialization.serialize_dag(dag))
     assert set(restored.task_dict) == {"plan", "work", "loaded", "drained", "check"}
     assert tuple(restored.task_dict["work"].template_fields) == SyncLaneWorkOperator.template_fields
+
+
+def test_the_old_synclane_argument_still_works_for_one_release_with_a_warning():
+    from airflow.exceptions import AirflowProviderDeprecationWarning
+
+    from synclane_provider.core import DeclarationError
+    from synclane_provider.operators.plan import SyncLanePlanOperator
+
+    path = "tests.support.provider_declaration:synclane"
+    with pytest.warns(AirflowProviderDeprecationWarning, match="use declaration="):
+        old = SyncLanePlanOperator(task_id="old", synclane=path, synclane_queue="shops")
+    assert old.declaration == path
+    with pytest.raises(DeclarationError, match="not both"), pytest.warns(AirflowProviderDeprecationWarning):
+        SyncLanePlanOperator(task_id="both", synclane=path, declaration="other.module:thing", synclane_queue="shops")
+
+
+def test_without_a_declaration_argument_the_configured_one_is_used(monkeypatch):
+    from synclane_provider.operators.plan import SyncLanePlanOperator
+
+    monkeypatch.setenv("AIRFLOW__SYNCLANE__DECLARATION", "tests.support.provider_declaration:synclane")
+    assert SyncLanePlanOperator(task_id="plan", synclane_queue="shops").declaration == (
+        "tests.support.provider_declaration:synclane"
+    )

@@ -19,7 +19,9 @@ pytestmark = pytest.mark.airflow
 
 
 def checker(**kwargs) -> SyncLaneHealthCheckOperator:
-    return SyncLaneHealthCheckOperator(**{"task_id": "check", "synclane": DECLARATION, "synclane_queue": "shops", **kwargs})
+    return SyncLaneHealthCheckOperator(
+        **{"task_id": "check", "synclane": DECLARATION, "synclane_queue": "shops", **kwargs}
+    )
 
 
 def interval(minutes: int = 5) -> dict:
@@ -54,7 +56,9 @@ def test_it_fails_on_a_job_abandoned_within_its_data_interval_naming_owner_job_a
     ]
     # The next run's interval starts where this one ended: it does not report the job again.
     later = datetime.now(timezone.utc) + timedelta(seconds=1)
-    assert checker().execute({"data_interval_start": later, "data_interval_end": later + timedelta(minutes=5)})["healthy"]
+    assert checker().execute({"data_interval_start": later, "data_interval_end": later + timedelta(minutes=5)})[
+        "healthy"
+    ]
     # A run with no data interval (triggered by hand without one) reports every abandoned job.
     with pytest.raises(AirflowException, match=f"#{job.id}"):
         checker().execute({})
@@ -66,11 +70,18 @@ def test_it_fails_on_a_running_job_whose_heartbeat_is_older_than_its_lease(provi
     with WorkerSlot(decl.synclane, SyncLaneHook().get_database(decl.synclane), "shops") as slot:
         job = slot.take()
         # The worker hangs: no heartbeat for longer than the lease.
-        execute(admin, provider_schema, "UPDATE {jobs} SET heartbeat_at = now() - interval '6 minutes' WHERE id = %s", [job.id])
+        execute(
+            admin,
+            provider_schema,
+            "UPDATE {jobs} SET heartbeat_at = now() - interval '6 minutes' WHERE id = %s",
+            [job.id],
+        )
         with pytest.raises(AirflowException) as failed:
             checker().execute(interval())
     [line] = str(failed.value).splitlines()[1:]
-    assert line.startswith(f"- stuck: owner {job.owner}, job {job.describe()}, running on {slot.worker_id} at cursor None")
+    assert line.startswith(
+        f"- stuck: owner {job.owner}, job {job.describe()}, running on {slot.worker_id} at cursor None"
+    )
     assert line.endswith("longer ago than its lease (5 min): the worker hangs or is gone")
 
 
@@ -78,8 +89,12 @@ def test_it_fails_on_an_owner_lagging_more_than_the_queues_max_lag(provider_sche
     with operations(decl.synclane) as ops:
         ops.plan("shops")
     complete_everything(admin, provider_schema)
-    execute(admin, provider_schema, "UPDATE {jobs} SET window_start = window_start - interval '2 days', "
-            "window_end = window_end - interval '2 days' WHERE owner = 'initech'")
+    execute(
+        admin,
+        provider_schema,
+        "UPDATE {jobs} SET window_start = window_start - interval '2 days', "
+        "window_end = window_end - interval '2 days' WHERE owner = 'initech'",
+    )
     with pytest.raises(AirflowException) as failed:
         checker().execute(interval())
     [line] = str(failed.value).splitlines()[1:]
@@ -104,4 +119,6 @@ def test_an_empty_data_interval_reports_every_abandoned_job_rather_than_none(pro
     later = datetime.now(timezone.utc) + timedelta(hours=1)  # a trigger timetable's run: start == end
     with pytest.raises(AirflowException, match=f"owner acme-eu, job acme-eu/products #{job.id},"):
         checker().execute({"data_interval_start": later, "data_interval_end": later})
-    assert "reporting every abandoned job" in caplog.text + capsys.readouterr().out  # (where Airflow's logging sends it)
+    assert (
+        "reporting every abandoned job" in caplog.text + capsys.readouterr().out
+    )  # (where Airflow's logging sends it)

@@ -49,7 +49,9 @@ def test_making_the_hook_and_the_database_opens_nothing():
 def test_credentials_never_reach_the_task_log(provider_schema, connection, capsys):
     secret = "s3cret-Pa55word-never-logged"  # the test server trusts local connections, so any password works
     conn_id = connection(password=secret)
-    SyncLanePlanOperator(task_id="plan", synclane=DECLARATION, synclane_queue="shops", synclane_conn_id=conn_id).execute({})
+    SyncLanePlanOperator(
+        task_id="plan", declaration=DECLARATION, synclane_queue="shops", synclane_conn_id=conn_id
+    ).execute({})
     captured = capsys.readouterr()
     assert "job(s) inserted" in captured.out
     assert secret not in captured.out + captured.err

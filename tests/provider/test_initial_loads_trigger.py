@@ -42,8 +42,9 @@ def test_the_trigger_fires_on_the_notify_of_a_completed_initial_load_naming_only
     # globex was loaded before the trigger started: it is the baseline, never announced.
     execute(admin, provider_schema, "UPDATE {jobs} SET status = 'completed' WHERE owner = 'globex'")
     # A poll far longer than the test: only the workers' NOTIFY can wake the trigger in time.
-    trigger = InitialLoadsTrigger(synclane_conn_id=conn_id, schema=provider_schema, queue="shops", job_type="orders",
-                                  poll_interval=600)
+    trigger = InitialLoadsTrigger(
+        synclane_conn_id=conn_id, schema=provider_schema, queue="shops", job_type="orders", poll_interval=600
+    )
     event = in_background(trigger, timeout=60)
     wait_until_waiting(admin, name, event)
     with WorkerSlot(decl.synclane, SyncLaneHook().get_database(decl.synclane), "shops") as slot:

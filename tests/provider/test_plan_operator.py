@@ -24,7 +24,13 @@ def planner(**kwargs) -> SyncLanePlanOperator:
 def test_planning_inserts_the_planned_rows_once_and_reports_them_per_type(provider_schema, admin, capsys):
     orders, total = 4 * decl.orders_per_owner(), decl.shop_jobs()
     first = planner().execute({})
-    assert first == {"queue": "shops", "owners": 4, "inserted": {"orders": orders, "products": 4}, "total": total, "pruned": 0}
+    assert first == {
+        "queue": "shops",
+        "owners": 4,
+        "inserted": {"orders": orders, "products": 4},
+        "total": total,
+        "pruned": 0,
+    }
     assert len(rows(admin, provider_schema)) == total
     log = capsys.readouterr().out
     assert f"queue shops, type orders: {orders} job(s) inserted for 4 owner(s)" in log
@@ -63,7 +69,10 @@ def test_planning_one_owner(provider_schema, admin):
     [
         ("tests.support.provider_declaration", "must be an import path like 'package.module:attribute'"),
         ("tests.provider.nowhere:synclane", "cannot import module 'tests.provider.nowhere'"),
-        ("tests.support.provider_declaration:missing", "module 'tests.support.provider_declaration' has no attribute 'missing'"),
+        (
+            "tests.support.provider_declaration:missing",
+            "module 'tests.support.provider_declaration' has no attribute 'missing'",
+        ),
         ("tests.support.provider_declaration:shops", "names a function, expected a SyncLane declaration"),
         (":synclane", "must be an import path"),
     ],

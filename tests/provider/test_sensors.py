@@ -20,13 +20,17 @@ pytestmark = pytest.mark.airflow
 
 
 def initial_load(**kwargs) -> SyncLaneInitialLoadSensor:
-    settings = dict(task_id="loaded", synclane=DECLARATION, synclane_queue="shops", deferrable=True, poke_interval=0.2)
+    settings = dict(
+        task_id="loaded", declaration=DECLARATION, synclane_queue="shops", deferrable=True, poke_interval=0.2
+    )
     settings.update(kwargs)
     return SyncLaneInitialLoadSensor(**settings)
 
 
 def drained(**kwargs) -> SyncLaneDrainedSensor:
-    settings = dict(task_id="drained", synclane=DECLARATION, synclane_queue="shops", deferrable=True, poke_interval=0.2)
+    settings = dict(
+        task_id="drained", declaration=DECLARATION, synclane_queue="shops", deferrable=True, poke_interval=0.2
+    )
     settings.update(kwargs)
     return SyncLaneDrainedSensor(**settings)
 
@@ -44,7 +48,11 @@ def plan_and_drain_once() -> None:
 
 def work_until_idle() -> dict:
     return SyncLaneWorkOperator(
-        task_id="work", synclane=DECLARATION, synclane_queue="shops", deferrable=False, idle_timeout=decl.THROTTLE_SECONDS + 1
+        task_id="work",
+        declaration=DECLARATION,
+        synclane_queue="shops",
+        deferrable=False,
+        idle_timeout=decl.THROTTLE_SECONDS + 1,
     ).execute({})
 
 
@@ -119,7 +127,9 @@ def test_an_owner_with_nothing_planned_is_not_loaded(provider_schema):
 
 def test_abandoned_initial_jobs_count_only_when_allowed(provider_schema, admin):
     plan_and_drain_once()
-    execute(admin, provider_schema, "UPDATE {jobs} SET status = 'abandoned' WHERE owner = 'globex' AND status = 'failed'")
+    execute(
+        admin, provider_schema, "UPDATE {jobs} SET status = 'abandoned' WHERE owner = 'globex' AND status = 'failed'"
+    )
     with pytest.raises(TaskDeferred):
         initial_load(owner_id="globex").execute({})
     assert initial_load(owner_id="globex", allow_abandoned=True).execute({}) is None

@@ -72,9 +72,13 @@ def test_the_worker_dag_sends_job_page_record_take_throttle_and_takeover_metrics
     with operations(decl.synclane) as ops:
         ops.plan("shops")
     # A worker died holding a job: its lease ran out a minute ago, and a slot of the DAG takes the job over.
-    execute(admin, provider_schema, "UPDATE {jobs} SET status = 'running', leased_by = 'dead-worker', "
-            "heartbeat_at = now() - interval '6 minutes', lease_expires_at = now() - interval '1 minute' "
-            "WHERE owner = 'initech' AND type = 'products'")
+    execute(
+        admin,
+        provider_schema,
+        "UPDATE {jobs} SET status = 'running', leased_by = 'dead-worker', "
+        "heartbeat_at = now() - interval '6 minutes', lease_expires_at = now() - interval '1 minute' "
+        "WHERE owner = 'initech' AND type = 'products'",
+    )
 
     run = dags["synclane_work"].test(run_conf={"idle_timeout": decl.THROTTLE_SECONDS, "max_run_time": 120})
     assert run.state == "success"
@@ -83,9 +87,16 @@ def test_the_worker_dag_sends_job_page_record_take_throttle_and_takeover_metrics
     jobs = decl.shop_jobs() - 1  # every job but the one taken over completes
     finished = got["airflow.synclane.jobs.finished"]
     assert sum(v for tags, kind, v in finished if tags.endswith(",outcome=completed") and kind == "c") == jobs
-    assert sum(v for _, _, v in got["airflow.synclane.jobs.finished.shops.orders.completed"]) == 4 * (decl.orders_per_owner())
-    assert sum(v for _, _, v in got["airflow.synclane.jobs.finished.shops.products.failed"]) == 2  # a throttle, the lost attempt
-    assert {tags for tags, _, _ in got["airflow.synclane.pages"]} == {",queue=shops,type=orders", ",queue=shops,type=products"}
+    assert sum(v for _, _, v in got["airflow.synclane.jobs.finished.shops.orders.completed"]) == 4 * (
+        decl.orders_per_owner()
+    )
+    assert (
+        sum(v for _, _, v in got["airflow.synclane.jobs.finished.shops.products.failed"]) == 2
+    )  # a throttle, the lost attempt
+    assert {tags for tags, _, _ in got["airflow.synclane.pages"]} == {
+        ",queue=shops,type=orders",
+        ",queue=shops,type=products",
+    }
     assert sum(v for _, _, v in got["airflow.synclane.pages"]) == 2 * jobs  # 100 records, 50 a page
     assert sum(v for _, _, v in got["airflow.synclane.records"]) == 100 * jobs
     assert {kind for _, kind, _ in got["airflow.synclane.page.duration"]} == {"ms"}
@@ -102,8 +113,12 @@ def test_the_planning_dag_sends_the_queue_gauges(dags, provider_schema, admin, s
         [job] = ops.list_jobs("shops", owner="globex", type="products")
         ops.abandon("shops", job.id, "access revoked")
     execute(admin, provider_schema, "UPDATE {jobs} SET status = 'completed' WHERE type = 'orders'")
-    execute(admin, provider_schema, "UPDATE {jobs} SET status = 'running', leased_by = 'w', "
-            "lease_expires_at = now() + interval '5 minutes' WHERE owner = 'acme-us' AND type = 'products'")
+    execute(
+        admin,
+        provider_schema,
+        "UPDATE {jobs} SET status = 'running', leased_by = 'w', "
+        "lease_expires_at = now() + interval '5 minutes' WHERE owner = 'acme-us' AND type = 'products'",
+    )
 
     assert dags["synclane_plan"].test().state == "success"
     got = statsd.received()

@@ -61,7 +61,10 @@ TRIGGERS = [
             give_up_after=60.0,
         ),
     ),
-    (DrainedTrigger, dict(synclane_conn_id="c", schema="s", queue="q", lane="acme", poll_interval=3.0, give_up_after=60.0)),
+    (
+        DrainedTrigger,
+        dict(synclane_conn_id="c", schema="s", queue="q", lane="acme", poll_interval=3.0, give_up_after=60.0),
+    ),
 ]
 
 
@@ -143,7 +146,9 @@ def test_one_notify_wakes_one_idle_worker_per_job_not_all_of_them(provider_schem
             assert w.result(timeout=60)["status"] in ("due", "timeout")
 
 
-def test_a_waiter_behind_one_that_never_wakes_wakes_after_its_patience(provider_schema, admin, connection, database_url):
+def test_a_waiter_behind_one_that_never_wakes_wakes_after_its_patience(
+    provider_schema, admin, connection, database_url
+):
     """A waiter ahead in line that is stuck (here: a bare connection holding the queue's key) costs a delay of
     ``patience`` per place, never a job left waiting."""
     import psycopg
@@ -157,8 +162,10 @@ def test_a_waiter_behind_one_that_never_wakes_wakes_after_its_patience(provider_
         name = unique_name("due-patience")
         waiting = in_background(due_trigger(connection(application_name=name), patience=0.5))
         wait_until_waiting(admin, name, waiting)
-        [pid] = [r["pid"] for r in admin.execute(
-            "SELECT pid FROM pg_stat_activity WHERE application_name = %s", [name]).fetchall()]
+        [pid] = [
+            r["pid"]
+            for r in admin.execute("SELECT pid FROM pg_stat_activity WHERE application_name = %s", [name]).fetchall()
+        ]
         ahead = sum(conn.info.backend_pid < pid for conn in stuck)
         started = time.monotonic()
         with operations(decl.synclane) as ops:
@@ -213,7 +220,11 @@ def test_a_due_job_in_a_busy_lane_does_not_wake_the_trigger_but_an_expired_lease
     try:
         assert holder.take() is not None  # lane acme is busy; its other job is due but cannot run
         assert first_event(due_trigger(seconds=1.5, poll_interval=0.2))["status"] == "timeout"
-        execute(admin, provider_schema, "UPDATE {jobs} SET lease_expires_at = now() - interval '1 second' WHERE status = 'running'")
+        execute(
+            admin,
+            provider_schema,
+            "UPDATE {jobs} SET lease_expires_at = now() - interval '1 second' WHERE status = 'running'",
+        )
         assert first_event(due_trigger(seconds=10))["status"] == "due"
     finally:
         holder.close()
@@ -240,6 +251,8 @@ def test_triggers_write_nothing_and_close_their_connections(provider_schema, adm
     events.append(first_event(DrainedTrigger(poll_interval=0.2, **common)))
     assert [event["status"] for event in events] == ["due", "success", "success"]
     deadline = time.monotonic() + 10
-    while admin.execute("SELECT count(*) AS n FROM pg_stat_activity WHERE application_name = %s", [name]).fetchone()["n"]:
+    while admin.execute("SELECT count(*) AS n FROM pg_stat_activity WHERE application_name = %s", [name]).fetchone()[
+        "n"
+    ]:
         assert time.monotonic() < deadline, "a trigger left its connection open"
         time.sleep(0.02)

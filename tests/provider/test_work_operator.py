@@ -22,9 +22,8 @@ from tests.support.provider_helpers import first_event, operations
 pytestmark = pytest.mark.airflow
 
 
-
 def worker(**kwargs) -> SyncLaneWorkOperator:
-    settings = dict(task_id="work", synclane=DECLARATION, synclane_queue="shops", idle_timeout=30, deferrable=True)
+    settings = dict(task_id="work", declaration=DECLARATION, synclane_queue="shops", idle_timeout=30, deferrable=True)
     settings.update(kwargs)
     return SyncLaneWorkOperator(**settings)
 
@@ -64,7 +63,11 @@ def test_the_worker_drains_then_defers_and_resumes_when_a_job_becomes_due(provid
     assert before + timedelta(seconds=29) < kwargs["until"] <= datetime.now(timezone.utc) + timedelta(seconds=30)
     assert deferred.value.timeout > timedelta(seconds=29) + DEFER_GRACE - timedelta(seconds=1)
     carried = kwargs["carry"]
-    assert carried["summary"]["jobs"] == decl.shop_jobs() and carried["summary"]["failed"] == 1 and carried["deferrals"] == 1
+    assert (
+        carried["summary"]["jobs"] == decl.shop_jobs()
+        and carried["summary"]["failed"] == 1
+        and carried["deferrals"] == 1
+    )
 
     # The trigger fires when the throttled job is due; the task resumes, runs it, and defers again.
     event = first_event(trigger)
@@ -96,7 +99,9 @@ def test_the_worker_drains_then_defers_and_resumes_when_a_job_becomes_due(provid
         "landed": summary["landed"],
     }
     assert {t: sum(o["jobs"] for o in owners.values()) for t, owners in summary["landed"].items()} == {
-        "orders": decl.shop_jobs() - 4, "products": 4}
+        "orders": decl.shop_jobs() - 4,
+        "products": 4,
+    }
     log = capsys.readouterr().out
     job_lines = [line for line in log.splitlines() if " page(s), " in line and "#" in line]
     assert len(job_lines) == decl.shop_jobs() + 1  # one line per job run
@@ -106,15 +111,24 @@ def test_the_worker_drains_then_defers_and_resumes_when_a_job_becomes_due(provid
 
 def test_a_trigger_error_fails_the_task_with_its_message(provider_schema):
     operator = worker()
-    carry = {"started_at": "2026-11-30T10:00:00+00:00", "idle_since": "2026-11-30T10:00:00+00:00", "summary": {}, "deferrals": 1}
+    carry = {
+        "started_at": "2026-11-30T10:00:00+00:00",
+        "idle_since": "2026-11-30T10:00:00+00:00",
+        "summary": {},
+        "deferrals": 1,
+    }
     with pytest.raises(AirflowException, match="OperationalError: connection refused"):
-        operator.execute_complete({}, {"status": "error", "message": "OperationalError: connection refused", "carry": carry})
+        operator.execute_complete(
+            {}, {"status": "error", "message": "OperationalError: connection refused", "carry": carry}
+        )
 
 
 def test_without_deferral_the_worker_polls_and_ends_after_the_idle_timeout(provider_schema, admin):
     plan()
     summary = worker(deferrable=False, idle_timeout=decl.THROTTLE_SECONDS + 2).execute({})
-    assert summary["completed"] == decl.shop_jobs() and summary["failed"] == 1  # the throttled job was picked up by polling
+    assert (
+        summary["completed"] == decl.shop_jobs() and summary["failed"] == 1
+    )  # the throttled job was picked up by polling
     assert (summary["deferrals"], summary["ended"]) == (0, "idle_timeout")
     assert statuses(admin, provider_schema) == {"completed": decl.shop_jobs()}
 
@@ -123,7 +137,10 @@ def test_two_slots_drain_the_queue_together_and_a_lane_never_runs_two_jobs(provi
     plan()
     with ThreadPoolExecutor(max_workers=2) as pool:
         results = list(
-            pool.map(lambda slot: worker(slot=slot, deferrable=False, idle_timeout=decl.THROTTLE_SECONDS + 2).execute({}), [0, 1])
+            pool.map(
+                lambda slot: worker(slot=slot, deferrable=False, idle_timeout=decl.THROTTLE_SECONDS + 2).execute({}),
+                [0, 1],
+            )
         )
     assert sum(r["completed"] for r in results) == decl.shop_jobs()
     assert all(r["jobs"] > 0 for r in results)  # both slots took part
@@ -177,7 +194,9 @@ def test_a_lost_connection_is_reopened_and_the_job_continues(provider_schema, ad
     plan("slow")
     decl.GATE.clear()
     name = f"synclane-worker-{os.getpid()}-{threading.get_ident()}"
-    operator = worker(synclane_queue="slow", synclane_conn_id=connection(application_name=name), idle_timeout=1, deferrable=False)
+    operator = worker(
+        synclane_queue="slow", synclane_conn_id=connection(application_name=name), idle_timeout=1, deferrable=False
+    )
     with ThreadPoolExecutor(max_workers=1) as pool:
         running = pool.submit(operator.execute, {})
         assert decl.IN_FLIGHT.wait(30)
@@ -202,7 +221,10 @@ def test_the_task_fails_when_the_database_stays_unreachable(provider_schema, con
     ("settings", "message"),
     [
         (dict(idle_timeout=0), "idle_timeout must be positive"),
-        (dict(max_run_time="soon"), "max_run_time must be a duration: a timedelta, a number of seconds, or text like 90s"),
+        (
+            dict(max_run_time="soon"),
+            "max_run_time must be a duration: a timedelta, a number of seconds, or text like 90s",
+        ),
     ],
 )
 def test_bad_durations_fail_when_the_dag_is_parsed(settings, message):

@@ -85,8 +85,16 @@ def worker_of(leased_by: str | None, members: dict[str, list[int]]) -> str | Non
 def scenario(database_url, broker, tmp_path_factory):
     started = time.monotonic()
     home = tmp_path_factory.mktemp("celery")
-    workload = Workload(schema=f"synclane_celery_{uuid.uuid4().hex[:8]}", database_url=database_url, owners=120,
-                        lanes=8, pages=PAGES, latency=0.4, slots=SLOTS, lease=LEASE)
+    workload = Workload(
+        schema=f"synclane_celery_{uuid.uuid4().hex[:8]}",
+        database_url=database_url,
+        owners=120,
+        lanes=8,
+        pages=PAGES,
+        latency=0.4,
+        slots=SLOTS,
+        lease=LEASE,
+    )
     cluster = CeleryCluster(database_url, broker.url, workload, home, workers=2, concurrency=3, idle_timeout=15)
     run = Scenario(workload, cluster)
     sampler = Sampler(database_url, workload.schema)
@@ -103,7 +111,9 @@ def scenario(database_url, broker, tmp_path_factory):
             if not runs:
                 return []
             run.run = runs[-1]  # the first run: the one whose tasks the kill hits
-            found = [ti for ti in cluster.api.task_instances(WORK_DAG, run.run["dag_run_id"]) if ti["task_id"] == "work"]
+            found = [
+                ti for ti in cluster.api.task_instances(WORK_DAG, run.run["dag_run_id"]) if ti["task_id"] == "work"
+            ]
             run.observed.append((time.monotonic() - started, found))
             return found
 
@@ -123,20 +133,29 @@ def scenario(database_url, broker, tmp_path_factory):
                         return holder, members, tis
             return None
 
-        run.victim, run.members_at_kill, run.instances_at_kill = cluster.wait(moment_to_kill, 150, "jobs mid-way on both workers", every=0.2)
+        run.victim, run.members_at_kill, run.instances_at_kill = cluster.wait(
+            moment_to_kill, 150, "jobs mid-way on both workers", every=0.2
+        )
         run.survivor = next(name for name in cluster.hostnames if name != run.victim)
         run.killed_pids = set(cluster.kill_worker(run.victim))
         run.killed_at = datetime.now().astimezone()
         run.timings["killed"] = time.monotonic() - started
-        run.held_at_kill = [job for job in workload.jobs()
-                            if job["status"] == "running" and int(job["leased_by"].split(":")[1]) in run.killed_pids]
+        run.held_at_kill = [
+            job
+            for job in workload.jobs()
+            if job["status"] == "running" and int(job["leased_by"].split(":")[1]) in run.killed_pids
+        ]
 
         # 3. Every job completes; the lost task instances are dealt with and the run ends.
-        cluster.wait(lambda: instances() and all(job["status"] == "completed" for job in workload.jobs()), 240,
-                     "every job completed")
+        cluster.wait(
+            lambda: instances() and all(job["status"] == "completed" for job in workload.jobs()),
+            240,
+            "every job completed",
+        )
         run.timings["all completed"] = time.monotonic() - started
-        cluster.wait(lambda: instances() and run.run["state"] in ("success", "failed"), 240, "the worker DAG run to end",
-                     every=1)
+        cluster.wait(
+            lambda: instances() and run.run["state"] in ("success", "failed"), 240, "the worker DAG run to end", every=1
+        )
         run.timings["run ended"] = time.monotonic() - started
         run_id = urllib.parse.quote(run.run["dag_run_id"], safe="")
         for ti in run.observed[-1][1]:
@@ -157,26 +176,34 @@ def scenario(database_url, broker, tmp_path_factory):
 
 def report(run: Scenario) -> str:
     """What happened, for ``pytest -s`` and the README's figures: timings, and what followed the kill."""
-    lines = [f"\nCelery scale-out timings (s): { {k: round(v) for k, v in run.timings.items()} }",
-             f"killed {run.victim} ({len(run.killed_pids)} processes) holding jobs (id, cursor) "
-             f"{[(job['id'], job['cursor']) for job in run.held_at_kill]}"]
+    lines = [
+        f"\nCelery scale-out timings (s): { {k: round(v) for k, v in run.timings.items()} }",
+        f"killed {run.victim} ({len(run.killed_pids)} processes) holding jobs (id, cursor) "
+        f"{[(job['id'], job['cursor']) for job in run.held_at_kill]}",
+    ]
     if run.killed_at is None:
         return "\n".join(lines)
     for held in run.held_at_kill:
         resumed = [page for page in run.pages if page["job_id"] == held["id"] and page["served_at"] > run.killed_at]
         if resumed:
-            lines.append(f"job {held['id']}: lease ran out {(held['lease_expires_at'] - run.killed_at).total_seconds():.1f}s "
-                         f"after the kill; {resumed[0]['served_by']} asked for cursor {resumed[0]['cursor']} "
-                         f"{(resumed[0]['served_at'] - run.killed_at).total_seconds():.1f}s after it")
+            lines.append(
+                f"job {held['id']}: lease ran out {(held['lease_expires_at'] - run.killed_at).total_seconds():.1f}s "
+                f"after the kill; {resumed[0]['served_by']} asked for cursor {resumed[0]['cursor']} "
+                f"{(resumed[0]['served_at'] - run.killed_at).total_seconds():.1f}s after it"
+            )
     killed = run.timings["killed"]
-    lost = {ti["map_index"] for ti in run.instances_at_kill if ti["state"] == "running" and ti["hostname"] == run.victim}
+    lost = {
+        ti["map_index"] for ti in run.instances_at_kill if ti["state"] == "running" and ti["hostname"] == run.victim
+    }
     for map_index in sorted(lost):
         seen: dict[str, float] = {}
         for at, tis in run.observed:
             for ti in tis:
                 if ti["map_index"] == map_index and at > killed:
                     seen.setdefault(f"{ti['state']} (try {ti['try_number']}, {ti['hostname'] or '-'})", at - killed)
-        lines.append(f"slot {map_index} after the kill: " + ", ".join(f"{state} at {at:.0f}s" for state, at in seen.items()))
+        lines.append(
+            f"slot {map_index} after the kill: " + ", ".join(f"{state} at {at:.0f}s" for state, at in seen.items())
+        )
     return "\n".join(lines)
 
 
@@ -252,8 +279,11 @@ def test_airflow_marked_the_lost_tasks_for_retry_and_reran_them_on_the_surviving
     """What Airflow does with a task whose worker died: the scheduler stops hearing its heartbeat, fails the
     try after ``task_instance_heartbeat_timeout`` (30 s here), and as the worker DAG allows retries, the next
     try runs on the worker that is left. The run ends successful."""
-    lost = [ti["map_index"] for ti in scenario.instances_at_kill
-            if ti["state"] == "running" and ti["hostname"] == scenario.victim]
+    lost = [
+        ti["map_index"]
+        for ti in scenario.instances_at_kill
+        if ti["state"] == "running" and ti["hostname"] == scenario.victim
+    ]
     assert lost
     for map_index in range(SLOTS):
         tries = sorted(scenario.tries[map_index], key=lambda t: t["try_number"])

@@ -22,8 +22,9 @@ import uuid
 from importlib.metadata import version
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
 from tests.support.database import DATABASE_URL
+
+REPO = Path(__file__).resolve().parents[2]
 
 HOME = Path(tempfile.mkdtemp(prefix="synclane-airflow-home-"))
 atexit.register(shutil.rmtree, HOME, ignore_errors=True)

@@ -31,24 +31,28 @@ USERS = {"admin": "admin", "viewer": "viewer"}
 def airflow_env(home: Path, *, database_url: str, schema: str, port: int | None = None) -> dict[str, str]:
     """Airflow's settings for the operator's tools: the page's server and ``airflow synclane`` commands."""
     env = clean_environment()
-    env.update({
-        "AIRFLOW_HOME": str(home),
-        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-        "AIRFLOW__CORE__DAGS_FOLDER": str(home / "dags"),
-        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
-        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": ",".join(f"{user}:{role}" for user, role in USERS.items()),
-        "AIRFLOW__SYNCLANE__DECLARATION": DECLARATION,
-        "AIRFLOW_CONN_SYNCLANE_DEFAULT": airflow_connection(database_url),
-        "SYNCLANE_OPERATE_SCHEMA": schema,
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(PROJECT), env.get("PYTHONPATH")])),
-        "PATH": os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", os.defpath)]),
-    })
+    env.update(
+        {
+            "AIRFLOW_HOME": str(home),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__CORE__DAGS_FOLDER": str(home / "dags"),
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": ",".join(f"{user}:{role}" for user, role in USERS.items()),
+            "AIRFLOW__SYNCLANE__DECLARATION": DECLARATION,
+            "AIRFLOW_CONN_SYNCLANE_DEFAULT": airflow_connection(database_url),
+            "SYNCLANE_OPERATE_SCHEMA": schema,
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(PROJECT), env.get("PYTHONPATH")])),
+            "PATH": os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", os.defpath)]),
+        }
+    )
     if port is not None:
-        env.update({
-            "AIRFLOW__API__PORT": str(port),
-            "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{port}",
-            "AIRFLOW__API__WORKERS": "1",
-        })
+        env.update(
+            {
+                "AIRFLOW__API__PORT": str(port),
+                "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{port}",
+                "AIRFLOW__API__WORKERS": "1",
+            }
+        )
     (home / "dags").mkdir(parents=True, exist_ok=True)
     return env
 
@@ -56,8 +60,12 @@ def airflow_env(home: Path, *, database_url: str, schema: str, port: int | None 
 def airflow(*args: str, env: dict[str, str], timeout: float = 180) -> subprocess.CompletedProcess[str]:
     """The real ``airflow`` executable of this environment, run to its end."""
     return subprocess.run(
-        [str(Path(sys.executable).parent / "airflow"), *args], env=env, cwd=PROJECT, capture_output=True,
-        text=True, timeout=timeout,
+        [str(Path(sys.executable).parent / "airflow"), *args],
+        env=env,
+        cwd=PROJECT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )
 
 
@@ -73,7 +81,9 @@ class ApiServer:
 
     def token(self, user: str) -> str:
         request = urllib.request.Request(
-            self.base + "/auth/token", method="POST", headers={"Content-Type": "application/json"},
+            self.base + "/auth/token",
+            method="POST",
+            headers={"Content-Type": "application/json"},
             data=json.dumps({"username": user, "password": self.password(user)}).encode(),
         )
         with urllib.request.urlopen(request, timeout=30) as response:
@@ -113,8 +123,11 @@ def start_api_server(home: Path, *, database_url: str, schema: str) -> ApiServer
     if migrated.returncode != 0:
         raise RuntimeError(f"airflow db migrate failed:\n{migrated.stdout[-3000:]}\n{migrated.stderr[-3000:]}")
     service = Service(
-        "api-server", [str(Path(sys.executable).parent / "airflow"), "api-server", "--port", str(port)],
-        env=env, log_path=home / "api-server.log", cwd=PROJECT,
+        "api-server",
+        [str(Path(sys.executable).parent / "airflow"), "api-server", "--port", str(port)],
+        env=env,
+        log_path=home / "api-server.log",
+        cwd=PROJECT,
     ).start()
     server = ApiServer(f"http://127.0.0.1:{port}", home, service)
     try:

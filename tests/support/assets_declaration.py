@@ -36,8 +36,13 @@ synclane = SyncLane(
             owners=accounts,
             concurrency=2,
             types=[
-                WindowedType("orders", fetch_orders, horizon=timedelta(days=60), slice=timedelta(days=30),
-                             every=timedelta(hours=6)),
+                WindowedType(
+                    "orders",
+                    fetch_orders,
+                    horizon=timedelta(days=60),
+                    slice=timedelta(days=30),
+                    every=timedelta(hours=6),
+                ),
                 SnapshotType("products", fetch_products, every=timedelta(hours=6)),
             ],
         )

@@ -141,7 +141,9 @@ def handler(url: str, *, pages: int, requests_per_page: int) -> object:
             except OSError as exc:
                 headers = getattr(exc, "headers", None)
                 if getattr(exc, "code", None) == 429 and headers is not None:
-                    raise JobThrottled("the API said 429", retry_after=parse_retry_after(headers.get("Retry-After"))) from None
+                    raise JobThrottled(
+                        "the API said 429", retry_after=parse_retry_after(headers.get("Retry-After"))
+                    ) from None
                 raise
         following = number + 1
         return Page(str(following) if following < pages else None, 1)
@@ -149,15 +151,36 @@ def handler(url: str, *, pages: int, requests_per_page: int) -> object:
     return page
 
 
-def declaration(schema: str, url: str, *, rate: Rate | None, pages: int = 5, requests_per_page: int = 2,
-                owners: tuple[Owner, ...] = (Owner("acme-us", lane="acme"), Owner("acme-eu", lane="acme"))) -> SyncLane:
-    retry = RetryPolicy(retry_delay=timedelta(milliseconds=200), retry_max_delay=timedelta(seconds=1),
-                        throttle_delay=timedelta(seconds=1), throttle_max_delay=timedelta(seconds=2), jitter=Jitter.NONE)
+def declaration(
+    schema: str,
+    url: str,
+    *,
+    rate: Rate | None,
+    pages: int = 5,
+    requests_per_page: int = 2,
+    owners: tuple[Owner, ...] = (Owner("acme-us", lane="acme"), Owner("acme-eu", lane="acme")),
+) -> SyncLane:
+    retry = RetryPolicy(
+        retry_delay=timedelta(milliseconds=200),
+        retry_max_delay=timedelta(seconds=1),
+        throttle_delay=timedelta(seconds=1),
+        throttle_max_delay=timedelta(seconds=2),
+        jitter=Jitter.NONE,
+    )
     return SyncLane(
         queues=[
-            Queue(QUEUE, owners=lambda queue: list(owners), concurrency=2, retry=retry, rate=rate,
-                  types=[SnapshotType("items", handler(url, pages=pages, requests_per_page=requests_per_page),
-                                      every=timedelta(days=1))])
+            Queue(
+                QUEUE,
+                owners=lambda queue: list(owners),
+                concurrency=2,
+                retry=retry,
+                rate=rate,
+                types=[
+                    SnapshotType(
+                        "items", handler(url, pages=pages, requests_per_page=requests_per_page), every=timedelta(days=1)
+                    )
+                ],
+            )
         ],
         schema=schema,
         poll_interval=timedelta(milliseconds=200),
@@ -187,13 +210,25 @@ class BudgetRun:
     seconds: float
 
 
-def budget_run(database_url: str, schema: str, *, rate: Rate, jobs_per_owner: int = 2, pages: int = 5,
-               requests_per_page: int = 2, slots: int = 2, enforce: bool = True, timeout: float = 120.0) -> BudgetRun:
+def budget_run(
+    database_url: str,
+    schema: str,
+    *,
+    rate: Rate,
+    jobs_per_owner: int = 2,
+    pages: int = 5,
+    requests_per_page: int = 2,
+    slots: int = 2,
+    enforce: bool = True,
+    timeout: float = 120.0,
+) -> BudgetRun:
     """Enqueue ``jobs_per_owner`` jobs for each owner of lane ``acme``, run them with two worker processes of
     ``slots`` slots each, and measure the API's request log against ``rate`` (which the workers are told to keep
     to only with ``enforce``: without, the run shows what the budget prevents)."""
     with FakeAPI().serve() as served:
-        synclane = declaration(schema, served.url, rate=rate if enforce else None, pages=pages, requests_per_page=requests_per_page)
+        synclane = declaration(
+            schema, served.url, rate=rate if enforce else None, pages=pages, requests_per_page=requests_per_page
+        )
         with Operations(synclane, synclane.database(database_url)) as ops:
             # Due once both processes are up and have sent one warm-up request each (not counted): what is
             # measured is how workers keep to the budget, not how long a fresh process takes to its first request.
@@ -202,12 +237,26 @@ def budget_run(database_url: str, schema: str, *, rate: Rate, jobs_per_owner: in
                 for n in range(jobs_per_owner):
                     ops.enqueue(QUEUE, owner, "items", key=f"run-{n}", run_at=due)
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
-        spec = json.dumps({"requests": rate.requests, "per": rate.per.total_seconds(), "burst": rate.burst,
-                           "headroom": rate.headroom, "enforce": enforce, "pages": pages, "requests_per_page": requests_per_page})
+        spec = json.dumps(
+            {
+                "requests": rate.requests,
+                "per": rate.per.total_seconds(),
+                "burst": rate.burst,
+                "headroom": rate.headroom,
+                "enforce": enforce,
+                "pages": pages,
+                "requests_per_page": requests_per_page,
+            }
+        )
         started = time.monotonic()
         workers: list[subprocess.Popen[str]] = [
-            subprocess.Popen([sys.executable, str(WORKER), database_url, schema, served.url, spec, str(slots)],
-                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            subprocess.Popen(
+                [sys.executable, str(WORKER), database_url, schema, served.url, spec, str(slots)],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
             for _ in range(2)
         ]
         failures = []
@@ -231,5 +280,11 @@ def budget_run(database_url: str, schema: str, *, rate: Rate, jobs_per_owner: in
     times.sort()
     per_s = rate.requests / rate.per.total_seconds()
     allowed = ((times[-1] - times[0]) + rate.interval.total_seconds()) * per_s + rate.burst if times else 0
-    return BudgetRun(per_s, rate.burst, len(times), max_in_any_window(times, rate.per.total_seconds()),
-                     len(times) / allowed if allowed else 0.0, seconds)
+    return BudgetRun(
+        per_s,
+        rate.burst,
+        len(times),
+        max_in_any_window(times, rate.per.total_seconds()),
+        len(times) / allowed if allowed else 0.0,
+        seconds,
+    )

@@ -19,7 +19,13 @@ def main() -> None:
     url, schema, api_url, spec_json, slots = sys.argv[1:6]
     spec = json.loads(spec_json)
     rate = Rate(spec["requests"], per=timedelta(seconds=spec["per"]), burst=spec["burst"], headroom=spec["headroom"])
-    synclane = declaration(schema, api_url, rate=rate if spec["enforce"] else None, pages=spec["pages"], requests_per_page=spec["requests_per_page"])
+    synclane = declaration(
+        schema,
+        api_url,
+        rate=rate if spec["enforce"] else None,
+        pages=spec["pages"],
+        requests_per_page=spec["requests_per_page"],
+    )
     with urlopen(f"{api_url}/{WARM_UP_ACCOUNT}/0", timeout=10) as response:  # a fresh process's first request is slow
         response.read()
     summary = WorkerPool(synclane, synclane.database(url), QUEUE, slots=int(slots)).run_until_settled()

@@ -84,12 +84,15 @@ def find_redis(log_dir: Path) -> RedisBroker:
         return RedisBroker(_claim(LOCAL_REDIS))
     binary = shutil.which("redis-server")
     if binary is None:
-        raise RedisUnavailable(f"no Redis at {LOCAL_REDIS} ({problem}) and no redis-server to start (apt-get install redis-server)")
+        raise RedisUnavailable(
+            f"no Redis at {LOCAL_REDIS} ({problem}) and no redis-server to start (apt-get install redis-server)"
+        )
     port = free_port()
     server = Service(
-        "redis", [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-                  "--dir", str(log_dir)],
-        env=clean_environment(), log_path=log_dir / "redis.log",
+        "redis",
+        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", str(log_dir)],
+        env=clean_environment(),
+        log_path=log_dir / "redis.log",
     ).start()
     url = f"redis://127.0.0.1:{port}/0"
     deadline = time.monotonic() + 30
@@ -161,8 +164,13 @@ class CeleryCluster:
         base = clean_environment()
         tasks = max(8, 2 * self.workers * self.concurrency)
         env = airflow_environment(
-            base, home=self.home / "airflow", data_url=self.workload.database_url, metadata_url=metadata_url,
-            port=self.port, shop_url=None, parallelism=tasks,
+            base,
+            home=self.home / "airflow",
+            data_url=self.workload.database_url,
+            metadata_url=metadata_url,
+            port=self.port,
+            shop_url=None,
+            parallelism=tasks,
         )
         env.update(
             {
@@ -201,25 +209,47 @@ class CeleryCluster:
         logs = self.home / "logs"
         logs.mkdir(parents=True, exist_ok=True)
         with open(logs / "db-migrate.log", "wb") as log:
-            migrated = subprocess.run([str(Path(sys.executable).parent / "airflow"), "db", "migrate"], env=env, cwd=PROJECT, stdout=log,
-                                      stderr=subprocess.STDOUT, timeout=max(deadline - time.monotonic(), 1))
+            migrated = subprocess.run(
+                [str(Path(sys.executable).parent / "airflow"), "db", "migrate"],
+                env=env,
+                cwd=PROJECT,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                timeout=max(deadline - time.monotonic(), 1),
+            )
         if migrated.returncode != 0:
             raise RuntimeError(f"airflow db migrate failed:\n{(logs / 'db-migrate.log').read_text()[-3000:]}")
 
         def start(name: str, *args: str, extra: dict[str, str] | None = None) -> Service:
-            service = Service(name, [str(Path(sys.executable).parent / "airflow"), *args], env={**env, **(extra or {})}, log_path=logs / f"{name}.log",
-                              cwd=PROJECT)
+            service = Service(
+                name,
+                [str(Path(sys.executable).parent / "airflow"), *args],
+                env={**env, **(extra or {})},
+                log_path=logs / f"{name}.log",
+                cwd=PROJECT,
+            )
             self.services[name] = service.start()
             return service
 
         api_server = start("api-server", "api-server", "--port", str(self.port))
-        wait_for_http(self.health_url, timeout=deadline - time.monotonic(), service=api_server,
-                      ok=lambda body: _healthy(body, "metadatabase"))
+        wait_for_http(
+            self.health_url,
+            timeout=deadline - time.monotonic(),
+            service=api_server,
+            ok=lambda body: _healthy(body, "metadatabase"),
+        )
         for component in ("scheduler", "dag-processor", "triggerer"):
             start(component, component)
         for hostname in self.hostnames:
-            start(hostname, "celery", "worker", "--celery-hostname", f"{hostname}@%h", "--skip-serve-logs",
-                  extra={HOSTNAME_VARIABLE: hostname, "AIRFLOW__CORE__HOSTNAME_CALLABLE": f"{__name__}.worker_hostname"})
+            start(
+                hostname,
+                "celery",
+                "worker",
+                "--celery-hostname",
+                f"{hostname}@%h",
+                "--skip-serve-logs",
+                extra={HOSTNAME_VARIABLE: hostname, "AIRFLOW__CORE__HOSTNAME_CALLABLE": f"{__name__}.worker_hostname"},
+            )
         self.wait(lambda: self._ready(), deadline - time.monotonic(), "every component healthy and every worker ready")
         self.api = AirflowApi(f"http://127.0.0.1:{self.port}", self.home / "airflow")
         self.wait(lambda: self._parsed(WORK_DAG), deadline - time.monotonic(), f"the DAG {WORK_DAG} parsed")
@@ -236,8 +266,11 @@ class CeleryCluster:
             return False
         if not _healthy(body, "metadatabase", "scheduler", "triggerer", "dag_processor"):
             return False
-        return all(f"{hostname}@" in log and " ready." in log
-                   for hostname in self.hostnames for log in [self.worker(hostname).tail(400)])
+        return all(
+            f"{hostname}@" in log and " ready." in log
+            for hostname in self.hostnames
+            for log in [self.worker(hostname).tail(400)]
+        )
 
     def _parsed(self, dag_id: str) -> bool:
         try:
@@ -257,7 +290,9 @@ class CeleryCluster:
                 return value
             dead = [s for name, s in self.services.items() if not s.running and name not in self.killed]
             if dead:
-                raise RuntimeError(f"{dead[0].name} exited while waiting for {what}; its log ends with:\n{dead[0].tail()}")
+                raise RuntimeError(
+                    f"{dead[0].name} exited while waiting for {what}; its log ends with:\n{dead[0].tail()}"
+                )
             if time.monotonic() > deadline:
                 raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}\n{self.tails()}")
             time.sleep(every)
@@ -279,7 +314,9 @@ class CeleryCluster:
                     self.services[name].stop(graceful=15)
         finally:
             with psycopg.connect(self.server_url, autocommit=True) as conn:
-                conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(self.metadata_database)))
+                conn.execute(
+                    sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(self.metadata_database))
+                )
 
 
 def _healthy(body: dict | None, *parts: str) -> bool:

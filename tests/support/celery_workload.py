@@ -149,7 +149,9 @@ def lane_overlaps(jobs: list[dict]) -> list[tuple[int, int]]:
     for runs in by_lane.values():
         runs.sort(key=lambda job: job["started_at"])
         for i, later in enumerate(runs):
-            pairs.extend((earlier["id"], later["id"]) for earlier in runs[:i] if earlier["completed_at"] > later["started_at"])
+            pairs.extend(
+                (earlier["id"], later["id"]) for earlier in runs[:i] if earlier["completed_at"] > later["started_at"]
+            )
     return pairs
 
 

@@ -66,7 +66,9 @@ def declare(schema: str, *types, queue: str = "shops", owner_source=None, jitter
 
 
 def orders(handler=None, **overrides) -> WindowedType:
-    settings = dict(horizon=timedelta(days=60), slice=timedelta(days=30), every=timedelta(minutes=15), overlap=timedelta(minutes=5))
+    settings = dict(
+        horizon=timedelta(days=60), slice=timedelta(days=30), every=timedelta(minutes=15), overlap=timedelta(minutes=5)
+    )
     settings.update(overrides)
     return WindowedType("orders", handler or paged(0), **settings)
 
@@ -155,8 +157,14 @@ def race(calls: Iterable[Callable[[], object]], *, timeout: float = 120.0) -> li
     return outcomes
 
 
-def connections_open(admin: psycopg.Connection, *, database: str | None = None, application: str | None = None,
-                     user: str | None = None, settle: float = 2.0) -> list[dict]:
+def connections_open(
+    admin: psycopg.Connection,
+    *,
+    database: str | None = None,
+    application: str | None = None,
+    user: str | None = None,
+    settle: float = 2.0,
+) -> list[dict]:
     """The server's client connections to ``database``, named ``application`` or of ``user``, once closed ones are gone.
 
     A client that closed its connection leaves ``pg_stat_activity`` a moment later, when its backend exits:

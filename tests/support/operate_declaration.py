@@ -27,8 +27,14 @@ synclane = SyncLane(
             "shops",
             owners=shops,
             types=[
-                WindowedType("orders", one_page, horizon=timedelta(days=60), slice=timedelta(days=30),
-                             every=timedelta(minutes=15), overlap=timedelta(minutes=5)),
+                WindowedType(
+                    "orders",
+                    one_page,
+                    horizon=timedelta(days=60),
+                    slice=timedelta(days=30),
+                    every=timedelta(minutes=15),
+                    overlap=timedelta(minutes=5),
+                ),
                 SnapshotType("products", one_page, every=timedelta(days=1)),
             ],
         )

@@ -39,23 +39,39 @@ def set_scene(database_url: str, schema: str) -> dict[str, int]:
             return conn.execute(sql.SQL(statement).format(jobs=jobs), params).fetchall()
 
         now = conn.execute("SELECT now() AS now").fetchone()["now"]
-        run("UPDATE {jobs} SET status = 'completed', processed_count = 120, completed_at = %s "
-            "WHERE owner = 'acme-us' RETURNING id", [now - timedelta(minutes=7)])
-        globex = [r["id"] for r in run(
-            "SELECT id FROM {jobs} WHERE owner = 'globex' AND type = 'orders' AND mode = 'initial' ORDER BY id", [])]
-        run("UPDATE {jobs} SET status = 'abandoned', cursor = '50', processed_count = 50, attempt_count = 5, "
-            "error = %s WHERE id = %s RETURNING id", [BROKEN, globex[0]])
-        run("UPDATE {jobs} SET status = 'running', cursor = '75', processed_count = 75, attempt_count = 1, "
+        run(
+            "UPDATE {jobs} SET status = 'completed', processed_count = 120, completed_at = %s "
+            "WHERE owner = 'acme-us' RETURNING id",
+            [now - timedelta(minutes=7)],
+        )
+        globex = [
+            r["id"]
+            for r in run(
+                "SELECT id FROM {jobs} WHERE owner = 'globex' AND type = 'orders' AND mode = 'initial' ORDER BY id", []
+            )
+        ]
+        run(
+            "UPDATE {jobs} SET status = 'abandoned', cursor = '50', processed_count = 50, attempt_count = 5, "
+            "error = %s WHERE id = %s RETURNING id",
+            [BROKEN, globex[0]],
+        )
+        run(
+            "UPDATE {jobs} SET status = 'running', cursor = '75', processed_count = 75, attempt_count = 1, "
             "leased_by = 'worker-host-1:slot-0', lease_expires_at = %s, heartbeat_at = %s, started_at = %s "
             "WHERE id = %s RETURNING id",
-            [now + timedelta(minutes=5), now - timedelta(seconds=12), now - timedelta(minutes=1), globex[1]])
-        failed = run("UPDATE {jobs} SET status = 'failed', attempt_count = 1, "
-                     "error = 'TimeoutError: the shop did not answer in 10s', next_run_at = %s "
-                     "WHERE owner = 'initech' AND type = 'products' RETURNING id", [now + timedelta(minutes=2)])
+            [now + timedelta(minutes=5), now - timedelta(seconds=12), now - timedelta(minutes=1), globex[1]],
+        )
+        failed = run(
+            "UPDATE {jobs} SET status = 'failed', attempt_count = 1, "
+            "error = 'TimeoutError: the shop did not answer in 10s', next_run_at = %s "
+            "WHERE owner = 'initech' AND type = 'products' RETURNING id",
+            [now + timedelta(minutes=2)],
+        )
         return {"abandoned": globex[0], "running": globex[1], "failed": failed[0]["id"]}
 
 
 def job(database_url: str, schema: str, job_id: int) -> dict:
     with psycopg.connect(database_url, row_factory=dict_row) as conn:
-        return conn.execute(sql.SQL("SELECT * FROM {}.jobs WHERE id = %s").format(sql.Identifier(schema)),
-                            [job_id]).fetchone()
+        return conn.execute(
+            sql.SQL("SELECT * FROM {}.jobs WHERE id = %s").format(sql.Identifier(schema)), [job_id]
+        ).fetchone()

@@ -49,7 +49,9 @@ def main() -> None:
     url, schema = sys.argv[1:3]
     synclane = declaration(schema)
     print("started", os.getpid(), flush=True)
-    WorkerPool(synclane, synclane.database(url), "poison", poll_interval=timedelta(milliseconds=200)).run_until_settled()
+    WorkerPool(
+        synclane, synclane.database(url), "poison", poll_interval=timedelta(milliseconds=200)
+    ).run_until_settled()
     print("settled", flush=True)
 
 

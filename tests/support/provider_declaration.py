@@ -114,7 +114,9 @@ def slow_export(job: Job) -> Page:
     return _page(job, total=500)
 
 
-ORDERS = WindowedType("orders", orders, horizon=timedelta(days=60), slice=timedelta(days=30), every=timedelta(minutes=15))
+ORDERS = WindowedType(
+    "orders", orders, horizon=timedelta(days=60), slice=timedelta(days=30), every=timedelta(minutes=15)
+)
 
 
 def orders_per_owner() -> int:

@@ -35,7 +35,9 @@ def unique_name(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
-def wait_until_waiting(admin: psycopg.Connection, application_name: str, trigger: Future, timeout: float = 20.0) -> None:
+def wait_until_waiting(
+    admin: psycopg.Connection, application_name: str, trigger: Future, timeout: float = 20.0
+) -> None:
     """Wait until the trigger's connection has run its look at the table (after LISTEN) and sits idle: it is waiting.
 
     From then on a notification is queued for it by the server, so whatever

@@ -70,7 +70,9 @@ class AirflowApi:
         return self.get(f"/api/v2/dags/{dag_id}/dagRuns", limit=100, order_by="-start_date")["dag_runs"]
 
     def task_instances(self, dag_id: str, run_id: str) -> list[dict]:
-        return self.get(f"/api/v2/dags/{dag_id}/dagRuns/{urllib.parse.quote(run_id, safe='')}/taskInstances")["task_instances"]
+        return self.get(f"/api/v2/dags/{dag_id}/dagRuns/{urllib.parse.quote(run_id, safe='')}/taskInstances")[
+            "task_instances"
+        ]
 
 
 class Sampler(threading.Thread):

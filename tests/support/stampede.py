@@ -94,8 +94,12 @@ def stampede(
     )
     synclane = SyncLane(
         queues=[
-            Queue("api", owners=lambda queue: accounts, retry=policy,
-                  types=[SnapshotType("items", fetch, every=timedelta(days=1))])
+            Queue(
+                "api",
+                owners=lambda queue: accounts,
+                retry=policy,
+                types=[SnapshotType("items", fetch, every=timedelta(days=1))],
+            )
         ],
         schema=schema,
     )
