@@ -30,7 +30,8 @@ def set_scene(database_url: str, schema: str) -> dict[str, int]:
     with psycopg.connect(database_url, autocommit=True, row_factory=dict_row) as conn:
         exists = conn.execute("SELECT to_regclass(%s) AS t", [f'"{schema}".jobs']).fetchone()["t"]
         if exists:
-            conn.execute(sql.SQL("TRUNCATE {}.jobs RESTART IDENTITY").format(sql.Identifier(schema)))
+            # the planner's coverage goes with the jobs, or it would not plan them again
+            conn.execute(sql.SQL("TRUNCATE {0}.jobs, {0}.coverage RESTART IDENTITY").format(sql.Identifier(schema)))
         with Operations(synclane, synclane.database(database_url)) as operations:
             operations.plan("shops")
         jobs = sql.SQL("{}.jobs").format(sql.Identifier(schema))
