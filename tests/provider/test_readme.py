@@ -50,8 +50,8 @@ def test_the_readme_declaration_plans_and_runs(shop_sync, provider_schema, admin
 def test_the_example_dags_take_the_readme_declaration(shop_sync, monkeypatch):
     from airflow.dag_processing.dagbag import DagBag
 
-    monkeypatch.setenv("SYNCLANE_DECLARATION", "shop_sync:synclane")
-    monkeypatch.setenv("SYNCLANE_QUEUE", "shops")
+    monkeypatch.setenv("AIRFLOW__SYNCLANE__DECLARATION", "shop_sync:synclane")  # [synclane], as the README says
+    monkeypatch.setenv("AIRFLOW__SYNCLANE__QUEUE", "shops")
     bag = DagBag(dag_folder=str(REPO / "dags"))
     assert bag.import_errors == {}
     assert bag.dags["synclane_work"].description == "Work SyncLane queue shops with 2 slot(s)"
