@@ -20,7 +20,18 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
-from synclane_provider.core import Job, JobThrottled, Owner, Page, Queue, SnapshotType, SyncLane, WindowedType
+from synclane_provider.core import (
+    Jitter,
+    Job,
+    JobThrottled,
+    Owner,
+    Page,
+    Queue,
+    RetryPolicy,
+    SnapshotType,
+    SyncLane,
+    WindowedType,
+)
 
 PAGE_SIZE = 50
 RECORDS = 100
@@ -142,6 +153,8 @@ synclane = SyncLane(
             ],
             concurrency=2,
             max_lag=timedelta(hours=1),
+            # Un-jittered, so a failed attempt waits the full minute: no test run is short enough to retry it.
+            retry=RetryPolicy(jitter=Jitter.NONE),
         ),
         Queue(
             "slow",
