@@ -27,10 +27,11 @@ from datetime import datetime, timedelta, timezone
 
 import psycopg
 from harness import database_url
+from plan import plan_declaration
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
-from synclane_provider.core import JobStatus, Operations, Owner, Page, Queue, SnapshotType, SyncLane, WindowedType
+from synclane_provider.core import JobStatus, Operations, Owner, SyncLane
 from synclane_provider.core.database import Session
 from synclane_provider.core.schema import create_schema
 from synclane_provider.core.store import Finish, Store
@@ -58,30 +59,7 @@ FROM (
 
 
 def growth_declaration(schema: str) -> SyncLane:
-    def noop(job) -> Page:
-        return Page(None, 0)
-
-    owners = [Owner(f"owner-{i}") for i in range(1, OWNERS + 1)]
-    return SyncLane(
-        queues=[
-            Queue(
-                "shops",
-                owners=lambda queue: owners,
-                types=[
-                    WindowedType(
-                        "orders",
-                        noop,
-                        horizon=730 * DAY,
-                        slice=73 * DAY,
-                        every=timedelta(minutes=15),
-                        overlap=timedelta(minutes=5),
-                    ),
-                    SnapshotType("products", noop, every=DAY),
-                ],
-            )
-        ],
-        schema=schema,
-    )
+    return plan_declaration(schema, [Owner(f"owner-{i}") for i in range(1, OWNERS + 1)], 730, slice_days=73)
 
 
 def build(url: str, schema: str, history: int) -> float:

@@ -27,7 +27,10 @@ NOW = datetime(2026, 11, 30, 10, 20, tzinfo=timezone.utc)
 DAY = timedelta(days=1)
 
 
-def plan_declaration(schema: str, owners: list[Owner], horizon_days: int) -> SyncLane:
+def plan_declaration(schema: str, owners: list[Owner], horizon_days: int, slice_days: int = 30) -> SyncLane:
+    """Queue ``shops``: ``owners``' orders in ``slice_days`` slices back ``horizon_days``, and a daily snapshot;
+    the handlers do nothing (the planner is what is measured)."""
+
     def noop(job) -> Page:
         return Page(None, 0)
 
@@ -41,7 +44,7 @@ def plan_declaration(schema: str, owners: list[Owner], horizon_days: int) -> Syn
                         "orders",
                         noop,
                         horizon=horizon_days * DAY,
-                        slice=30 * DAY,
+                        slice=slice_days * DAY,
                         every=timedelta(minutes=15),
                         overlap=timedelta(minutes=5),
                     ),

@@ -9,7 +9,8 @@ almost all completed (spread over 30 days, so about 1/720 of them in the last ho
 one running job in every tenth lane, and a few failed, deferred and abandoned ones; then VACUUM ANALYZE, as
 autovacuum would. Endpoints are called through the page's FastAPI app in this process (Airflow's
 authentication left out: it costs the same whatever the table holds); listings through the commands'
-functions, each opening its connection as the command does, printing ``--output plain``. Last line: ``key=value`` pairs ending in
+functions, each opening its connection as the command does, printing ``--output plain``; and what each
+planning run adds, the health check and the queue's gauges (``health_check``, ``health_gauges``). Last line: ``key=value`` pairs ending in
 ``p95_ms_max=`` (goal: under 200).
 """
 
@@ -23,7 +24,7 @@ import statistics
 import sys
 import time
 from argparse import Namespace
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 
 import psycopg
 from harness import ROOT, database_url, drop_schema, schema_name
@@ -51,6 +52,7 @@ DECLARATION = SyncLane(
                 ),
                 SnapshotType("products", _noop, every=timedelta(days=1)),
             ],
+            max_lag=timedelta(hours=1),
         )
     ],
     schema=SCHEMA,
@@ -210,6 +212,18 @@ def measure(repeat: int, owners: int, per_owner: int) -> dict[str, float]:
                 command(arguments)
 
         results[name] = p95(timed(run, repeat))
+    # What every planning run adds: the health check (abandoned in its 5-minute interval, stuck, lagging
+    # owners against max_lag) and the queue's gauges, on one connection as the operators hold one.
+    from synclane_provider.core import Operations
+
+    with Operations(DECLARATION, DECLARATION.database(database_url())) as operations:
+        since = datetime.now(timezone.utc) - timedelta(minutes=5)
+        checks = {
+            "health_check": lambda: operations.check_health("shops", abandoned_since=since),
+            "health_gauges": lambda: operations.gauges("shops"),
+        }
+        for name, check in checks.items():
+            results[name] = p95(timed(check, repeat))
     return results
 
 

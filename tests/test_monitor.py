@@ -6,7 +6,7 @@ from datetime import timedelta
 
 import pytest
 
-from synclane_provider.core import JobStatus, Operations
+from synclane_provider.core import JobStatus, Operations, Owner
 from synclane_provider.core.monitor import Monitor, plain
 from tests.support.helpers import declare, execute, orders, owners, products, rows
 
@@ -79,12 +79,39 @@ def test_a_lane_shows_its_running_job_with_cursor_worker_and_heartbeat_age(monit
     page = monitor.lanes("shops", now=clock.now)
     lanes = {lane.lane: lane for lane in page.items}
     assert list(lanes) == ["globex", "initech"]  # acme has nothing running or waiting
-    running = lanes["globex"].running
+    [running] = lanes["globex"].running
     assert (running.id, running.cursor, running.records, running.worker) == (scene["running"], "75", 75, "worker-1")
     assert running.heartbeat_age == timedelta(seconds=30)
     assert lanes["globex"].waiting == len(rows(admin, schema, "owner = 'globex' AND status = 'pending'"))
-    assert lanes["initech"].running is None
+    assert lanes["initech"].running == []
     assert lanes["initech"].next_due == min(r["next_run_at"] for r in rows(admin, schema, "owner = 'initech'"))
+
+
+def test_a_wide_lane_shows_every_job_it_runs_in_slot_order(database_url, admin, schema, clock):
+    wide = declare(
+        schema,
+        products(),
+        orders(),
+        owner_source=lambda queue: [Owner("acme-us", "acme", lane_width=3), Owner("acme-eu", "acme", lane_width=3)],
+    )
+    with Operations(wide, wide.database(database_url), clock=clock) as operations:
+        operations.plan("shops")
+        taken = [r["id"] for r in rows(admin, schema, "type = 'orders'")][:3]
+        for slot, job_id in zip([2, 0, 1], taken):
+            execute(
+                admin,
+                schema,
+                "UPDATE {jobs} SET status = 'running', lane_slot = %s, leased_by = %s, lease_expires_at = %s "
+                "WHERE id = %s",
+                [slot, f"worker-{slot}", clock.now + timedelta(minutes=5), job_id],
+            )
+        [acme] = Monitor(operations).lanes("shops", now=clock.now).items
+    assert [(job.slot, job.width, job.id) for job in acme.running] == [
+        (0, 3, taken[1]),
+        (1, 3, taken[2]),
+        (2, 3, taken[0]),
+    ]
+    assert acme.waiting == len(rows(admin, schema, "status = 'pending'"))
 
 
 def test_a_lane_names_the_latest_error_of_its_waiting_jobs(monitor, scene, admin, schema, clock):

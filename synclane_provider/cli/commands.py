@@ -120,35 +120,30 @@ def jobs_command(args: Any) -> None:
         _print(rows, args, next_page=page.next, hint="--before")
 
 
+LANE_RUNNING = (
+    "id",
+    "owner",
+    "type",
+    "window_start",
+    "window_end",
+    "cursor",
+    "records",
+    "worker",
+    "heartbeat_age",
+    "slot",
+)
+"""What ``lanes`` shows of each running job."""
+
+
 def lanes_command(args: Any) -> None:
     with _operations(args) as operations:
         page = Monitor(operations).lanes(_queue(operations, args), after=args.after, limit=args.limit)
         rows = []
-        for lane in page.items:
+        for lane in page.items:  # a row per running job (a wide lane has several), one for a lane with none
             data = plain(lane)
-            running = data.pop("running") or {}
-            rows.append(
-                _flat(
-                    {
-                        "lane": data.pop("lane"),
-                        "running": {
-                            key: running.get(key)
-                            for key in (
-                                "id",
-                                "owner",
-                                "type",
-                                "window_start",
-                                "window_end",
-                                "cursor",
-                                "records",
-                                "worker",
-                                "heartbeat_age",
-                            )
-                        },
-                        **data,
-                    }
-                )
-            )
+            name = data.pop("lane")
+            for running in data.pop("running") or [{}]:
+                rows.append(_flat({"lane": name, "running": {key: running.get(key) for key in LANE_RUNNING}, **data}))
         _print(rows, args, next_page=page.next, hint="--after")
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import itertools
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Generic, TypeVar
@@ -53,7 +54,7 @@ class QueueSummary:
 
 @dataclass(frozen=True)
 class RunningJob:
-    """What a lane runs now."""
+    """A job a lane runs now, in one of the lane's slots (``slot`` of ``width``; a lane one wide has slot 0)."""
 
     id: int
     owner: str
@@ -68,14 +69,17 @@ class RunningJob:
     started_at: datetime | None
     heartbeat_age: timedelta | None
     lease_expires_at: datetime | None
+    slot: int
+    width: int
 
 
 @dataclass(frozen=True)
 class Lane:
-    """One busy lane: its running job (if any), its waiting jobs, and the latest error among them."""
+    """One busy lane: its running jobs in slot order (none, one, or up to the lane's width), its waiting jobs,
+    and the latest error among them."""
 
     lane: str
-    running: RunningJob | None
+    running: list[RunningJob]
     waiting: int
     next_due: datetime | None
     last_error: str | None
@@ -165,33 +169,20 @@ class Monitor:
         """The queue's busy lanes (a job running or waiting) by name, ``limit`` at a time after ``after``."""
         self.operations.synclane.queue(queue)
         rows = self._rows("lanes", queue=queue, after=after, limit=_limit(limit), now=self.operations._now(now))
-        lanes = [
-            Lane(
-                lane=row["lane"],
-                running=None
-                if row["running_id"] is None
-                else RunningJob(
-                    id=row["running_id"],
-                    owner=row["running_owner"],
-                    type=row["running_type"],
-                    mode=row["running_mode"],
-                    window_start=row["running_window_start"],
-                    window_end=row["running_window_end"],
-                    cursor=row["running_cursor"],
-                    records=row["running_records"],
-                    attempt=row["running_attempt"],
-                    worker=row["running_worker"],
-                    started_at=row["running_started_at"],
-                    heartbeat_age=row["heartbeat_age"],
-                    lease_expires_at=row["running_lease_expires_at"],
-                ),
-                waiting=row["waiting"],
-                next_due=row["next_due"],
-                last_error=row["last_error"],
-                error_job_id=row["error_job_id"],
+        lanes = []
+        for name, lane_rows in itertools.groupby(rows, key=lambda row: row["lane"]):
+            group = list(lane_rows)
+            first = group[0]
+            lanes.append(
+                Lane(
+                    lane=name,
+                    running=[_running_job(row) for row in group if row["running_id"] is not None],
+                    waiting=first["waiting"],
+                    next_due=first["next_due"],
+                    last_error=first["last_error"],
+                    error_job_id=first["error_job_id"],
+                )
             )
-            for row in rows
-        ]
         return Page(lanes, lanes[-1].lane if len(lanes) == limit else None)
 
     def owners(
@@ -254,6 +245,26 @@ class Monitor:
             queue, owner=owner, type=type, status=status, mode=mode, before=before, limit=_limit(limit)
         )
         return Page(jobs, str(jobs[-1].id) if len(jobs) == limit else None)
+
+
+def _running_job(row: dict[str, Any]) -> RunningJob:
+    return RunningJob(
+        id=row["running_id"],
+        owner=row["running_owner"],
+        type=row["running_type"],
+        mode=row["running_mode"],
+        window_start=row["running_window_start"],
+        window_end=row["running_window_end"],
+        cursor=row["running_cursor"],
+        records=row["running_records"],
+        attempt=row["running_attempt"],
+        worker=row["running_worker"],
+        started_at=row["running_started_at"],
+        heartbeat_age=row["heartbeat_age"],
+        lease_expires_at=row["running_lease_expires_at"],
+        slot=row["running_slot"],
+        width=row["running_width"],
+    )
 
 
 def _limit(limit: int) -> int:

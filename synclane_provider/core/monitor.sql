@@ -41,8 +41,9 @@ SELECT (SELECT count(*) FROM {schema}.jobs AS j
 FROM clock;
 
 -- name: lanes
--- One page of a queue's busy lanes (a job running or waiting), by name after %(after)s: the running job,
--- how many wait, when the next is due, and the latest error among the waiting ones (what holds the lane).
+-- One page of a queue's busy lanes (a job running or waiting), by name after %(after)s: the running jobs
+-- (a lane k wide runs up to k, one row each, in slot order; one row with no job when none runs), how many
+-- wait, when the next is due, and the latest error among the waiting ones (what holds the lane).
 WITH RECURSIVE clock AS (
     SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now
 ),
@@ -79,7 +80,7 @@ SELECT page.lane,
        r.window_start AS running_window_start, r.window_end AS running_window_end, r.cursor AS running_cursor,
        r.processed_count AS running_records, r.attempt_count AS running_attempt, r.leased_by AS running_worker,
        r.started_at AS running_started_at, clock.now - r.heartbeat_at AS heartbeat_age,
-       r.lease_expires_at AS running_lease_expires_at,
+       r.lease_expires_at AS running_lease_expires_at, r.lane_slot AS running_slot, r.lane_width AS running_width,
        w.waiting, w.next_due, e.id AS error_job_id, e.error AS last_error,
        clock.now
 FROM page
@@ -98,7 +99,7 @@ LEFT JOIN LATERAL (
     ORDER BY j.id DESC
     LIMIT 1
 ) AS e ON true
-ORDER BY page.lane;
+ORDER BY page.lane, r.lane_slot;
 
 -- name: owners
 -- One page of a queue's owners, by name after %(after)s (only %(owner)s when given; with %(troubled)s only

@@ -87,13 +87,23 @@ def test_a_listing_prints_the_same_rows_as_json_yaml_plain_and_table(listings, n
 
 def test_queues_count_jobs_by_status(listings, database_url, cli_schema):
     [shops] = json.loads(listings["queues", "json"])
-    assert (shops["queue"], shops["abandoned"], shops["running"], shops["failed"]) == ("shops", "1", "1", "1")
+    assert (shops["queue"], shops["abandoned"], shops["running"], shops["failed"]) == ("shops", "1", "3", "1")
 
 
-def test_lanes_show_the_running_job_its_cursor_and_worker(listings):
-    lanes = {lane["lane"]: lane for lane in json.loads(listings["lanes", "json"])}
+def test_lanes_show_each_running_job_its_cursor_and_worker(listings):
+    rows = json.loads(listings["lanes", "json"])
+    assert [row["lane"] for row in rows] == ["acme", "acme", "globex", "initech"]  # a row per running job
+    acme = [row for row in rows if row["lane"] == "acme"]
+    assert [(row["running_owner"], row["running_slot"], row["running_worker"]) for row in acme] == [
+        ("acme-eu", "0", "worker-host-2:slot-0"),
+        ("acme-eu", "1", "worker-host-2:slot-1"),
+    ]
+    lanes = {row["lane"]: row for row in rows}
     assert (lanes["globex"]["running_cursor"], lanes["globex"]["running_worker"]) == ("75", "worker-host-1:slot-0")
-    assert lanes["initech"]["last_error"] == "TimeoutError: the shop did not answer in 10s"
+    assert (lanes["initech"]["running_id"], lanes["initech"]["last_error"]) == (
+        None,
+        "TimeoutError: the shop did not answer in 10s",
+    )
 
 
 def test_progress_shows_every_owner_and_one_owner_alone(listings):

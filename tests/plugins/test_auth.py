@@ -88,8 +88,13 @@ def test_the_views_answer_as_documented(api_server, scene):
     token = api_server.token("viewer")
     status, body = api_server.call("GET", "/synclane/api/queues/shops/lanes", token=token)
     lanes = {lane["lane"]: lane for lane in json.loads(body)["items"]}
-    assert lanes["globex"]["running"]["cursor"] == "75"
-    assert lanes["globex"]["running"]["worker"] == "worker-host-1:slot-0"
+    [globex] = lanes["globex"]["running"]
+    assert (globex["cursor"], globex["worker"]) == ("75", "worker-host-1:slot-0")
+    assert [(job["id"], job["slot"], job["width"]) for job in lanes["acme"]["running"]] == [
+        (scene["acme_eu"][0], 0, 2),
+        (scene["acme_eu"][1], 1, 2),
+    ]
+    assert lanes["initech"]["running"] == []
     status, body = api_server.call("GET", "/synclane/api/queues/shops/owners?troubled=true", token=token)
     assert [o["owner"] for o in json.loads(body)["items"]] == ["globex", "initech"]
     status, body = api_server.call("GET", "/synclane/api/queues/nowhere/lanes", token=token)

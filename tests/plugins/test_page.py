@@ -92,15 +92,19 @@ def test_an_operator_finds_the_abandoned_slice_and_requeues_it_from_the_page(
     # Queues: the jobs by status, the abandoned one in red.
     card = frame.locator(".card[data-queue=shops]")
     expect(card.locator(".stat.bad")).to_contain_text("1abandoned")
-    expect(card).to_contain_text("1running")
+    expect(card).to_contain_text("3running")
     shot(page, "1-queues")
 
-    # Lanes: globex runs its slice at cursor 75 on worker-host-1; acme (two shops) has jobs waiting.
+    # Lanes: globex runs its slice at cursor 75 on worker-host-1; acme (two shops, two wide) runs two at once.
     frame.get_by_role("button", name="Lanes", exact=True).click()
     globex = frame.locator("#lanes-table tr[data-lane=globex]")
     expect(globex).to_contain_text("worker-host-1:slot-0")
     expect(globex.locator("code").first).to_have_text("75")
-    expect(frame.locator("#lanes-table tr[data-lane=acme]")).to_be_visible()
+    acme = frame.locator("#lanes-table tr[data-lane=acme]")
+    expect(acme).to_have_count(2)
+    expect(acme.nth(0)).to_contain_text("slot 1 of 2")
+    expect(acme.nth(1)).to_contain_text("slot 2 of 2")
+    expect(acme.nth(1)).to_contain_text("worker-host-2:slot-1")
     shot(page, "2-lanes")
 
     # Owners: acme-us's first load done (a full bar), globex's abandoned slice with the shop's error.

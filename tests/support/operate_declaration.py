@@ -1,7 +1,7 @@
 """The declaration the operator's tests (the page, the CLI) look at, imported by path like a user's own.
 
-Queue ``shops`` in the schema named by ``$SYNCLANE_OPERATE_SCHEMA``: three shops, ``acme-us`` and ``acme-eu``
-sharing the lane ``acme``, orders in 30-day slices over 60 days and a product snapshot. Nothing runs the
+Queue ``shops`` in the schema named by ``$SYNCLANE_OPERATE_SCHEMA``: four shops, ``acme-us`` and ``acme-eu``
+sharing the lane ``acme`` (two jobs wide), orders in 30-day slices over 60 days and a product snapshot. Nothing runs the
 handlers: the tests write the rows' states themselves.
 """
 
@@ -18,7 +18,12 @@ def one_page(job: Job) -> Page:
 
 
 def shops(queue: str) -> list[Owner]:
-    return [Owner("acme-us", lane="acme"), Owner("acme-eu", lane="acme"), Owner("globex"), Owner("initech")]
+    return [
+        Owner("acme-us", lane="acme", lane_width=2),
+        Owner("acme-eu", lane="acme", lane_width=2),
+        Owner("globex"),
+        Owner("initech"),
+    ]
 
 
 synclane = SyncLane(

@@ -1,8 +1,9 @@
 """The jobs table as an operator finds it, written by the tests the way an operator's UPDATE would.
 
 After planning the operator tests' declaration (``operate_declaration.py``): ``acme-us``'s first load is
-done; ``globex`` has a slice abandoned at cursor 50 with the shop's error and another running at cursor 75
-on ``worker-host-1``, its heartbeat 12 seconds old; ``initech``'s products failed once.
+done; ``acme-eu`` runs its two slices side by side, one in each slot of the two-wide lane ``acme``;
+``globex`` has a slice abandoned at cursor 50 with the shop's error and another running at cursor 75 on
+``worker-host-1``, its heartbeat 12 seconds old; ``initech``'s products failed once.
 """
 
 from __future__ import annotations
@@ -62,13 +63,35 @@ def set_scene(database_url: str, schema: str) -> dict[str, int]:
             "WHERE id = %s RETURNING id",
             [now + timedelta(minutes=5), now - timedelta(seconds=12), now - timedelta(minutes=1), globex[1]],
         )
+        acme_eu = [
+            r["id"]
+            for r in run(
+                "SELECT id FROM {jobs} WHERE owner = 'acme-eu' AND type = 'orders' AND mode = 'initial' ORDER BY id",
+                [],
+            )
+        ]
+        for slot, job_id in enumerate(acme_eu):
+            run(
+                "UPDATE {jobs} SET status = 'running', cursor = %s, processed_count = 20, attempt_count = 1, "
+                "lane_slot = %s, leased_by = %s, lease_expires_at = %s, heartbeat_at = %s, started_at = %s "
+                "WHERE id = %s RETURNING id",
+                [
+                    "20",
+                    slot,
+                    f"worker-host-2:slot-{slot}",
+                    now + timedelta(minutes=5),
+                    now - timedelta(seconds=3),
+                    now - timedelta(seconds=40),
+                    job_id,
+                ],
+            )
         failed = run(
             "UPDATE {jobs} SET status = 'failed', attempt_count = 1, "
             "error = 'TimeoutError: the shop did not answer in 10s', next_run_at = %s "
             "WHERE owner = 'initech' AND type = 'products' RETURNING id",
             [now + timedelta(minutes=2)],
         )
-        return {"abandoned": globex[0], "running": globex[1], "failed": failed[0]["id"]}
+        return {"abandoned": globex[0], "running": globex[1], "failed": failed[0]["id"], "acme_eu": acme_eu}
 
 
 def job(database_url: str, schema: str, job_id: int) -> dict:

@@ -123,19 +123,21 @@ function renderLanes(page) {
   return `<table id="lanes-table"><thead><tr><th>Lane</th><th>Running</th><th>Window</th><th>Cursor</th><th class="num">Records</th>
     <th>Heartbeat</th><th>Worker</th><th class="num">Waiting</th><th>Next due</th><th>Last error</th></tr></thead><tbody>
     ${page.items.map((l) => {
-      const r = l.running;
-      return `<tr data-lane="${esc(l.lane)}">
-        <td><b>${esc(l.lane)}</b></td>
-        <td>${r ? `${button("show-job", `#${r.id}`, {job: r.id})} ${esc(r.owner)}/${esc(r.type)} <span class="muted">${esc(r.mode)}, attempt ${r.attempt}</span>` : '<span class="muted">idle</span>'}</td>
+      // A lane k wide runs up to k jobs: one row each, the lane's own cells spanning them.
+      const running = l.running.length ? l.running : [null];
+      const span = `rowspan="${running.length}"`;
+      return running.map((r, i) => `<tr data-lane="${esc(l.lane)}"${r ? ` data-job="${r.id}"` : ""}>
+        ${i === 0 ? `<td ${span}><b>${esc(l.lane)}</b></td>` : ""}
+        <td>${r ? `${button("show-job", `#${r.id}`, {job: r.id})} ${esc(r.owner)}/${esc(r.type)} <span class="muted">${esc(r.mode)}, attempt ${r.attempt}${r.width > 1 ? `, slot ${r.slot + 1} of ${r.width}` : ""}</span>` : '<span class="muted">idle</span>'}</td>
         <td>${r ? windowText(r.window_start, r.window_end) : ""}</td>
         <td><code>${r ? esc(r.cursor ?? "start") : ""}</code></td>
         <td class="num">${r ? number(r.records) : ""}</td>
         <td>${r ? age(r.heartbeat_age) + " ago" : ""}</td>
         <td><code>${r ? esc(r.worker) : ""}</code></td>
-        <td class="num">${number(l.waiting)}</td>
-        <td>${when(l.next_due)}</td>
-        <td>${l.last_error ? `<span class="error-text">${esc(l.last_error)}</span> (${button("show-job", `#${l.error_job_id}`, {job: l.error_job_id})})` : ""}</td>
-      </tr>`;
+        ${i === 0 ? `<td class="num" ${span}>${number(l.waiting)}</td>
+        <td ${span}>${when(l.next_due)}</td>
+        <td ${span}>${l.last_error ? `<span class="error-text">${esc(l.last_error)}</span> (${button("show-job", `#${l.error_job_id}`, {job: l.error_job_id})})` : ""}</td>` : ""}
+      </tr>`).join("");
     }).join("")}</tbody></table>`;
 }
 
