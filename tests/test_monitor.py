@@ -156,6 +156,23 @@ def test_an_owner_shows_its_initial_load_freshness_and_trouble(monitor, scene, a
     assert (initech.lag, initech.abandoned, initech.last_error) == (None, 0, None)
 
 
+def test_a_job_marked_completed_by_hand_without_a_time_leaves_freshness_as_it_was(monitor, scene, admin, schema, clock):
+    execute(
+        admin,
+        schema,
+        "UPDATE {jobs} SET completed_at = %s WHERE owner = 'acme' AND type = 'products'",
+        [clock.now - timedelta(days=2)],
+    )
+    monitor.operations.enqueue("shops", "acme", "products", key="by-hand")
+    execute(
+        admin,
+        schema,
+        "UPDATE {jobs} SET status = 'completed', completed_at = NULL WHERE owner = 'acme' AND mode = 'manual'",
+    )
+    [acme] = monitor.owners("shops", owner="acme", now=clock.now).items
+    assert acme.fresh_until == clock.now - timedelta(days=2)  # products, the stalest type, as its dated job says
+
+
 def test_owners_can_be_narrowed_to_one_or_to_those_in_trouble(monitor, scene, clock):
     assert [o.owner for o in monitor.owners("shops", owner="initech", now=clock.now).items] == ["initech"]
     assert [o.owner for o in monitor.owners("shops", troubled=True, now=clock.now).items] == ["globex"]

@@ -230,8 +230,10 @@ def test_the_table_checks_and_indexes_agree_with_the_python_sets(admin, database
     # The operator's views (migration 0007): recent completions, manual jobs.
     assert predicates["jobs_completed_recently"] == {JobStatus.COMPLETED.value}
     assert predicates["jobs_manual"] == {JobMode.MANUAL.value}
+    # Freshness (migration 0008): completed jobs by how far they reach.
+    assert predicates["jobs_completed_reach"] == {JobStatus.COMPLETED.value}
     retention = {"jobs_completed_by_age", "jobs_abandoned", "jobs_initial_by_owner"}
-    views = {"jobs_completed_recently", "jobs_manual"}
+    views = {"jobs_completed_recently", "jobs_manual", "jobs_completed_reach"}
     assert set(predicates) == set(waiting) | {"jobs_one_running_per_lane_slot"} | retention | views
 
 

@@ -197,10 +197,11 @@ class Monitor:
     ) -> Page[OwnerState]:
         """The queue's owners by name, ``limit`` at a time after ``after``: just ``owner`` when given, only those
         with failed, deferred or abandoned jobs with ``troubled``."""
-        self.operations.synclane.queue(queue)
+        declared = self.operations.synclane.queue(queue)
         rows = self._rows(
             "owners",
             queue=queue,
+            types=[t.name for t in declared.types],
             after=after,
             owner=owner,
             troubled=bool(troubled),

@@ -762,20 +762,24 @@ SELECT (SELECT count(*) FROM {schema}.jobs
 -- How far behind each listed owner is, per windowed type: now minus the end of its newest completed planned
 -- window (manual jobs are left out, as the planner leaves them out of coverage). An owner-type with no
 -- completed window yet is still on its first load and has no row. Only lags over %(over)s (NULL: all), at
--- most %(limit)s rows.
+-- most %(limit)s rows. One probe of jobs_completed_reach per owner and type, whatever the history holds.
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now
 )
-SELECT j.owner, j.type, max(j.window_end) AS fresh_until, clock.now - max(j.window_end) AS lag
-FROM {schema}.jobs AS j, clock
-WHERE j.queue = %(queue)s
-  AND j.owner = ANY(%(owners)s::text[])
-  AND j.type = ANY(%(types)s::text[])
-  AND j.status = 'completed'
-  AND j.mode <> 'manual'
-GROUP BY j.owner, j.type, clock.now
-HAVING %(over)s::interval IS NULL OR clock.now - max(j.window_end) > %(over)s::interval
-ORDER BY lag DESC, j.owner, j.type
+SELECT o.owner, t.type, f.fresh_until, clock.now - f.fresh_until AS lag
+FROM unnest(%(owners)s::text[]) AS o(owner)
+CROSS JOIN unnest(%(types)s::text[]) AS t(type)
+CROSS JOIN clock
+CROSS JOIN LATERAL (
+    SELECT coalesce(j.window_end, j.completed_at) AS fresh_until
+    FROM {schema}.jobs AS j
+    WHERE j.queue = %(queue)s AND j.owner = o.owner AND j.type = t.type AND j.status = 'completed'
+      AND j.mode <> 'manual'
+    ORDER BY coalesce(j.window_end, j.completed_at) DESC
+    LIMIT 1
+) AS f
+WHERE %(over)s::interval IS NULL OR clock.now - f.fresh_until > %(over)s::interval
+ORDER BY lag DESC, o.owner, t.type
 LIMIT %(limit)s;
 
 -- name: abandoned_between

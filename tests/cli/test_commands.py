@@ -162,7 +162,7 @@ def test_requeue_cancel_enqueue_and_plan_change_the_table(scene, env, database_u
 
 def test_schema_reports_applies_and_prints_the_migrations(scene, env):
     assert "as this SyncLane needs" in synclane("schema", "status", env=env)
-    assert "0007_monitor_indexes" in synclane("schema", "status", env=env)
+    assert "0008_freshness_index" in synclane("schema", "status", env=env)
     assert "applied" not in synclane("schema", "apply", env=env).replace("already", "")
     assert synclane("schema", "sql", env=env).strip().startswith("--")
 
