@@ -6,7 +6,7 @@
 It starts a private PostgreSQL cluster (Debian's binaries, a temp data directory and a port of its own:
 see soak_cluster.py), a fake API that records every page it serves (soak_api.py), and worker processes
 (soak_worker.py, a pool of slots each). A feeder enqueues jobs at a steady rate while, every second or
-few, one fault strikes at random:
+few, one fault strikes at random (the first few are one of each kind):
 
 * a worker process is SIGKILLed (and a new one started);
 * some worker connections are ended with ``pg_terminate_backend``;
@@ -254,6 +254,8 @@ def soak(args: argparse.Namespace) -> dict[str, int]:
                 workers.spawn()
             ends = time.monotonic() + args.minutes * 60
             planted = False
+            # One of each kind first (in a random order), so that even a short soak strikes with every one.
+            first = rng.sample(list(FAULTS), len(FAULTS))
             while time.monotonic() < ends:
                 time.sleep(rng.uniform(0.5, 2 * args.every - 0.5))
                 if feeder.error is not None:
@@ -263,7 +265,7 @@ def soak(args: argparse.Namespace) -> dict[str, int]:
                     planted = True
                 if died := workers.died_on_their_own():
                     raise RuntimeError("a worker died on its own:\n" + "\n".join(died))
-                fault = rng.choices(list(FAULTS), weights=list(FAULTS.values()))[0]
+                fault = first.pop() if first else rng.choices(list(FAULTS), weights=list(FAULTS.values()))[0]
                 inject(fault, cluster, workers, faults, rng)
             feeder.stop.set()
             feeder.join(120)
