@@ -6,7 +6,7 @@
 -- for every listed owner in each health check and planning run's gauges. Ordered by that reach, the newest
 -- is the first entry of the owner-type's range: the statements probe it with ORDER BY … DESC LIMIT 1.
 --
--- The key is the owner and type (never changed after insert) and columns a completion writes anyway
+-- The key is the owner, type and window (never changed after insert) and columns a completion writes anyway
 -- (status, completed_at): a cursor save or a heartbeat stays a HOT update.
 CREATE INDEX IF NOT EXISTS jobs_completed_reach
     ON {schema}.jobs (queue, owner, type, (coalesce(window_end, completed_at)))
