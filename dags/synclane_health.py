@@ -29,7 +29,8 @@ with DAG(
     dag_id="synclane_health",
     description=f"Check SyncLane queue {queue.name}: abandoned jobs, stuck workers, lagging owners",
     # Data intervals, not a bare timedelta (which in Airflow 3 gives every run an empty interval): consecutive
-    # runs' intervals meet, so each abandonment falls in exactly one run's interval and is reported once.
+    # runs' intervals meet, so each abandonment falls in exactly one run's interval and is reported once. With
+    # catchup=False Airflow skips the intervals it was down for; the next check reaches back over them.
     schedule=DeltaDataIntervalTimetable(EVERY),
     start_date=datetime(2026, 1, 1, tzinfo=timezone.utc),
     catchup=False,

@@ -19,14 +19,13 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
 import pytest
 from psycopg import sql
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg.conninfo import conninfo_to_dict
 
 from synclane_provider.core import (
     Database,
@@ -47,6 +46,7 @@ from synclane_provider.core.schema_versions import (
     shipped_migrations,
 )
 from tests.support.catalog import differences, snapshot
+from tests.support.database import DataRole
 from tests.support.helpers import declare, paged, products, rows
 from tests.support.released import SCHEMA_0_1_0, install_0_1_0
 
@@ -76,29 +76,6 @@ def probe_directory() -> Path:
 
 def with_probes():
     return load_migrations(SHIPPED, probe_directory())
-
-
-class DataRole:
-    """A login role with only SELECT/INSERT/UPDATE/DELETE on a schema's tables, as production workers have."""
-
-    def __init__(self, admin: psycopg.Connection, database_url: str) -> None:
-        self.admin = admin
-        self.name = f"synclane_data_{uuid.uuid4().hex[:10]}"
-        self.url = make_conninfo(database_url, user=self.name)
-        admin.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(self.name)))
-
-    def grant_data_rights(self, schema: str) -> None:
-        for statement in (
-            "GRANT USAGE ON SCHEMA {schema} TO {role}",
-            "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {schema} TO {role}",
-            "GRANT USAGE ON SEQUENCE {schema}.jobs_id_seq TO {role}",
-        ):
-            self.admin.execute(sql.SQL(statement).format(schema=sql.Identifier(schema), role=sql.Identifier(self.name)))
-
-    def drop(self) -> None:
-        role = sql.Identifier(self.name)
-        self.admin.execute(sql.SQL("DROP OWNED BY {}").format(role))  # its privileges (and anything it owns) here
-        self.admin.execute(sql.SQL("DROP ROLE {}").format(role))
 
 
 @pytest.fixture

@@ -16,6 +16,8 @@ from synclane_provider.locate import declaration_argument, locate_queue
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
+CHECKED_UNTIL = "checked_until"  # the XCom key under which a check records where its range ended
+
 
 def _instant(name: str, value: object) -> datetime | None:
     """A rendered template or a datetime as an aware datetime; empty (or ``None`` rendered) means no bound."""
@@ -48,7 +50,13 @@ class SyncLaneHealthCheckOperator(BaseOperator):
     "Since the last check" is the run's data interval: a job abandoned within
     ``[data_interval_start, data_interval_end)`` is reported by that run only,
     so a DAG scheduled with data intervals (``DeltaDataIntervalTimetable``,
-    ``CronDataIntervalTimetable``) reports each abandonment once.
+    ``CronDataIntervalTimetable``) reports each abandonment once. Each run that
+    checks records where its range ended (XCom ``checked_until``, pushed whether
+    it passes or fails), and the next run's range starts there when that is
+    earlier than its interval: intervals ``catchup=False`` skipped (Airflow was
+    down longer than a period, or a run started late) and those of runs that
+    never got to check (killed by a restart, database unreachable) are covered
+    by the next check, so no abandonment goes unreported.
     ``abandoned_since`` / ``abandoned_until`` override the bounds; a run with no
     or an empty data interval (a trigger timetable; a bare ``timedelta``
     schedule is one in Airflow 3) reports every abandoned job, every run. Stuck workers
@@ -94,6 +102,8 @@ class SyncLaneHealthCheckOperator(BaseOperator):
         declaration, queue = locate_queue(self.declaration, self.synclane_queue)
         since = _instant("abandoned_since", self.abandoned_since or context.get("data_interval_start"))
         until = _instant("abandoned_until", self.abandoned_until or context.get("data_interval_end"))
+        if not self.abandoned_since and since is not None:
+            since = self._since_last_check(context, queue.name, since)
         if since is not None and until is not None and since >= until:
             # An empty interval (a trigger timetable, such as a bare timedelta schedule, or a manual run of one)
             # cannot say what "since the last check" is: report every abandoned job rather than none.
@@ -114,6 +124,30 @@ class SyncLaneHealthCheckOperator(BaseOperator):
             until.isoformat() if until else "now",
             len(report.findings),
         )
+        if until is not None and "ti" in context:
+            context["ti"].xcom_push(key=CHECKED_UNTIL, value={"queue": queue.name, "until": until.isoformat()})
         if not report.healthy:
             raise AirflowException(report.describe())
         return {"queue": queue.name, "healthy": True}
+
+    def _since_last_check(self, context: Context, queue: str, start: datetime) -> datetime:
+        """Where the last check of ``queue`` ended, when that is before ``start``; else ``start``."""
+        if "ti" not in context:
+            return start
+        ti = context["ti"]
+        # One map index: the newest value of the runs up to this one (without it, every run's value, as a list).
+        last = ti.xcom_pull(
+            task_ids=self.task_id, key=CHECKED_UNTIL, map_indexes=ti.map_index, include_prior_dates=True
+        )
+        if not isinstance(last, dict) or last.get("queue") != queue:
+            return start
+        checked_until = datetime.fromisoformat(last["until"])
+        if checked_until >= start:
+            return start
+        self.log.info(
+            "the last check ended at %s, before this run's interval starts (%s): reporting abandonments from "
+            "there, so that none falls between two checks",
+            checked_until.isoformat(),
+            start.isoformat(),
+        )
+        return checked_until

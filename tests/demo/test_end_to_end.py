@@ -21,6 +21,7 @@ of a lane) are seen, not inferred.
 from __future__ import annotations
 
 import json
+import re
 import signal
 import sys
 import time
@@ -281,7 +282,16 @@ def scenario(database_url: str, tmp_path_factory) -> Scenario:
             ),
             180,
             "a synclane_health run to fail on the abandoned slice",
-            explain=explain,
+            explain=lambda: (
+                "\n".join(
+                    f"{r['dag_run_id']} {r['state']} [{r['data_interval_start']}, {r['data_interval_end']}): "
+                    + " | ".join(line for line in health_log(run.logs, r["dag_run_id"]).splitlines() if "- " in line)[
+                        -400:
+                    ]
+                    for r in run.api.runs("synclane_health")
+                )
+                + f"\nbroken slice: {[(r['id'], r['status'], r['next_run_at']) for r in run.rows() if run.is_broken_slice(r)]}"
+            ),
         )
         run.timings["health check failed"] = time.monotonic() - started
 
@@ -582,6 +592,23 @@ def test_the_health_check_failed_naming_the_owner_the_abandoned_slice_and_its_er
         f"abandoned: owner globex, job globex/orders {window} #{broken['id']}, at cursor '50' after "
         f"{broken['attempt_count']} attempt(s): {broken['error']}"
     ) in text, text[-3000:]
+
+
+CHECKED = re.compile(r"queue shops checked \(abandoned from (\S+) to (\S+)\)")
+
+
+def test_the_health_checks_left_no_instant_unchecked_across_the_restarts(scenario):
+    """Airflow restarted three times: intervals it skipped and runs it killed are covered by the next check."""
+    ranges = sorted(
+        (datetime.fromisoformat(start), datetime.fromisoformat(end))
+        for path in scenario.logs.glob("dag_id=synclane_health/run_id=*/task_id=check/attempt=*.log")
+        for start, end in CHECKED.findall(log_text(path))
+    )
+    assert len(ranges) >= 3, ranges
+    reached = ranges[0][1]
+    for start, end in ranges[1:]:
+        assert start <= reached, f"nothing checked abandonments in [{reached}, {start}): {ranges}"
+        reached = max(reached, end)
 
 
 def test_metrics_arrived_from_the_real_task_processes(scenario):

@@ -11,7 +11,8 @@ import pytest
 
 from tests.support import provider_declaration as decl
 from tests.support.airflow_env import REPO
-from tests.support.helpers import rows
+from tests.support.database import DataRole
+from tests.support.helpers import execute, rows
 from tests.support.provider_helpers import operations
 
 pytestmark = pytest.mark.airflow
@@ -180,6 +181,43 @@ def test_the_health_dag_fails_naming_the_job_abandoned_in_its_interval_and_passe
     assert passed.data_interval_start == end
     assert passed.state == "success"
     assert xcoms(passed, "check") == {-1: {"queue": "shops", "healthy": True}}
+
+
+def test_the_health_dag_reports_jobs_abandoned_where_no_run_checked_once_and_only_once(
+    dags, provider_schema, admin, database_url, capsys, monkeypatch
+):
+    """A run that could not check (database down, killed by a restart) and intervals Airflow skipped
+    (catchup=False after Airflow was down longer than a period) leave no gap: the next check reaches back."""
+    from datetime import datetime, timedelta, timezone
+
+    dag = dags["synclane_health"]
+    every = dag.timetable.delta
+    # Far ahead of the other tests' runs, so that these runs follow one another.
+    end = datetime.now(timezone.utc).replace(microsecond=0) + timedelta(days=30)
+    assert dag.test(logical_date=end).state == "success"
+    with operations(decl.synclane) as ops:
+        ops.plan("shops")
+        [job] = ops.list_jobs("shops", owner="globex", type="products")
+        ops.abandon("shops", job.id, "access revoked")
+    # Abandoned within the next run's interval; that run fails before it checks (its connection's role was
+    # left without rights to the schema).
+    execute(admin, provider_schema, "UPDATE {jobs} SET next_run_at = %s WHERE id = %s", [end + every / 2, job.id])
+    role = DataRole(admin, database_url)
+    try:
+        with monkeypatch.context() as misconfigured:
+            misconfigured.setenv("AIRFLOW_CONN_SYNCLANE_DEFAULT", role.uri)
+            assert dag.test(logical_date=end + every).state == "failed"
+    finally:
+        role.drop()
+    capsys.readouterr()
+    # Airflow then skips an interval; the run after the gap reports the job and where it looked from.
+    reporting = dag.test(logical_date=end + 3 * every)
+    assert (reporting.data_interval_start, reporting.state) == (end + 2 * every, "failed")
+    out = capsys.readouterr().out
+    assert f"abandoned: owner globex, job globex/products #{job.id}," in out
+    assert f"the last check ended at {end.isoformat()}" in out
+    # It reported the job (its run failed): the next run starts where it ended, and passes.
+    assert dag.test(logical_date=end + 4 * every).state == "success"
 
 
 def test_every_operator_and_sensor_serializes_into_a_dag():
