@@ -103,7 +103,7 @@ class SyncLaneHealthCheckOperator(BaseOperator):
         since = _instant("abandoned_since", self.abandoned_since or context.get("data_interval_start"))
         until = _instant("abandoned_until", self.abandoned_until or context.get("data_interval_end"))
         if not self.abandoned_since and since is not None:
-            since = self._since_last_check(context, queue.name, since)
+            since = self._since_last_check(context, since)
         if since is not None and until is not None and since >= until:
             # An empty interval (a trigger timetable, such as a bare timedelta schedule, or a manual run of one)
             # cannot say what "since the last check" is: report every abandoned job rather than none.
@@ -125,13 +125,13 @@ class SyncLaneHealthCheckOperator(BaseOperator):
             len(report.findings),
         )
         if until is not None and "ti" in context:
-            context["ti"].xcom_push(key=CHECKED_UNTIL, value={"queue": queue.name, "until": until.isoformat()})
+            context["ti"].xcom_push(key=CHECKED_UNTIL, value=until.isoformat())
         if not report.healthy:
             raise AirflowException(report.describe())
         return {"queue": queue.name, "healthy": True}
 
-    def _since_last_check(self, context: Context, queue: str, start: datetime) -> datetime:
-        """Where the last check of ``queue`` ended, when that is before ``start``; else ``start``."""
+    def _since_last_check(self, context: Context, start: datetime) -> datetime:
+        """Where the last check ended, when that is before ``start``; else ``start``."""
         if "ti" not in context:
             return start
         ti = context["ti"]
@@ -139,9 +139,9 @@ class SyncLaneHealthCheckOperator(BaseOperator):
         last = ti.xcom_pull(
             task_ids=self.task_id, key=CHECKED_UNTIL, map_indexes=ti.map_index, include_prior_dates=True
         )
-        if not isinstance(last, dict) or last.get("queue") != queue:
+        if last is None:
             return start
-        checked_until = datetime.fromisoformat(last["until"])
+        checked_until = datetime.fromisoformat(last)
         if checked_until >= start:
             return start
         self.log.info(

@@ -30,7 +30,7 @@ def drop_schemas(target: str | psycopg.Connection, *names: str) -> None:
 
 
 class DataRole:
-    """A login role with only SELECT/INSERT/UPDATE/DELETE on a schema's tables, as production workers have."""
+    """A login role with no rights until it is given data rights on a schema's tables, as production workers have."""
 
     def __init__(self, admin: psycopg.Connection, database_url: str) -> None:
         self.admin = admin
