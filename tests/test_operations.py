@@ -259,6 +259,64 @@ def test_a_cancelled_running_job_stops_after_its_current_page_and_a_requeue_cont
         assert (finished.outcome, finished.pages, finished.records) == (Outcome.COMPLETED, 2, 100)  # from cursor 100
 
 
+def test_a_cancelled_job_whose_page_then_fails_ends_abandoned_with_the_cancel_not_failed_and_retried(
+    schema, database_url, admin, clock
+):
+    """A disconnected account's next request fails (401): the cancel, not the failure, says how the job ends."""
+
+    def handler(job):
+        if job.cursor == "50":
+            with Operations(declaration, database) as other:
+                assert other.cancel("shops", "acme", "account disconnected").stopping == 1
+            raise RuntimeError("401 Unauthorized")
+        return paged(200, 50)(job)
+
+    declaration = declare(schema, products(handler))
+    database = declaration.database(database_url)
+    with Operations(declaration, database) as ops, WorkerSlot(declaration, database, "shops", clock=clock) as slot:
+        ops.plan("shops", now=clock.now)
+        stopped = slot.run_one()
+        assert (stopped.outcome, stopped.error) == (Outcome.ABANDONED, "Cancelled: account disconnected")
+        [row] = rows(admin, schema)
+        assert (row["status"], row["error"], row["stop_reason"], row["cursor"]) == (
+            "abandoned",
+            "Cancelled: account disconnected",
+            None,
+            "50",
+        )
+        assert row["next_run_at"] == row["heartbeat_at"] == clock.now  # abandoned now, kept from now
+        clock.advance(timedelta(days=1))
+        assert slot.run_one() is None  # nothing to retry
+
+
+def test_a_job_cancelled_while_its_slot_held_it_for_later_is_abandoned_when_the_slot_hands_it_back(
+    schema, database_url, admin, clock
+):
+    """A slot's finish took the owner's next job; the cancel counts it as stopping; the slot then stops."""
+    declaration = declare(schema, products(paged(50)), orders(), owner_source=owners("acme"))
+    database = declaration.database(database_url)
+    with (
+        Operations(declaration, database) as ops,
+        WorkerSlot(declaration, database, "shops", clock=clock) as slot,
+        WorkerSlot(declaration, database, "shops", clock=clock) as next_worker,
+    ):
+        ops.plan("shops", now=clock.now)
+        assert slot.run_one().outcome is Outcome.COMPLETED
+        held = slot.next_job
+        assert held is not None and held.owner == "acme"
+
+        assert ops.cancel("shops", "acme", "account disconnected").stopping == 1
+        slot.hand_back()  # the slot stops (its maximum run time, a shutdown)
+
+        [row] = rows(admin, schema, "id = %s", [held.id])
+        assert (row["status"], row["error"], row["stop_reason"]) == (
+            "abandoned",
+            "Cancelled: account disconnected",
+            None,
+        )
+        assert next_worker.run_one() is None
+
+
 def test_list_jobs_by_owner_status_and_type(ops, clock):
     ops.plan("shops", now=clock.now)
     assert len(ops.list_jobs("shops")) == 8

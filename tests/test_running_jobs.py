@@ -361,7 +361,7 @@ def test_a_late_write_by_an_old_lease_is_refused(setup, admin, schema, clock):
     late = dict(worker=old.worker_id, now=clock.now)
     assert old.store.save_page(job.id, cursor="999", processed_count=999, lease=MINUTE, **late) is None
     assert old.store.renew_lease(job.id, lease=MINUTE, **late) is None
-    assert old.store.release(job.id, processed_count=999, **late) is False
+    assert old.store.release(job.id, processed_count=999, **late) is None
     finish = Finish(job.id, JobStatus.COMPLETED, processed_count=999)
     assert old.store.finish_and_take(queue="shops", lease=MINUTE, finish=finish, take=False, **late).finished is False
     row = job_row(admin, schema, job.id)

@@ -78,6 +78,11 @@ _PATTERNS = {
     "compare": re.compile(rf"\b(?:\w+\.)?(?P<column>status|mode)\s*(?:=|<>|!=)\s*(?P<items>{_LITERAL})", re.I),
     "compare_reversed": re.compile(rf"(?P<items>{_LITERAL})\s*(?:=|<>|!=)\s*(?:\w+\.)?(?P<column>status|mode)\b", re.I),
     "parameter": re.compile(rf"%\((?P<column>status|mode)\)s\s*(?:=|<>|!=)\s*(?P<items>{_LITERAL})", re.I),
+    "case": re.compile(
+        rf"\bSET\s+(?P<column>status)\s*=\s*CASE\s+WHEN\s[^;]*?\sTHEN\s+"
+        rf"(?P<items>{_LITERAL}(?:\s+ELSE\s+{_LITERAL})?)",
+        re.I,
+    ),
     "default": re.compile(rf"\b(?P<column>status|mode)\s+text\b[^,;]*?\bDEFAULT\s+(?P<items>{_LITERAL})", re.I),
 }
 
@@ -143,6 +148,7 @@ def test_the_literal_finder_sees_every_form_and_refuses_what_it_does_not_underst
         "sample",
         "SET status = 'failed' WHERE j.status IN ('pending', 'failed') AND status <> 'running' "
         "AND 'completed' = x.status AND CASE WHEN %(status)s = 'abandoned' END AND mode NOT IN ('manual') "
+        "SET status = CASE WHEN stop_reason IS NOT NULL THEN 'abandoned' ELSE 'pending' END "
         "-- 'pendng' in a comment is prose",
     )
     assert [(u.form, u.values) for u in found] == [
@@ -152,6 +158,7 @@ def test_the_literal_finder_sees_every_form_and_refuses_what_it_does_not_underst
         ("compare", ("running",)),
         ("compare_reversed", ("completed",)),
         ("parameter", ("abandoned",)),
+        ("case", ("abandoned", "pending")),
     ]
     assert check_members(state_uses("typo", "WHERE status = 'pendng'")) == [
         "typo: status compare ('pendng',): not a member: ['pendng']"

@@ -12,7 +12,10 @@
 -- raced for by every idle worker.
 --
 -- Finishing leaves running for completed, failed, deferred or abandoned, with the final count, the error
--- (if any) and the delay before the next attempt; it is fenced on the lease, and frees the lane.
+-- (if any) and the delay before the next attempt; it is fenced on the lease, and frees the lane. A cancel that
+-- asked the job to stop (stop_reason) wins over any end but completion: a page that failed after the cancel
+-- (an account being disconnected typically answers 401) ends the job abandoned with the cancel's reason,
+-- stamped now (retention keeps it that long from here), never failed and retried.
 --
 -- The next job is one the worker already holds (a take whose reply was lost), else an expired lease (a
 -- lost worker's job: taken without a new attempt, in the slot it held, and returned with the lost worker's
@@ -39,18 +42,23 @@
 -- new job's entry in jobs_one_running_per_lane_slot, which that take could be waiting on: a deadlock, broken
 -- after deadlock_timeout (1 s). See docs/performance.md and bench/lock_order.py.
 --
--- Returns one row: finished (whether the named job was written; false means its lease was lost), the
--- leased job's columns (all NULL when nothing was taken), lost_worker, and lane_wait: the seconds left of a
+-- Returns one row: finished (whether the named job was written; false means its lease was lost),
+-- finished_status and finished_error (what was written), the leased job's columns (all NULL when nothing was taken), lost_worker, and lane_wait: the seconds left of a
 -- pause a throttle put on the taken job's lane (NULL: none), which the worker waits out before its first page.
 WITH RECURSIVE clock AS (
     SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now
 ),
 finished AS (
     UPDATE {schema}.jobs AS done
-    SET status = %(status)s,
+    SET status = CASE WHEN done.stop_reason IS NOT NULL AND %(status)s <> 'completed' THEN 'abandoned'
+                      ELSE %(status)s END,
         processed_count = %(processed_count)s,
-        error = %(error)s,
-        next_run_at = clock.now + %(delay)s::interval,
+        error = CASE WHEN done.stop_reason IS NOT NULL AND %(status)s <> 'completed' THEN done.stop_reason
+                     ELSE %(error)s END,
+        next_run_at = clock.now + CASE WHEN done.stop_reason IS NOT NULL AND %(status)s <> 'completed'
+                                       THEN interval '0' ELSE %(delay)s::interval END,
+        heartbeat_at = CASE WHEN done.stop_reason IS NOT NULL AND %(status)s <> 'completed' THEN clock.now
+                            ELSE done.heartbeat_at END,
         completed_at = CASE WHEN %(status)s = 'completed'
                             THEN coalesce(%(now)s::timestamptz, clock_timestamp()) END,
         leased_by = NULL,
@@ -58,7 +66,7 @@ finished AS (
         stop_reason = NULL
     FROM clock
     WHERE done.id = %(finished)s AND done.leased_by = %(worker)s AND done.status = 'running'
-    RETURNING done.id
+    RETURNING done.id, done.status, done.error
 ),
 finish_first AS (
     SELECT count(*) AS n FROM finished
@@ -188,7 +196,9 @@ taken AS (
     WHERE j.id = candidate.id
     RETURNING j.*, candidate.lost_worker
 )
-SELECT EXISTS (SELECT 1 FROM finished) AS finished, taken.*,
+SELECT EXISTS (SELECT 1 FROM finished) AS finished,
+       (SELECT f.status FROM finished AS f) AS finished_status, (SELECT f.error FROM finished AS f) AS finished_error,
+       taken.*,
        (SELECT greatest(extract(epoch FROM b.paused_until - clock.now), 0)::float8
         FROM {schema}.lane_budgets AS b, clock
         WHERE b.queue = taken.queue AND b.lane = taken.lane) AS lane_wait
@@ -267,9 +277,14 @@ WHERE id = %(id)s AND leased_by = %(worker)s AND status = 'running'
 RETURNING lease_expires_at;
 
 -- name: release
--- Graceful stop: hand the job back as pending with its cursor; the interrupted attempt does not count.
+-- Graceful stop: hand the job back as pending with its cursor; the interrupted attempt does not count. A job a
+-- cancel asked to stop (stop_reason) is not handed back to be run by the next worker: it ends abandoned with
+-- the cancel's reason, stamped now, as the cancel promised. Returns the job as left.
 UPDATE {schema}.jobs
-SET status = 'pending',
+SET status = CASE WHEN stop_reason IS NOT NULL THEN 'abandoned' ELSE 'pending' END,
+    error = coalesce(stop_reason, error),
+    heartbeat_at = CASE WHEN stop_reason IS NOT NULL THEN coalesce(%(now)s::timestamptz, statement_timestamp())
+                        ELSE heartbeat_at END,
     processed_count = %(processed_count)s,
     attempt_count = greatest(attempt_count - 1, 0),
     next_run_at = coalesce(%(now)s::timestamptz, statement_timestamp()),
@@ -277,7 +292,7 @@ SET status = 'pending',
     lease_expires_at = NULL,
     stop_reason = NULL
 WHERE id = %(id)s AND leased_by = %(worker)s AND status = 'running'
-RETURNING id;
+RETURNING *;
 
 -- name: read_coverage
 -- What exists per owner and type for a batch of owners: the planner's one read per batch, from the coverage

@@ -29,8 +29,9 @@ DEFAULT_STOP_GRACE = timedelta(seconds=30)
 INTERRUPT_GRACE = timedelta(seconds=5)
 """How long an interrupted worker waits for the page in flight before it hands the job back (else it lapses)."""
 
-FinalWrite = Callable[[Finish], bool]
-"""Writes how a job ended; False if the lease was lost."""
+FinalWrite = Callable[[Finish], Finish | None]
+"""Writes how a job ended; what was written (a cancel turns any end but completion into abandoned), None if the
+lease was lost."""
 
 
 class Outcome(str, Enum):
@@ -227,7 +228,9 @@ class JobRunner:
     ) -> RunResult:
         resent = self._store.session.resent
         written = self._final_write(Finish(job.id, status, processed, error, delay))
-        if not written and not self._landed(job, resent, status=status, processed_count=processed, error=error):
+        if written is not None:
+            status, error = written.status, written.error
+        elif not self._landed(job, resent, status=status, processed_count=processed, error=error):
             return self._lost(job, pages, records)
         result = RunResult(job, Outcome(status.value), pages, records, error, self._waited_so_far())
         self._log.info("%s", result)
@@ -251,10 +254,14 @@ class JobRunner:
         released = self._store.release(
             job.id, worker=self._worker, processed_count=job.processed_count, now=self._clock()
         )
-        if not released and not self._landed(
+        if released is None and not self._landed(
             job, resent, status=JobStatus.PENDING, processed_count=job.processed_count
         ):
             return self._lost(job, pages, records)
+        if released is not None and released.status is JobStatus.ABANDONED:  # a cancel had asked it to stop
+            result = RunResult(job, Outcome.ABANDONED, pages, records, released.error, self._waited_so_far())
+            self._log.info("%s", result)
+            return result
         self._store.notify(self._queue.name)  # the job is due again: wake an idle worker to take it over
         result = RunResult(job, Outcome.RELEASED, pages, records, waited=self._waited_so_far())
         self._log.info("%s (handed back at cursor %s)", result, job.cursor)

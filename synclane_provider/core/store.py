@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -49,6 +49,8 @@ class FinishAndTake:
 
     finished: bool | None
     taken: Taken | None
+    written: Finish | None = None
+    """The finish as written: the one asked for, or an abandonment when a cancel had asked the job to stop."""
 
 
 @dataclass(frozen=True)
@@ -113,7 +115,14 @@ class Store:
         )
         assert row is not None
         taken = None if row["id"] is None else Taken(Job.from_row(row), row["lost_worker"], row["lane_wait"] or 0.0)
-        return FinishAndTake(finished=row["finished"] if finish else None, taken=taken)
+        if finish is None:
+            return FinishAndTake(finished=None, taken=taken)
+        written = None
+        if row["finished"]:
+            status = JobStatus(row["finished_status"])
+            delay = finish.delay if status is finish.status else timedelta(0)
+            written = replace(finish, status=status, error=row["finished_error"], delay=delay)
+        return FinishAndTake(finished=row["finished"], taken=taken, written=written)
 
     def save_page(
         self, job_id: int, *, worker: str, cursor: str, processed_count: int, lease: timedelta, now: datetime | None
@@ -144,9 +153,13 @@ class Store:
         row = self.session.one("renew_lease", id=job_id, worker=worker, lease=lease, now=now)
         return row["lease_expires_at"] if row else None
 
-    def release(self, job_id: int, *, worker: str, processed_count: int, now: datetime | None) -> bool:
-        """Hand the job back as pending at its cursor, the attempt not counted; False when the lease is lost."""
-        return bool(self.session.run("release", id=job_id, worker=worker, processed_count=processed_count, now=now))
+    def release(self, job_id: int, *, worker: str, processed_count: int, now: datetime | None) -> Job | None:
+        """Hand the job back as pending at its cursor, the attempt not counted; None when the lease is lost.
+
+        The job comes back abandoned instead when a cancel had asked it to stop.
+        """
+        row = self.session.one("release", id=job_id, worker=worker, processed_count=processed_count, now=now)
+        return Job.from_row(row) if row else None
 
     # -- planning ---------------------------------------------------------------------------------------------
 

@@ -32,7 +32,7 @@ from synclane_provider.core.metrics import JOBS_FINISHED, LEASE_TAKEOVERS, NO_ME
 from synclane_provider.core.pages import PageThread
 from synclane_provider.core.records import Activity, Job
 from synclane_provider.core.runner import DEFAULT_STOP_GRACE, JobRunner, Outcome, RunResult
-from synclane_provider.core.states import JobMode
+from synclane_provider.core.states import JobMode, JobStatus
 from synclane_provider.core.store import Finish, FinishAndTake, Store, Taken
 
 log = logging.getLogger(__name__)
@@ -218,7 +218,7 @@ class WorkerSlot:
         tags = {"queue": self.queue.name, "type": result.job.type, "outcome": result.outcome.value}
         self.metrics.incr(JOBS_FINISHED, tags)
 
-    def _finish_and_take_next(self, finish: Finish) -> bool:
+    def _finish_and_take_next(self, finish: Finish) -> Finish | None:
         """Write how a job ended and, unless the slot is stopping, take its next job in the same statement.
 
         Other workers never see the lane free between the two, so a lane whose
@@ -238,7 +238,7 @@ class WorkerSlot:
         if take:
             self._next = done.taken
         self.found_nothing = take and done.taken is None
-        return bool(done.finished)
+        return done.written
 
     def take(self) -> Job | None:
         """Lease the next job this slot should run, without running it; None when nothing is due in a free lane.
@@ -294,6 +294,9 @@ class WorkerSlot:
     def hand_back(self) -> None:
         """Return a job taken for later, unstarted, as pending (its attempt does not count).
 
+        A job that a cancel asked to stop meanwhile is not returned to be run: it ends abandoned, as the cancel
+        promised.
+
         A job taken over from a lost worker is not handed back as it was: the lost attempt is written down
         first (see :meth:`JobRunner.run`), so that it counts.
         """
@@ -303,7 +306,10 @@ class WorkerSlot:
             self._count(self.runner.run(taken.job, lost_worker=taken.lost_worker))
         elif taken is not None:
             job = taken.job
-            if self.store.release(job.id, worker=self.worker_id, processed_count=job.processed_count, now=self.clock()):
+            left = self.store.release(
+                job.id, worker=self.worker_id, processed_count=job.processed_count, now=self.clock()
+            )
+            if left is not None and left.status is JobStatus.PENDING:
                 self.store.notify(self.queue.name)  # due again: wake an idle worker to take it
 
     def drain(self, *, max_jobs: int | None = None, until: float | None = None) -> Summary:
