@@ -412,6 +412,36 @@ def test_a_heartbeat_keeps_the_lease_while_a_slow_page_is_in_flight(schema, data
     rival.close()
 
 
+def test_a_worker_whose_job_an_operator_released_leaves_its_page_within_a_renewal_interval(schema, database_url):
+    """With a 6 s lease the keeper renews 2 s after the last renewal, a page save included; that renewal finds the
+    job released, and the slot stops waiting for its page. (Renewing on a fixed 2 s beat put the renewal after a
+    save just past a beat nearly 4 s away; the 0.9-of-a-lease distrust would have come after 5.4 s.)"""
+    lease = timedelta(seconds=6)
+    interval = lease.total_seconds() / 3
+    released_at, hang = [], threading.Event()
+
+    def page(job):
+        if job.cursor is None:
+            time.sleep(interval + 0.3)  # the save comes just after the keeper's first renewal
+            return Page("1", 1)
+        assert operator.release("shops", job.id)
+        released_at.append(time.monotonic())
+        hang.wait(30)  # a page that never notices
+        return Page(None, 1)
+
+    declaration = declare(schema, products(page), lease=lease)
+    database = declaration.database(database_url)
+    with Operations(declaration, database) as operator, WorkerSlot(declaration, database, "shops") as worker:
+        operator.plan("shops")
+        try:
+            result = worker.run_one()
+            left = time.monotonic()
+        finally:
+            hang.set()
+    assert result.outcome is Outcome.LEASE_LOST
+    assert left - released_at[0] < interval + 1.1  # one renewal interval, the page thread's look, the statements
+
+
 def test_a_free_lane_is_found_when_the_head_of_the_queue_is_all_in_one_busy_lane(setup, admin, schema, clock):
     ops, slot = setup(orders(horizon=timedelta(days=3650)), plan=False, owner_source=owners("acme", "globex"))
     ops.plan("shops", owner="acme", now=clock.now)  # 123 acme jobs at the head of the queue

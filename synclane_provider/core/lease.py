@@ -17,8 +17,12 @@ log = logging.getLogger(__name__)
 class LeaseKeeper:
     """One background thread per worker slot that renews the lease of the job the slot is running.
 
-    It renews a third of a lease after the last renewal (each page save renews
-    too, so fast jobs never need it). The worker stops trusting its lease
+    It renews a third of a lease after the last renewal, whoever made it (each
+    page save renews too, so fast jobs never need it): it sleeps until then,
+    not for a fixed period, so a save just after one of its looks does not put
+    its next renewal off by almost two thirds. A renewal is also how it learns
+    that an operator took the job away, so the page in flight is left within
+    a third of a lease of that. The worker stops trusting its lease
     *before* the database does: when no renewal has succeeded for 90 % of the
     lease (the database is away) or a renewal found the job taken over,
     ``lost`` turns true and the worker writes nothing more to the job. Every
@@ -43,6 +47,7 @@ class LeaseKeeper:
         self._job_id: int | None = None
         self._generation = 0
         self._renewed_at = 0.0
+        self._tried_at = 0.0
         self._taken_over = False
         self._closed = threading.Event()
         self._thread: threading.Thread | None = None
@@ -87,14 +92,23 @@ class LeaseKeeper:
             self._thread.start()
 
     def _run(self, closed: threading.Event) -> None:
-        while not closed.wait(self._interval):
+        while not closed.wait(self._until_due()):
             with self._lock:
                 job_id, generation = self._job_id, self._generation
-                due = time.monotonic() - self._renewed_at >= self._interval
+                due = time.monotonic() - max(self._renewed_at, self._tried_at) >= self._interval
             if job_id is not None and due and not self._taken_over:  # a lost lease is not renewed, nor logged again
                 self._renew(job_id, generation)
 
+    def _until_due(self) -> float:
+        """Seconds until a renewal is due: an interval after the last one, or after the last try when that
+        failed (a whole interval when there is nothing to renew)."""
+        with self._lock:
+            if self._job_id is None or self._taken_over:
+                return self._interval
+            return max(self._interval - (time.monotonic() - max(self._renewed_at, self._tried_at)), 0.0)
+
     def _renew(self, job_id: int, generation: int) -> None:
+        self._tried_at = time.monotonic()
         try:
             renewed = self._store.renew_lease(job_id, worker=self._worker, lease=self._lease, now=self._clock())
         except Exception as exc:  # noqa: BLE001 - a failed renewal must not end the thread; the next one may work
