@@ -10,6 +10,7 @@ import pytest
 from psycopg import sql
 
 from synclane_provider.core import DeclarationError, Operations, Queue
+from synclane_provider.core.monitor import Monitor
 from tests.support.helpers import declare, execute, orders, owners, products, rows
 
 DAY = timedelta(days=1)
@@ -145,3 +146,89 @@ def test_jobs_without_a_coverage_row_are_not_pruned_until_the_planner_has_read_t
         assert ops.plan("shops", now=clock.now).total == 0  # the planner reads the jobs into a coverage row
         assert ops.prune("shops", now=clock.now + 2 * DAY).deleted == 1
         assert ops.plan("shops", now=clock.now).total == 0
+
+
+def test_an_owner_behind_less_than_max_lag_stays_healthy_after_a_prune_shorter_than_max_lag(
+    schema, database_url, admin, clock
+):
+    """The health check, the max_freshness_lag gauge and the owners view read how far the pruned windows reached,
+    not the initial slices a one-day retention leaves behind."""
+    declaration = declare(
+        schema,
+        orders(every=timedelta(hours=6)),
+        owner_source=owners("acme"),
+        retention=DAY,
+        max_lag=2 * DAY,
+    )
+    with Operations(declaration, declaration.database(database_url), clock=clock) as ops:
+        for _ in range(40):  # ten days of recurring windows, each completed as it is planned
+            ops.plan("shops")
+            finish_all(admin, schema, clock.now)
+            clock.advance(timedelta(hours=6))
+        newest = max(r["window_end"] for r in rows(admin, schema))
+        clock.advance(1.5 * DAY - timedelta(hours=6))  # then the owner stalls: a day and a half behind
+
+        def lag_as_read():
+            report = ops.check_health("shops", abandoned_since=clock.now)
+            [owner] = Monitor(ops).owners("shops").items
+            return report.healthy, ops.gauges("shops").max_freshness_lag, owner.lag
+
+        assert lag_as_read() == (True, clock.now - newest, clock.now - newest)
+        assert ops.prune("shops").deleted > 0
+        assert {r["mode"] for r in rows(admin, schema, "status = 'completed'")} == {"initial"}
+        assert lag_as_read() == (True, clock.now - newest, clock.now - newest)
+
+        ops.plan("shops")  # the stalled owner's next windows, then cancelled and pruned in their turn
+        assert ops.cancel("shops", "acme", "disconnected").abandoned > 0
+        clock.advance(DAY + timedelta(minutes=1))
+        assert ops.prune("shops").deleted > 0
+        assert ops.gauges("shops").max_freshness_lag == clock.now - newest
+
+
+def test_freshness_survives_a_later_prune_of_cancelled_jobs_of_the_same_owner_and_type(
+    schema, database_url, admin, clock
+):
+    declaration = declare(schema, products(every=timedelta(hours=1)), owner_source=owners("acme"), retention=DAY)
+    with Operations(declaration, declaration.database(database_url), clock=clock) as ops:
+        ops.plan("shops")
+        finish_all(admin, schema, clock.now)  # the initial snapshot, an hour before the newest completion
+        clock.advance(timedelta(hours=1))
+        ops.plan("shops")
+        finish_all(admin, schema, clock.now)
+        completed = clock.now
+        clock.advance(2 * DAY)
+        assert ops.prune("shops").deleted == 1  # the recurring snapshot; its completion stays on coverage
+        assert ops.freshness("shops", "acme") == {"products": completed}
+        ops.plan("shops")
+        assert ops.cancel("shops", "acme", "disconnected").abandoned == 1
+        clock.advance(2 * DAY)
+        assert ops.prune("shops").deleted == 1  # the cancelled job, which never completed
+        assert ops.freshness("shops", "acme") == {"products": completed}
+
+
+def test_a_cancelled_job_is_kept_retention_long_from_its_cancel_not_its_creation(schema, database_url, admin, clock):
+    declaration = declare(schema, products(every=timedelta(hours=1)), owner_source=owners("acme"), retention=DAY)
+    with Operations(declaration, declaration.database(database_url), clock=clock) as ops:
+        ops.plan("shops")
+        clock.advance(timedelta(hours=1))
+        ops.plan("shops")  # the recurring snapshot, created now
+        clock.advance(3 * DAY)
+        assert ops.cancel("shops", "acme", "disconnected").abandoned == 2  # created three days ago
+        clock.advance(DAY - timedelta(minutes=1))
+        assert ops.prune("shops").deleted == 0
+        clock.advance(timedelta(minutes=2))
+        assert ops.prune("shops").deleted == 1  # the initial one stays: initial jobs are never pruned
+
+
+def test_an_abandoned_job_that_was_not_cancelled_is_never_pruned(schema, database_url, admin, clock):
+    declaration = declare(schema, products(every=timedelta(hours=1)), owner_source=owners("acme"), retention=DAY)
+    with Operations(declaration, declaration.database(database_url), clock=clock) as ops:
+        ops.plan("shops")
+        clock.advance(timedelta(hours=1))
+        ops.plan("shops")
+        [recurring] = rows(admin, schema, "mode = 'recurring'")
+        assert ops.abandon("shops", recurring["id"], "the account is gone for good")
+        execute(admin, schema, "UPDATE {jobs} SET heartbeat_at = %s WHERE id = %s", [clock.now, recurring["id"]])
+        clock.advance(365 * DAY)
+        assert ops.prune("shops").deleted == 0
+        assert [r["status"] for r in rows(admin, schema, "id = %s", [recurring["id"]])] == ["abandoned"]

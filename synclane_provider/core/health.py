@@ -12,7 +12,8 @@ The check keeps no state of its own: "since the last check" is a time range the 
 operator passes its run's data interval), matched against the moment each job was abandoned, which the row
 holds in ``next_run_at`` (see ``abandoned_between`` in queries.sql).
 
-Retention never deletes initial jobs, so an owner that completed a window keeps one to be measured by.
+Retention never deletes initial jobs, and records how far the windows it deletes reached on the owner's coverage
+row, so an owner is measured by its newest completed window whether or not that job is still kept.
 """
 
 from __future__ import annotations

@@ -104,8 +104,9 @@ ORDER BY page.lane, r.lane_slot;
 -- name: owners
 -- One page of a queue's owners, by name after %(after)s (only %(owner)s when given; with %(troubled)s only
 -- owners with failed, deferred or abandoned jobs): the initial load's slices and records, how far the
--- newest completed job reaches per declared type, %(types)s (the owner's freshness is its stalest type; one
--- probe of jobs_completed_reach each), and its troubled jobs with the latest error.
+-- newest completed job reaches per declared type, %(types)s, or the newest one retention deleted, whichever is
+-- later (the owner's freshness is its stalest type; one probe of jobs_completed_reach and of the coverage key
+-- each), and its troubled jobs with the latest error.
 WITH RECURSIVE clock AS (
     SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now
 ),
@@ -165,12 +166,20 @@ CROSS JOIN LATERAL (
     SELECT min(per_type.newest) AS fresh_until
     FROM unnest(%(types)s::text[]) AS t(type)
     CROSS JOIN LATERAL (
-        SELECT coalesce(j.window_end, j.completed_at) AS newest
-        FROM {schema}.jobs AS j
-        WHERE j.queue = %(queue)s AND j.owner = owners.owner AND j.type = t.type AND j.status = 'completed'
-          AND coalesce(j.window_end, j.completed_at) IS NOT NULL
-        ORDER BY coalesce(j.window_end, j.completed_at) DESC
-        LIMIT 1
+        SELECT greatest(
+            (
+                SELECT coalesce(j.window_end, j.completed_at)
+                FROM {schema}.jobs AS j
+                WHERE j.queue = %(queue)s AND j.owner = owners.owner AND j.type = t.type AND j.status = 'completed'
+                  AND coalesce(j.window_end, j.completed_at) IS NOT NULL
+                ORDER BY coalesce(j.window_end, j.completed_at) DESC
+                LIMIT 1
+            ),
+            (
+                SELECT c.last_pruned_reach FROM {schema}.coverage AS c
+                WHERE c.queue = %(queue)s AND c.owner = owners.owner AND c.type = t.type
+            )
+        ) AS newest
     ) AS per_type
 ) AS f
 CROSS JOIN LATERAL (

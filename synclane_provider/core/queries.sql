@@ -678,9 +678,10 @@ ORDER BY o.owner;
 -- owner: the record of the first load that progress and the initial-load sensor read), and so are failed,
 -- deferred and other abandoned jobs (they wait for a person). Rows locked by anyone are skipped, never waited
 -- on, so a worker is never held up; a job of an owner-type without a coverage row is skipped too, so that
--- nothing the planner needs is ever deleted. Each deleted job's owner-type records how many were pruned and
--- the newest completion among them (freshness), in the same statement (a manual job's owner-type
--- may have no row: its pruning is then not recorded). Returns how many were deleted.
+-- nothing the planner needs is ever deleted. Each deleted job's owner-type records the newest completion among
+-- them (freshness) and the newest reach of the completed planned ones (window end, or completion for a
+-- snapshot: what lag is read from), widened only, in the same statement (a manual job's owner-type may have
+-- no row: its pruning is then not recorded). Returns how many were deleted.
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) - %(older_than)s::interval AS cutoff
 ),
@@ -711,14 +712,17 @@ deleted AS (
       AND (j.mode = 'manual' OR EXISTS (
           SELECT 1 FROM {schema}.coverage AS c WHERE c.queue = j.queue AND c.owner = j.owner AND c.type = j.type
       ))
-    RETURNING j.owner, j.type, j.status, j.completed_at
+    RETURNING j.owner, j.type, j.status, j.mode, j.completed_at, j.window_end
 ),
 noted AS (
     UPDATE {schema}.coverage AS c
-    SET pruned_count = c.pruned_count + d.pruned,
-        last_pruned_completion = greatest(c.last_pruned_completion, d.last_completion)
+    SET last_pruned_completion = greatest(c.last_pruned_completion, d.last_completion),
+        last_pruned_reach = greatest(c.last_pruned_reach, d.last_reach)
     FROM (
-        SELECT d.owner, d.type, count(*) AS pruned, max(d.completed_at) FILTER (WHERE d.status = 'completed') AS last_completion
+        SELECT d.owner, d.type,
+               max(d.completed_at) FILTER (WHERE d.status = 'completed') AS last_completion,
+               max(coalesce(d.window_end, d.completed_at))
+                   FILTER (WHERE d.status = 'completed' AND d.mode <> 'manual') AS last_reach
         FROM deleted AS d
         GROUP BY d.owner, d.type
     ) AS d
@@ -775,9 +779,10 @@ SELECT (SELECT count(*) FROM {schema}.jobs
 
 -- name: window_lags
 -- How far behind each listed owner is, per windowed type: now minus the end of its newest completed planned
--- window (manual jobs are left out, as the planner leaves them out of coverage). An owner-type with no
--- completed window yet is still on its first load and has no row. Only lags over %(over)s (NULL: all), at
--- most %(limit)s rows. One probe of jobs_completed_reach per owner and type, whatever the history holds.
+-- window (manual jobs are left out, as the planner leaves them out of coverage), or of the newest one retention
+-- deleted (the coverage row's last_pruned_reach), whichever is later. An owner-type with no completed window
+-- yet is still on its first load and has no row. Only lags over %(over)s (NULL: all), at most %(limit)s rows.
+-- One probe of jobs_completed_reach and one of the coverage key per owner and type, whatever the history holds.
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now
 )
@@ -786,14 +791,23 @@ FROM unnest(%(owners)s::text[]) AS o(owner)
 CROSS JOIN unnest(%(types)s::text[]) AS t(type)
 CROSS JOIN clock
 CROSS JOIN LATERAL (
-    SELECT coalesce(j.window_end, j.completed_at) AS fresh_until
-    FROM {schema}.jobs AS j
-    WHERE j.queue = %(queue)s AND j.owner = o.owner AND j.type = t.type AND j.status = 'completed'
-      AND j.mode <> 'manual'
-    ORDER BY coalesce(j.window_end, j.completed_at) DESC
-    LIMIT 1
+    SELECT greatest(
+        (
+            SELECT coalesce(j.window_end, j.completed_at)
+            FROM {schema}.jobs AS j
+            WHERE j.queue = %(queue)s AND j.owner = o.owner AND j.type = t.type AND j.status = 'completed'
+              AND j.mode <> 'manual'
+            ORDER BY coalesce(j.window_end, j.completed_at) DESC
+            LIMIT 1
+        ),
+        (
+            SELECT c.last_pruned_reach FROM {schema}.coverage AS c
+            WHERE c.queue = %(queue)s AND c.owner = o.owner AND c.type = t.type
+        )
+    ) AS fresh_until
 ) AS f
-WHERE %(over)s::interval IS NULL OR clock.now - f.fresh_until > %(over)s::interval
+WHERE f.fresh_until IS NOT NULL
+  AND (%(over)s::interval IS NULL OR clock.now - f.fresh_until > %(over)s::interval)
 ORDER BY lag DESC, o.owner, t.type
 LIMIT %(limit)s;
 
