@@ -1,8 +1,17 @@
 """SyncLane workers: one mapped task per concurrency slot of the queue, each draining lanes from the shared table.
 
-Each task takes and runs jobs until nothing is due, then defers to the
-triggerer (holding no worker slot) until a job is inserted, requeued, handed
-back or becomes due. A task ends after ``idle_timeout`` seconds with nothing
+Each task takes and runs jobs until nothing is due, then lingers: for two
+minutes after its last job it waits in its own process, listening for NOTIFY
+and the next due time, and runs what comes at once. Only then does it defer to
+the triggerer (holding no worker slot) until a job is inserted, requeued,
+handed back or becomes due, and its trigger reports nothing for the first ten
+seconds of the deferral. Both keep Airflow from failing a try that resumes
+moments after it deferred: the scheduler may process the deferring try's exit
+after the resumed try was queued, and then marks it for retry ("finished with
+state success, but the task instance's state attribute is queued"). So short
+gaps between jobs never defer, and a resume never comes before the deferral
+has settled. The DAG params ``linger`` and ``settle`` (seconds; defaults from
+SYNCLANE_LINGER and SYNCLANE_SETTLE) change the two; 0 turns each off. A task ends after ``idle_timeout`` seconds with nothing
 to do or ``max_run_time`` seconds in all (DAG params, so a manual run can
 change them); the DAG runs continuously, so the next run takes over at once.
 Set ``[synclane] declaration`` and ``queue`` (or
@@ -25,6 +34,8 @@ from synclane_provider.operators.work import SyncLaneWorkOperator
 SYNCLANE = declaration_path(default="synclane_provider.example:synclane")  # [synclane] declaration
 QUEUE = queue_name(default="example")  # [synclane] queue
 IDLE_TIMEOUT = int(os.environ.get("SYNCLANE_IDLE_TIMEOUT", "600"))  # the default of the idle_timeout param
+LINGER = float(os.environ.get("SYNCLANE_LINGER", "120"))  # the default of the linger param
+SETTLE = float(os.environ.get("SYNCLANE_SETTLE", "10"))  # the default of the settle param
 
 SLOT_RETRIES = 100
 
@@ -42,6 +53,12 @@ with DAG(
             IDLE_TIMEOUT, type="number", minimum=1, description="seconds with nothing to do before a slot ends"
         ),
         "max_run_time": Param(3600, type="number", minimum=1, description="seconds a slot runs at most"),
+        "linger": Param(
+            LINGER, type="number", minimum=0, description="seconds a slot waits for more work before it defers"
+        ),
+        "settle": Param(
+            SETTLE, type="number", minimum=0, description="seconds after a deferral before its trigger may fire"
+        ),
     },
     tags=["synclane"],
     doc_md=__doc__,
@@ -53,6 +70,8 @@ with DAG(
         idle_timeout="{{ params.idle_timeout }}",
         max_run_time="{{ params.max_run_time }}",
         deferrable=True,
+        linger="{{ params.linger }}",
+        settle="{{ params.settle }}",
         # Every Airflow restart fails a try of each slot: the one running (Ctrl-C, a deploy), or the one the
         # restarted scheduler hands out before the API server listens. So a slot gets more retries than
         # restarts can use up within one run (a run lasts at most max_run_time), each 15 s after the last:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -12,8 +13,8 @@ from airflow.sdk import BaseOperator, conf
 from airflow.sdk.exceptions import AirflowException
 
 from synclane_provider.assets import alias, emit_landed
-from synclane_provider.core import Summary, WorkerSlot
-from synclane_provider.core.durations import parse_duration
+from synclane_provider.core import Summary, SyncLane, WorkerSlot
+from synclane_provider.core.durations import duration_text, parse_duration
 from synclane_provider.core.landed import Landed
 from synclane_provider.core.worker import new_worker_id
 from synclane_provider.hooks.synclane import SyncLaneHook
@@ -26,6 +27,12 @@ if TYPE_CHECKING:
 
 DEFER_GRACE = timedelta(minutes=1)
 """How much longer than the trigger's own deadline the deferral may last before Airflow calls it a timeout."""
+LINGER = timedelta(minutes=2)
+"""How long a slot waits in its own process, listening, after its last job (or its start) before it defers."""
+SETTLE = timedelta(seconds=10)
+"""How long after a deferral its trigger yields nothing: the deferring try's exit has been processed by then."""
+STOP_CHECK_SECONDS = 0.5
+"""Longest time a lingering slot takes to notice that it was stopped."""
 
 
 def _templated(value: object) -> bool:
@@ -82,7 +89,19 @@ class SyncLaneWorkOperator(BaseOperator):
     When nothing is due in a free lane the task defers (``deferrable=True``)
     to a :class:`~synclane_provider.triggers.due.JobDueTrigger` and frees its
     worker slot until a job is inserted, requeued, handed back or becomes due;
-    without deferral it polls every ``poll_interval`` of the declaration. The
+    without deferral it polls every ``poll_interval`` of the declaration.
+
+    A deferral is not free: a try that defers and is resumed within seconds
+    meets Airflow's stale executor event (the scheduler processes the exit of
+    the deferring try after the resumed try was queued, and fails the resumed
+    one: "finished with state success, but the task instance's state attribute
+    is queued"). So a slot first *lingers*: for ``linger`` after its last job
+    (or after it started or resumed) it waits in its own process for the same
+    trigger, listening for NOTIFY and the next due time, and runs what comes
+    at once; short gaps between jobs never defer. Only a slot idle for
+    ``linger`` defers, and its trigger yields nothing until ``settle`` after the
+    deferral, by when the scheduler has processed the deferring try's exit.
+    The
     task ends successfully once it has had nothing to do for ``idle_timeout``,
     or after ``max_run_time`` (a job still running then is handed back as
     pending with its cursor after its current page, for the next run). It
@@ -102,6 +121,9 @@ class SyncLaneWorkOperator(BaseOperator):
     :param idle_timeout: end after this long with nothing to do (timedelta or seconds).
     :param max_run_time: end after this long in all (timedelta or seconds).
     :param give_up_after: how long the database may stay unreachable before the task fails.
+    :param linger: how long a deferrable slot waits in its own process after its last job before it defers
+        (timedelta or seconds; zero: defer at once).
+    :param settle: how long after a deferral its trigger yields nothing (timedelta or seconds; zero: none).
     :param deferrable: wait for work on the triggerer instead of a worker slot; defaults to
         ``[operators] default_deferrable``.
     :param emit_assets: when the task ends, emit one Airflow asset event per job type whose jobs completed
@@ -121,6 +143,8 @@ class SyncLaneWorkOperator(BaseOperator):
         "synclane_conn_id",
         "idle_timeout",
         "max_run_time",
+        "linger",
+        "settle",
     )
     ui_color = "#d9ecf7"
 
@@ -134,6 +158,8 @@ class SyncLaneWorkOperator(BaseOperator):
         idle_timeout: timedelta | float | str = timedelta(minutes=10),
         max_run_time: timedelta | float | str = timedelta(hours=1),
         give_up_after: timedelta = timedelta(minutes=5),
+        linger: timedelta | float | str = LINGER,
+        settle: timedelta | float | str = SETTLE,
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
         emit_assets: bool = False,
         synclane: str | None = None,
@@ -148,6 +174,9 @@ class SyncLaneWorkOperator(BaseOperator):
         for name, value in (("idle_timeout", idle_timeout), ("max_run_time", max_run_time)):
             if not _templated(value):
                 parse_duration(name, value)  # a bad value fails when the DAG is parsed, not hours later
+        for name, value in (("linger", linger), ("settle", settle)):
+            if not _templated(value):
+                parse_duration(name, value, positive=False)
         self.declaration = declaration_argument(declaration, synclane)
         self.synclane_queue = synclane_queue
         self.slot = slot
@@ -155,6 +184,8 @@ class SyncLaneWorkOperator(BaseOperator):
         self.idle_timeout = idle_timeout
         self.max_run_time = max_run_time
         self.give_up_after = parse_duration("give_up_after", give_up_after)
+        self.linger = linger
+        self.settle = settle
         self.deferrable = deferrable
         self.emit_assets = emit_assets
         self._context: Context | None = None
@@ -172,11 +203,14 @@ class SyncLaneWorkOperator(BaseOperator):
         state = WorkState.from_dict(event["carry"])
         status = event.get("status")
         if status == "error":
-            raise AirflowException(f"waiting for jobs of queue {self.synclane_queue!r} failed: {event.get('message')}")
+            raise self._waiting_failed(event)
         if status == "timeout":
             return self._finish(state)
         self.log.info("woken: a job of queue %s can be taken", self.synclane_queue)
         return self._work(state)
+
+    def _waiting_failed(self, event: dict[str, Any]) -> AirflowException:
+        return AirflowException(f"waiting for jobs of queue {self.synclane_queue!r} failed: {event.get('message')}")
 
     def on_kill(self) -> None:
         """Hand the running job back (pending, with its cursor) after its current page. Never blocks."""
@@ -189,7 +223,10 @@ class SyncLaneWorkOperator(BaseOperator):
     def _work(self, state: WorkState) -> dict[str, Any]:
         declaration, queue = locate_queue(self.declaration, self.synclane_queue)
         idle_timeout = parse_duration("idle_timeout", self.idle_timeout)
+        linger = parse_duration("linger", self.linger, positive=False)
+        settle = parse_duration("settle", self.settle, positive=False)
         run_until = state.started_at + parse_duration("max_run_time", self.max_run_time)
+        resumed_at = _utcnow()
         worker = WorkerSlot(
             declaration,
             SyncLaneHook(synclane_conn_id=self.synclane_conn_id).get_database(declaration),
@@ -223,31 +260,71 @@ class SyncLaneWorkOperator(BaseOperator):
                 if worker.stop.is_set() or now >= run_until or now >= idle_until:
                     return self._finish(state)
                 until = min(run_until, idle_until)
-                if self.deferrable:
-                    state.deferrals += 1
-                    self.log.info(
-                        "nothing to take in queue %s: deferring until a job is due, at the latest %s",
-                        queue.name,
-                        until.isoformat(timespec="seconds"),
-                    )
-                    self.defer(
-                        trigger=JobDueTrigger(
-                            synclane_conn_id=self.synclane_conn_id,
-                            schema=declaration.schema,
-                            queue=queue.name,
-                            until=until,
-                            poll_interval=declaration.poll_interval.total_seconds(),
-                            give_up_after=self.give_up_after.total_seconds(),
-                            carry=state.as_dict(),
-                        ),
-                        method_name="execute_complete",
-                        timeout=until - now + DEFER_GRACE,
-                    )
-                worker.stop.wait(min(declaration.poll_interval, until - now).total_seconds())
+                if not self.deferrable:
+                    worker.stop.wait(min(declaration.poll_interval, until - now).total_seconds())
+                    continue
+                linger_until = min(max(state.idle_since, resumed_at) + linger, until)
+                if now < linger_until:
+                    # Short gaps between jobs are waited out here: no deferral, so no resume to race with.
+                    self._linger(self._trigger(declaration, queue.name, state, linger_until), worker.stop)
+                    continue
+                state.deferrals += 1
+                self.log.info(
+                    "nothing to take in queue %s for %s: deferring until a job is due, at the latest %s",
+                    queue.name,
+                    duration_text(linger),
+                    until.isoformat(timespec="seconds"),
+                )
+                self.defer(
+                    trigger=self._trigger(declaration, queue.name, state, until, settle_until=now + settle),
+                    method_name="execute_complete",
+                    timeout=until - now + settle + DEFER_GRACE,
+                )
         finally:
             timer.cancel()
             worker.close()
             self._worker = None
+
+    def _trigger(
+        self,
+        declaration: SyncLane,
+        queue: str,
+        state: WorkState,
+        until: datetime,
+        *,
+        settle_until: datetime | None = None,
+    ) -> JobDueTrigger:
+        return JobDueTrigger(
+            synclane_conn_id=self.synclane_conn_id,
+            schema=declaration.schema,
+            queue=queue,
+            until=until,
+            poll_interval=declaration.poll_interval.total_seconds(),
+            give_up_after=self.give_up_after.total_seconds(),
+            carry=state.as_dict(),
+            settle_until=settle_until,
+        )
+
+    def _linger(self, trigger: JobDueTrigger, stop: threading.Event) -> None:
+        """Wait in this process for ``trigger``'s event (a job can be taken, or its deadline), or a stop."""
+
+        async def first_event() -> None:
+            waiting = asyncio.ensure_future(anext(aiter(trigger.run())))
+            try:
+                while not stop.is_set():
+                    done, _ = await asyncio.wait({waiting}, timeout=STOP_CHECK_SECONDS)
+                    if done:
+                        break
+            finally:
+                if not waiting.done():
+                    waiting.cancel()
+                    await asyncio.gather(waiting, return_exceptions=True)
+            if waiting.done() and not waiting.cancelled():
+                event = waiting.result().payload
+                if event.get("status") == "error":
+                    raise self._waiting_failed(event)
+
+        asyncio.run(first_event())
 
     def _finish(self, state: WorkState) -> dict[str, Any]:
         now = _utcnow()

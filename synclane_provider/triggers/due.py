@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
+from collections.abc import AsyncIterator
 from datetime import datetime, timedelta, timezone
 from typing import Any
+
+from airflow.triggers.base import TriggerEvent
 
 from synclane_provider.core.wakeups import waiter_key
 from synclane_provider.core.watch import TableWatch
@@ -36,33 +40,56 @@ class JobDueTrigger(TableTrigger):
     anyway, so a worker ahead of it that is slow to resume (or stuck) costs a
     delay, never a job left waiting.
 
+    With ``settle_until`` it yields nothing before that instant, whatever it
+    finds: it starts watching only then. A worker defers with the instant its
+    deferral has settled in Airflow (see ``settle`` of
+    :class:`~synclane_provider.operators.work.SyncLaneWorkOperator`): a resume
+    that comes before the scheduler has processed the executor's report of the
+    deferring try would be failed by it.
+
     :param until: aware datetime at which to give up waiting (the worker's idle or run deadline).
     :param carry: JSON-serializable state handed back in the event.
     :param patience: seconds a waiter lets the ones ahead of it take a job; None: ``poll_interval``.
+    :param settle_until: aware datetime before which no event is yielded; None: events as soon as found.
     (The other parameters are :class:`TableTrigger`'s.)
     """
 
     listens = True
 
     def __init__(
-        self, *, until: datetime, carry: dict[str, Any] | None = None, patience: float | None = None, **table: Any
+        self,
+        *,
+        until: datetime,
+        carry: dict[str, Any] | None = None,
+        patience: float | None = None,
+        settle_until: datetime | None = None,
+        **table: Any,
     ) -> None:
         super().__init__(**table)
-        if until.tzinfo is None:
-            raise ValueError(f"until must be timezone-aware, got {until!r}")
+        for name, instant in (("until", until), ("settle_until", settle_until)):
+            if instant is not None and instant.tzinfo is None:
+                raise ValueError(f"{name} must be timezone-aware, got {instant!r}")
         self.until = until
+        self.settle_until = settle_until
         self.carry = carry or {}
         self.patience = float(patience) if patience is not None else None
         self._behind_since: float | None = None
 
     def own_kwargs(self) -> dict[str, Any]:
-        return {"until": self.until, "carry": self.carry, "patience": self.patience}
+        return {"until": self.until, "carry": self.carry, "patience": self.patience, "settle_until": self.settle_until}
 
     def waiter(self) -> tuple[int, int] | None:
         return waiter_key(self.schema, self.queue)
 
     def event_context(self) -> dict[str, Any]:
         return {"queue": self.queue, "carry": self.carry}
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        if self.settle_until is not None:
+            # Not even a look before the deferral has settled: nothing found now could be reported yet.
+            await asyncio.sleep(max((self.settle_until - datetime.now(timezone.utc)).total_seconds(), 0.0))
+        async for event in super().run():
+            yield event
 
     async def look(self, watch: TableWatch) -> tuple[dict[str, Any] | None, float]:
         state = await watch.wakeup()

@@ -106,7 +106,10 @@ def test_the_worker_dag_drains_the_lanes_with_mapped_slots_deferring_until_a_job
     with operations(decl.synclane) as ops:
         ops.plan("shops")
 
-    run = dags["synclane_work"].test(run_conf={"idle_timeout": decl.THROTTLE_SECONDS, "max_run_time": 120})
+    # Without lingering, so that the slots defer (the linger is tested on the operator).
+    run = dags["synclane_work"].test(
+        run_conf={"idle_timeout": decl.THROTTLE_SECONDS, "max_run_time": 120, "linger": 0, "settle": 0}
+    )
 
     assert run.state == "success"
     instances = [ti for ti in task_instances(run) if ti.task_id == "work"]

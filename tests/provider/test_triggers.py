@@ -45,6 +45,7 @@ TRIGGERS = [
             give_up_after=60.0,
             carry={"summary": {"jobs": 3}, "deferrals": 2},
             patience=2.5,
+            settle_until=datetime(2026, 11, 30, 9, 0, 10, tzinfo=timezone.utc),
         ),
     ),
     (
@@ -83,6 +84,15 @@ def test_the_due_trigger_fires_at_once_when_a_job_can_be_taken(provider_schema):
         ops.plan("shops")
     event = first_event(due_trigger())
     assert event == {"status": "due", "queue": "shops", "carry": {"deferrals": 1}}
+
+
+def test_the_due_trigger_yields_nothing_before_its_deferral_has_settled(provider_schema):
+    with operations(decl.synclane) as ops:
+        ops.plan("shops")
+    settled = datetime.now(timezone.utc) + timedelta(seconds=2)
+    assert first_event(due_trigger(settle_until=settled))["status"] == "due"
+    # A job was due all along; the event still came only once the deferral had settled.
+    assert datetime.now(timezone.utc) >= settled
 
 
 def test_the_due_trigger_wakes_on_notify_when_a_job_is_enqueued(provider_schema, admin, connection):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta, timezone
 
@@ -12,7 +13,7 @@ import pytest
 from airflow.sdk.exceptions import AirflowException, TaskDeferred
 
 from synclane_provider.core import DatabaseUnavailableError
-from synclane_provider.operators.work import DEFER_GRACE, SyncLaneWorkOperator
+from synclane_provider.operators.work import DEFER_GRACE, SETTLE, SyncLaneWorkOperator
 from synclane_provider.triggers.due import JobDueTrigger
 from tests.provider.conftest import DECLARATION
 from tests.support import provider_declaration as decl
@@ -23,7 +24,9 @@ pytestmark = pytest.mark.airflow
 
 
 def worker(**kwargs) -> SyncLaneWorkOperator:
-    settings = dict(task_id="work", declaration=DECLARATION, synclane_queue="shops", idle_timeout=30, deferrable=True)
+    settings = dict(
+        task_id="work", declaration=DECLARATION, synclane_queue="shops", idle_timeout=30, deferrable=True, linger=0
+    )
     settings.update(kwargs)
     return SyncLaneWorkOperator(**settings)
 
@@ -62,6 +65,8 @@ def test_the_worker_drains_then_defers_and_resumes_when_a_job_becomes_due(provid
     }
     assert before + timedelta(seconds=29) < kwargs["until"] <= datetime.now(timezone.utc) + timedelta(seconds=30)
     assert deferred.value.timeout > timedelta(seconds=29) + DEFER_GRACE - timedelta(seconds=1)
+    # Its trigger reports nothing until the deferral has settled in Airflow.
+    assert kwargs["settle_until"] - datetime.now(timezone.utc) > SETTLE - timedelta(seconds=5)
     carried = kwargs["carry"]
     assert (
         carried["summary"]["jobs"] == decl.shop_jobs()
@@ -107,6 +112,37 @@ def test_the_worker_drains_then_defers_and_resumes_when_a_job_becomes_due(provid
     assert len(job_lines) == decl.shop_jobs() + 1  # one line per job run
     assert any("globex/products" in line and "failed after 0 page(s)" in line and "429" in line for line in job_lines)
     assert any("acme-us/orders [" in line and "completed after 2 page(s), 100 record(s)" in line for line in job_lines)
+
+
+def test_a_slot_runs_a_job_due_within_its_linger_in_the_same_try_instead_of_deferring(provider_schema, admin):
+    plan()
+    operator = worker(linger=decl.THROTTLE_SECONDS + 3)
+    with pytest.raises(TaskDeferred) as deferred:
+        operator.execute({})
+    # The throttled job came due seconds after the rest: this try waited for it and ran it, then, idle for
+    # its linger, deferred once.
+    assert statuses(admin, provider_schema) == {"completed": decl.shop_jobs()}
+    carried = deferred.value.trigger.serialize()[1]["carry"]
+    assert (carried["summary"]["jobs"], carried["deferrals"]) == (decl.shop_jobs() + 1, 1)
+
+
+def test_a_lingering_slot_wakes_on_notify_and_stops_when_airflow_stops_it(provider_schema, admin):
+    operator = worker(linger=60)
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        running = pool.submit(operator.execute, {})
+        wait_for(lambda: operator._worker is not None)
+        plan()  # jobs inserted while the slot lingers: the NOTIFY wakes it
+        wait_for(lambda: statuses(admin, provider_schema).get("completed", 0) >= decl.shop_jobs() - 1)
+        operator.on_kill()
+        with pytest.raises(AirflowException, match="stopped by Airflow"):
+            running.result(timeout=10)
+
+
+def wait_for(condition, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
 
 
 def test_a_trigger_error_fails_the_task_with_its_message(provider_schema):
