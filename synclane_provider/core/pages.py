@@ -5,7 +5,8 @@ ever. Each worker slot hands its pages to one page thread and waits for the answ
 its type's ``page_timeout`` ends the attempt (the job fails with :class:`PageTimeout` at its cursor and is
 retried later) and its thread is abandoned: it is a daemon thread, its late answer is thrown away, and the
 slot's next page goes to a new thread. The wait also ends early when the job's lease is lost, or when the
-slot is asked to stop and the page is still running after the slot's stop grace.
+slot is asked to stop and the page is still running after the slot's stop grace (or, when its process is
+about to be killed, after the much shorter interrupt grace).
 """
 
 from __future__ import annotations
@@ -69,12 +70,14 @@ class PageThread:
         lease_lost: Callable[[], bool],
         stop: threading.Event,
         stop_grace: float,
+        interrupted: threading.Event | None = None,
+        interrupt_grace: float = 0.0,
     ) -> Any:
         """``handler(job)`` on the page thread: its value, or what it raised, raised here.
 
         Raises :class:`PageTimeout` after ``timeout`` seconds, and :class:`PageLeftBehind` when the lease is
-        lost or ``stop`` has been set for ``stop_grace`` seconds, leaving the page's thread behind. Logs a
-        warning once the page has run for half its timeout.
+        lost, ``stop`` has been set for ``stop_grace`` seconds or ``interrupted`` for ``interrupt_grace``
+        seconds, leaving the page's thread behind. Logs a warning once the page has run for half its timeout.
         """
         call = _Call(handler, job)
         self._current = call
@@ -82,6 +85,7 @@ class PageThread:
         started = time.monotonic()
         warned = False
         stopped_at: float | None = None
+        interrupted_at: float | None = None
         try:
             while not call.done.wait(WAKE_EVERY):
                 ran = time.monotonic() - started
@@ -96,6 +100,13 @@ class PageThread:
                 if lease_lost():
                     self._leave_behind()
                     raise PageLeftBehind("the job's lease was lost while the page ran")
+                if interrupted is not None and interrupted.is_set():
+                    interrupted_at = interrupted_at if interrupted_at is not None else time.monotonic()
+                    if time.monotonic() - interrupted_at >= interrupt_grace:
+                        self._leave_behind()
+                        raise PageLeftBehind(
+                            f"interrupted, and the page was still running {_seconds(interrupt_grace)} later"
+                        )
                 if stop.is_set():
                     stopped_at = stopped_at if stopped_at is not None else time.monotonic()
                     if time.monotonic() - stopped_at >= stop_grace:

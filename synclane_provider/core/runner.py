@@ -28,6 +28,9 @@ DEFAULT_STOP_GRACE = timedelta(seconds=30)
 """How long a stopping worker waits for a page in flight before it leaves the job to lapse to another worker."""
 INTERRUPT_GRACE = timedelta(seconds=5)
 """How long an interrupted worker waits for the page in flight before it hands the job back (else it lapses)."""
+KILL_GRACE = timedelta(seconds=2)
+"""How long a worker whose process is about to be killed waits for the page in flight before it hands the job
+back at the cursor that page started from (Airflow sends SIGKILL 5 s after SIGTERM; see WorkerSlot.interrupt)."""
 
 FinalWrite = Callable[[Finish], Finish | None]
 """Writes how a job ended; what was written (a cancel turns any end but completion into abandoned), None if the
@@ -90,8 +93,10 @@ class JobRunner:
         stop_grace: timedelta = DEFAULT_STOP_GRACE,
         log: logging.Logger | logging.LoggerAdapter[logging.Logger] | None = None,
         metrics: Metrics = NO_METRICS,
+        interrupted: threading.Event | None = None,
     ) -> None:
         self._metrics = metrics
+        self._interrupted = interrupted
         self._lease = lease
         self._gate = gate
         self._waited = 0.0
@@ -153,6 +158,8 @@ class JobRunner:
                         lease_lost=lambda: lease.lost,
                         stop=self._stop,
                         stop_grace=self._stop_grace.total_seconds(),
+                        interrupted=self._interrupted,
+                        interrupt_grace=KILL_GRACE.total_seconds(),
                     )
                     page = Page.check(answer, job_type=job.type, counted=current.processed_count)
                 except PageLeftBehind as left:
@@ -160,6 +167,9 @@ class JobRunner:
                     records = current.processed_count - start_count
                     if lease.lost:
                         return self._lost(current, pages, records)
+                    if self._interrupted is not None and self._interrupted.is_set():
+                        # The process dies in moments, and the page with it: the lane must not wait a lease.
+                        return self._release(current, pages, records)
                     return self._left_running(current, pages, records, str(left))
                 except Exception as exc:  # noqa: BLE001 - any handler failure (or a page timeout) is recorded on the row
                     self._metrics.timing(PAGE_DURATION, tags, time.monotonic() - started)

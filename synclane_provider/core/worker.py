@@ -147,6 +147,8 @@ class WorkerSlot:
         self.worker_id = worker_id or new_worker_id(queue)
         self.clock = clock
         self.stop = stop or threading.Event()
+        self.interrupted = threading.Event()
+        """Set by :meth:`interrupt`: the process is about to be killed."""
         self._let_go = let_go
         self._busy = False
         self.session = Session(
@@ -176,12 +178,23 @@ class WorkerSlot:
             log=logger or log,
             stop_grace=stop_grace,
             metrics=metrics,
+            interrupted=self.interrupted,
         )
         self.summary = Summary()
         self._next: Taken | None = None
         self._hand_over = True
         self.found_nothing = False
         """Whether the take that came with the last finish found nothing to do."""
+
+    def interrupt(self) -> None:
+        """Stop because this process is about to be killed (Airflow's SIGTERM, SIGKILL 5 s later); any thread.
+
+        Like setting :attr:`stop`, but a page still running ``KILL_GRACE`` (2 s) later is not waited for: the
+        job goes back to pending at the cursor that page started from, so its lane is free at once rather
+        than when the lease lapses. The page's work is done again by the next worker.
+        """
+        self.interrupted.set()
+        self.stop.set()
 
     def _may_let_go(self) -> bool:
         """Whether this slot may give up on an unreachable database early: only between jobs, when asked."""

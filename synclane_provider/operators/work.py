@@ -213,11 +213,15 @@ class SyncLaneWorkOperator(BaseOperator):
         return AirflowException(f"waiting for jobs of queue {self.synclane_queue!r} failed: {event.get('message')}")
 
     def on_kill(self) -> None:
-        """Hand the running job back (pending, with its cursor) after its current page. Never blocks."""
+        """Hand the running job back (pending, with its cursor) after its current page. Never blocks.
+
+        Airflow kills the process 5 s after it calls this: a page still running 2 s later is not waited
+        for, and the job goes back at the cursor that page started from (see ``WorkerSlot.interrupt``).
+        """
         self._stop_requested = True
         worker = self._worker
         if worker is not None:
-            worker.stop.set()
+            worker.interrupt()
         self.log.warning("stop requested: the running job, if any, is handed back after its current page")
 
     def _work(self, state: WorkState) -> dict[str, Any]:
@@ -238,7 +242,7 @@ class SyncLaneWorkOperator(BaseOperator):
         )
         self._worker = worker
         if self._stop_requested:
-            worker.stop.set()
+            worker.interrupt()
         # At the end of the run time a job in flight is handed back after its current page.
         timer = threading.Timer(max((run_until - _utcnow()).total_seconds(), 0), worker.stop.set)
         timer.daemon = True

@@ -216,6 +216,27 @@ def test_on_kill_from_another_thread_hands_the_job_back(provider_schema, admin):
     assert (row["status"], row["cursor"], row["processed_count"]) == ("pending", "100", 100)
 
 
+def test_on_kill_during_a_page_that_does_not_end_hands_the_job_back_at_once_at_the_cursor_it_started_from(
+    provider_schema, admin
+):
+    plan("slow")
+    decl.GATE.clear()  # the second page hangs
+    operator = worker(synclane_queue="slow")
+    try:
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            running = pool.submit(operator.execute, {})
+            assert decl.IN_FLIGHT.wait(30)
+            operator.on_kill()
+            # Airflow kills the process 5 s after on_kill: the job is back before that, not after a lease.
+            with pytest.raises(AirflowException, match="stopped by Airflow"):
+                running.result(timeout=5)
+            [row] = rows(admin, provider_schema)
+            assert (row["status"], row["cursor"], row["processed_count"]) == ("pending", "50", 50)
+            assert row["leased_by"] is None and row["attempt_count"] == 0
+    finally:
+        decl.GATE.set()
+
+
 def test_at_the_max_run_time_a_running_job_is_handed_back_and_the_task_succeeds(provider_schema, admin):
     plan("slow")
     decl.SLOW_PAGE_SECONDS = 0.3  # 10 pages: about 3 s of work
