@@ -6,7 +6,9 @@ connection; nothing here knows Airflow), and waiting for a notification is a tim
 are judged and waited out exactly as a worker's session does (:mod:`~synclane_provider.core.transient`):
 a broken connection is reopened (and LISTEN issued again), a passing server error (a cancelled statement,
 a lock timeout, a deadlock) is retried on the same connection, anything else is raised. The caller looks
-at the table again after every wake-up, so a notification lost while reconnecting costs nothing.
+at the table again after every wake-up, so a notification lost while reconnecting costs nothing. A schema
+without its jobs table (dropped to start afresh, not made yet) is waited for the same way, until whoever
+plans next makes it again.
 """
 
 from __future__ import annotations
@@ -26,6 +28,9 @@ from synclane_provider.core.queries import statement
 from synclane_provider.core.records import Activity, Wakeup
 from synclane_provider.core.transient import CONNECTION_ERRORS, Backoff, passes
 from synclane_provider.core.wakeups import channel, concerns
+
+SCHEMA_MISSING = (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName)
+"""What a look at a schema that is not there (yet, or any more) raises: waited for like a database that is away."""
 
 AsyncConnect = Callable[[], Awaitable["psycopg.AsyncConnection[Any]"]]
 """Opens a new autocommit async connection to the database of the jobs table."""
@@ -104,6 +109,10 @@ class TableWatch:
                 cur = await conn.execute(query.text, arguments)
                 return cast(list[dict[str, Any]], await cur.fetchall())
             except psycopg.Error as exc:
+                if isinstance(exc, SCHEMA_MISSING) and not conn.closed:
+                    # Dropped to start afresh, or not made yet: whoever plans next makes it again.
+                    await self._pause(backoff, exc, f"{name} (schema {self._schema!r} has no jobs table yet)")
+                    continue
                 if not passes(exc, connection_closed=conn.closed):
                     raise
                 await self._pause(backoff, exc, name)

@@ -8,8 +8,10 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 from airflow.sdk.serde import deserialize, serialize
+from psycopg import sql
 
 from synclane_provider.core import WorkerSlot
+from synclane_provider.core.schema_versions import create_schema
 from synclane_provider.triggers.drained import DrainedTrigger
 from synclane_provider.triggers.due import JobDueTrigger
 from synclane_provider.triggers.initial_load import InitialLoadTrigger
@@ -245,6 +247,17 @@ def test_the_due_trigger_reports_an_error_when_the_database_stays_unreachable(pr
     assert event["status"] == "error"
     assert "unreachable" in event["message"]
     assert event["carry"] == {"deferrals": 1}
+
+
+def test_the_due_trigger_waits_for_a_dropped_schema_to_be_made_again(provider_schema, admin):
+    admin.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(provider_schema)))
+    waiting = in_background(due_trigger())
+    time.sleep(1.0)  # it looks at a schema that is not there, and waits
+    assert not waiting.done(), waiting.result()
+    create_schema(admin, provider_schema)  # as the next planning run does
+    with operations(decl.synclane) as ops:
+        ops.plan("shops")
+    assert waiting.result(timeout=30)["status"] == "due"
 
 
 def test_triggers_write_nothing_and_close_their_connections(provider_schema, admin, connection):
