@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import threading
+import warnings
 
 from synclane_provider.core import DeclarationError, Operations, SyncLane
 from synclane_provider.locate import locate_synclane
@@ -32,6 +33,29 @@ def declaration_path(given: str | None = None, *, default: str | None = None) ->
             f"airflow.cfg (or AIRFLOW__SYNCLANE__DECLARATION, or ${DECLARATION_VARIABLE}), or pass --declaration"
         )
     return path
+
+
+def declaration_argument(declaration: str | None, synclane: str | None = None) -> str:
+    """The import path an operator or sensor was given: ``declaration=``, or the older ``synclane=`` (kept
+    for one release, with a deprecation warning), else ``[synclane] declaration`` from Airflow's configuration.
+
+    ``synclane=`` was renamed because ``SyncLane`` is the declaration object itself, while the argument holds
+    its import path.
+    """
+    if synclane is not None:
+        from airflow.exceptions import AirflowProviderDeprecationWarning
+
+        warnings.warn(
+            "the synclane= argument is deprecated and will be removed in the next release: use declaration=",
+            AirflowProviderDeprecationWarning,
+            stacklevel=3,
+        )
+        if declaration is not None and declaration != synclane:
+            raise DeclarationError(
+                f"give declaration= or the deprecated synclane=, not both ({declaration!r}, {synclane!r})"
+            )
+        return synclane
+    return declaration if declaration is not None else declaration_path()
 
 
 def queue_name(given: str | None = None, *, default: str | None = None) -> str:

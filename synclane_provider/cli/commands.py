@@ -5,6 +5,7 @@ those calls; nothing here changes the table by itself.
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -16,9 +17,20 @@ from synclane_provider.core import DeclarationError, Operations, SyncLaneError
 from synclane_provider.core.monitor import Monitor, plain
 
 
+def _connections_as_airflow_commands_find_them() -> None:
+    """Look connections up in every source Airflow's own commands use: the environment, the metadata database
+    (``airflow connections add``) and the configured secrets backends, in Airflow's order.
+
+    Outside a task, Airflow's connection lookup leaves the metadata database out unless the process says it
+    is a server process; ``airflow connections get`` and ``test`` say so the same way before they look.
+    """
+    os.environ["_AIRFLOW_PROCESS_CONTEXT"] = "server"
+
+
 @contextmanager
 def _operations(args: Any) -> Iterator[Operations]:
     """The configured operations, closed afterwards; a refusal by the engine ends the command with its message."""
+    _connections_as_airflow_commands_find_them()
     try:
         with open_operations(args.declaration, args.conn_id) as operations:
             yield operations
@@ -57,7 +69,7 @@ def _print(rows: list[dict[str, Any]], args: Any, *, next_page: str | None = Non
     from airflow.cli.simple_table import AirflowConsole
 
     AirflowConsole().print_as(data=rows, output=args.output)
-    if next_page is not None and args.output in ("table", "plain"):
+    if next_page is not None:  # on stderr, so that json and yaml on stdout stay parseable
         print(f"more: {hint} {next_page}", file=sys.stderr)
 
 
@@ -217,6 +229,7 @@ def schema_command(args: Any) -> None:
             name = locate_synclane(declaration_path(args.declaration)).schema
         except SyncLaneError as exc:
             sys.exit(f"synclane: {exc} (or name the schema with --schema)")
+    _connections_as_airflow_commands_find_them()
     url = SyncLaneHook(synclane_conn_id=conn_id(args.conn_id)).conninfo()
     code = schema.main(["--schema", name, args.action, "--database-url", url])
     if code:

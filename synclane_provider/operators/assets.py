@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator
 
 from synclane_provider.assets import alias, emit_landed
+from synclane_provider.configured import declaration_argument
 from synclane_provider.core.landed import Landed
-from synclane_provider.locate import declaration_argument
 
 if TYPE_CHECKING:
     from airflow.sdk import Context

@@ -9,9 +9,10 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException
 
+from synclane_provider.configured import declaration_argument
 from synclane_provider.core import DeclarationError, Operations
 from synclane_provider.hooks.synclane import SyncLaneHook
-from synclane_provider.locate import declaration_argument, locate_queue
+from synclane_provider.locate import locate_queue
 
 if TYPE_CHECKING:
     from airflow.sdk import Context

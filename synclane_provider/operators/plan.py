@@ -8,10 +8,11 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 
+from synclane_provider.configured import declaration_argument
 from synclane_provider.core import Operations, SyncLane
 from synclane_provider.core.durations import duration_text
 from synclane_provider.hooks.synclane import SyncLaneHook
-from synclane_provider.locate import declaration_argument, locate_queue
+from synclane_provider.locate import locate_queue
 from synclane_provider.stats import AirflowStats
 
 if TYPE_CHECKING:

@@ -13,12 +13,13 @@ from airflow.sdk import BaseOperator, conf
 from airflow.sdk.exceptions import AirflowException
 
 from synclane_provider.assets import alias, emit_landed
+from synclane_provider.configured import declaration_argument
 from synclane_provider.core import Summary, SyncLane, WorkerSlot
 from synclane_provider.core.durations import duration_text, parse_duration
 from synclane_provider.core.landed import Landed
 from synclane_provider.core.worker import new_worker_id
 from synclane_provider.hooks.synclane import SyncLaneHook
-from synclane_provider.locate import declaration_argument, locate_queue
+from synclane_provider.locate import locate_queue
 from synclane_provider.stats import AirflowStats
 from synclane_provider.triggers.due import JobDueTrigger
 

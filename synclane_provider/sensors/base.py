@@ -10,9 +10,10 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseSensorOperator, conf
 from airflow.sdk.exceptions import AirflowException
 
+from synclane_provider.configured import declaration_argument
 from synclane_provider.core import Operations, Queue, SyncLane
 from synclane_provider.hooks.synclane import SyncLaneHook
-from synclane_provider.locate import declaration_argument, locate_queue
+from synclane_provider.locate import locate_queue
 from synclane_provider.triggers.base import TableTrigger
 
 if TYPE_CHECKING:

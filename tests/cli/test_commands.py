@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import uuid
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -18,9 +19,11 @@ from psycopg import sql
 
 from synclane_demo.local import airflow_connection
 from synclane_provider.cli.commands import NARROW_JOB
+from tests.support import operate_declaration
 from tests.support.api_server import airflow, airflow_env
 from tests.support.database import drop_schemas
 from tests.support.operate_scene import BROKEN, job, set_scene
+from tests.support.real_airflow import connection_uri
 
 pytestmark = [pytest.mark.airflow, pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -129,6 +132,9 @@ def test_jobs_filter_and_say_where_the_next_page_starts(scene, env, database_url
             sql.SQL("SELECT max(id) FROM {}.jobs WHERE owner = 'globex'").format(sql.Identifier(cli_schema))
         ).fetchone()[0]
     assert done.returncode == 0 and f"more: --before {newest}" in done.stderr
+    as_json = airflow("synclane", "jobs", "--owner", "globex", "--limit", "1", "-o", "json", env=env)
+    assert json.loads(as_json.stdout)[0]["id"] == str(newest)  # the hint stays off stdout, which is the JSON
+    assert f"more: --before {newest}" in as_json.stderr
     [second] = json.loads(
         synclane("jobs", "--owner", "globex", "--limit", "1", "--before", str(newest), "-o", "json", env=env)
     )
@@ -189,3 +195,35 @@ def test_the_declaration_and_connection_can_be_named_on_the_command_line(scene, 
     assert rows[0]["abandoned"] == "1"
     done = airflow("synclane", "queues", "--conn-id", "no_such_connection", env=env)
     assert done.returncode != 0 and "no_such_connection" in done.stdout + done.stderr
+
+
+@pytest.fixture(scope="module")
+def user_env(database_url, cli_schema, tmp_path_factory) -> dict[str, str]:
+    """Set up as the README says: the declaration only in the DAG folder (not on PYTHONPATH), the connection added
+    with ``airflow connections add`` into the metadata database (no ``AIRFLOW_CONN_`` variable)."""
+    home = tmp_path_factory.mktemp("airflow-user")
+    env = airflow_env(home, database_url=database_url, schema=cli_schema)
+    del env["AIRFLOW_CONN_SYNCLANE_DEFAULT"], env["PYTHONPATH"]
+    env["AIRFLOW__SYNCLANE__DECLARATION"] = "shop_sync:synclane"
+    (home / "dags" / "shop_sync.py").write_text(Path(operate_declaration.__file__).read_text(), encoding="utf-8")
+    for command in (
+        ("db", "migrate"),
+        ("connections", "add", "synclane_default", "--conn-uri", connection_uri(database_url)),
+    ):
+        done = airflow(*command, env=env, timeout=300)
+        assert done.returncode == 0, f"airflow {' '.join(command)}\n{done.stdout}\n{done.stderr}"
+    return env
+
+
+def test_a_declaration_in_the_dag_folder_and_a_connection_in_the_metadata_database_are_found(scene, user_env):
+    [shops] = json.loads(synclane("queues", "-o", "json", env=user_env))
+    assert (shops["queue"], shops["abandoned"], shops["running"]) == ("shops", "1", "3")
+    assert "0008_freshness_index" in synclane("schema", "status", env=user_env)
+
+
+def test_a_declaration_found_nowhere_is_an_error_naming_every_place_searched(user_env):
+    done = airflow("synclane", "queues", "--declaration", "nowhere_sync:synclane", env=user_env)
+    home = Path(user_env["AIRFLOW_HOME"])
+    assert done.returncode != 0
+    assert "cannot import module 'nowhere_sync' of declaration='nowhere_sync:synclane'" in done.stderr
+    assert f"{home / 'dags'} (the DAG folder)" in done.stderr and "site-packages (the Python path)" in done.stderr

@@ -112,6 +112,17 @@ class Sampler(threading.Thread):
             raise RuntimeError("the sampler stopped early") from self.error
 
 
+def connection_uri(conninfo: str) -> str:
+    """The database of ``conninfo`` as the URI ``airflow connections add --conn-uri`` takes."""
+    from urllib.parse import quote
+
+    parts = psycopg.conninfo.conninfo_to_dict(conninfo)
+    user = quote(str(parts.get("user") or "postgres"), safe="")
+    password = f":{quote(str(parts['password']), safe='')}" if parts.get("password") else ""
+    host, port = parts.get("host") or "localhost", parts.get("port") or 5432
+    return f"postgresql://{user}{password}@{host}:{port}/{quote(str(parts.get('dbname') or 'postgres'), safe='')}"
+
+
 def clean_environment() -> dict[str, str]:
     """The test process's environment without Airflow's or the demo's settings (the test suite sets its own)."""
     return {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "SYNCLANE_", "SHOP_", "_AIRFLOW"))}
