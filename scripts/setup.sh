@@ -40,3 +40,21 @@ ensure_browser() {
             || echo "could not install chromium; the browser test will say so" >&2
     fi
 }
+
+# Run a command and pass the signals this script receives on to it (TERM, HUP, INT), until it exits; exit
+# with its status. Bash runs no trap while a foreground command runs and, killed, leaves that command
+# running: `kill <this script>` would stop the script and leave the command (and all it started) alive.
+# Ctrl-C in a terminal reaches both; the demo's launcher acts on the first signal and ignores the rest.
+run_forwarding_signals() {
+    "$@" &
+    local child=$! status=0
+    trap 'kill -TERM "$child" 2>/dev/null || true' TERM
+    trap 'kill -HUP "$child" 2>/dev/null || true' HUP
+    trap 'kill -INT "$child" 2>/dev/null || true' INT
+    while true; do
+        wait "$child" && status=0 || status=$?
+        kill -0 "$child" 2>/dev/null || break # a trapped signal ended the wait, not the command
+    done
+    trap - TERM HUP INT
+    return "$status"
+}

@@ -255,6 +255,10 @@ def stop_on_signals() -> None:
 
 
 def _interrupt(*_: object) -> None:
+    """The first signal stops the demo; later ones (Ctrl-C reaches both ``scripts/demo`` and the launcher, which
+    passes it on) are ignored, so that none cuts the stopping short and leaves a process of Airflow running."""
+    for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(number, signal.SIG_IGN)
     raise KeyboardInterrupt
 
 

@@ -17,7 +17,8 @@ from contextlib import contextmanager
 from importlib import resources
 from typing import Any
 
-from fastapi import Depends, FastAPI, HTTPException, Query, Response
+from fastapi import Depends, FastAPI, HTTPException, Query, Request, Response
+from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
 from pydantic import BaseModel, Field
 
 from synclane_provider.configured import shared_operations
@@ -79,7 +80,24 @@ def create_app(read_access: Callable[[], Any] = _read_access, edit_access: Calla
         title="SyncLane",
         description="SyncLane's queues, lanes, owners and jobs, and the operator's actions on them.",
         dependencies=[read_access()],
+        # FastAPI's own docs and schema routes would ignore the dependencies above and answer anyone:
+        # they are added below as routes of the app, behind the same access as the page.
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
     )
+
+    @app.get("/openapi.json", include_in_schema=False)
+    def openapi() -> dict[str, Any]:
+        return app.openapi()
+
+    @app.get("/docs", include_in_schema=False)
+    def docs(request: Request) -> Response:
+        return get_swagger_ui_html(openapi_url=_mounted(request, "/openapi.json"), title="SyncLane API")
+
+    @app.get("/redoc", include_in_schema=False)
+    def redoc(request: Request) -> Response:
+        return get_redoc_html(openapi_url=_mounted(request, "/openapi.json"), title="SyncLane API")
 
     @app.get("/", include_in_schema=False)
     def page() -> Response:
@@ -204,6 +222,11 @@ def create_app(read_access: Callable[[], Any] = _read_access, edit_access: Calla
         }
 
     return app
+
+
+def _mounted(request: Request, path: str) -> str:
+    """``path`` under the prefix the API server mounted the app at (``/synclane``), as FastAPI's own docs do."""
+    return str(request.scope.get("root_path", "")).rstrip("/") + path
 
 
 def _scope(queue: str, owner: str | None, type: str | None) -> str:

@@ -187,6 +187,62 @@ def test_ctrl_c_a_closed_terminal_or_a_kill_stop_the_launcher_even_when_started_
         launcher.wait()
 
 
+LAUNCHER = (
+    "import signal, sys, time\n"
+    "from synclane_demo.local import stop_on_signals\n"
+    "stop_on_signals()\n"
+    "try:\n"
+    "    print('ready', flush=True)\n"
+    "    time.sleep(60)\n"
+    "except KeyboardInterrupt:\n"
+    "    print('stopping what was started', flush=True)\n"
+    "    time.sleep(1.5)  # stopping takes a while; more signals arrive meanwhile\n"
+    "    print('stopped', flush=True)\n"
+)
+
+
+def test_signals_during_the_stop_do_not_cut_it_short():
+    launcher = subprocess.Popen([sys.executable, "-c", LAUNCHER], cwd=PROJECT, stdout=subprocess.PIPE, text=True)
+    try:
+        assert launcher.stdout.readline().strip() == "ready"
+        launcher.send_signal(signal.SIGINT)
+        assert launcher.stdout.readline().strip() == "stopping what was started"
+        for again in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            launcher.send_signal(again)
+        assert launcher.wait(timeout=20) == 0
+        assert launcher.stdout.read().strip() == "stopped"
+    finally:
+        launcher.kill()
+        launcher.wait()
+
+
+@pytest.mark.parametrize("sent", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT], ids=lambda s: s.name)
+def test_a_signal_to_the_demo_script_reaches_the_launcher_which_stops_before_the_script_exits(sent, tmp_path):
+    """``kill <scripts/demo>``: the script runs the launcher through ``run_forwarding_signals``; killed alone it
+    would leave the launcher, and with it Airflow, running."""
+    script = f'source scripts/setup.sh\nrun_forwarding_signals {sys.executable} -c "$LAUNCHER"\n'
+    shell = subprocess.Popen(
+        ["bash", "-c", script],
+        cwd=PROJECT,
+        env={**os.environ, "LAUNCHER": LAUNCHER},
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        assert shell.stdout.readline().strip() == "ready"
+        shell.send_signal(sent)  # to the script alone, not its process group
+        assert shell.wait(timeout=20) == 0
+        assert shell.stdout.read().split() == ["stopping", "what", "was", "started", "stopped"]
+        assert not _group_has_live_members(shell.pid)
+    finally:
+        try:
+            os.killpg(shell.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        shell.wait()
+
+
 @pytest.mark.parametrize("missing", ["SYNCLANE_DATABASE_URL"])
 def test_the_launcher_refuses_to_start_without_a_database(missing, monkeypatch):
     from synclane_demo import local

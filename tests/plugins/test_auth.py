@@ -25,6 +25,9 @@ READS = [
     "/synclane/api/queues/shops/owners/globex/progress",
     "/synclane/api/queues/shops/jobs?status=abandoned",
     "/synclane/api/jobs/1",
+    "/synclane/docs",
+    "/synclane/redoc",
+    "/synclane/openapi.json",
 ]
 ACTIONS = [
     ("/synclane/api/queues/shops/requeue", {"owner": "globex"}),
@@ -37,7 +40,7 @@ ACTIONS = [
 def test_a_read_without_a_token_is_refused_with_401_and_no_data(api_server, scene, path):
     status, body = api_server.call("GET", path)
     assert status == 401
-    assert b"globex" not in body and b"shops" not in body
+    assert b"globex" not in body and b"shops" not in body and b"queues" not in body
 
 
 @pytest.mark.parametrize("path, body", ACTIONS)
@@ -99,3 +102,12 @@ def test_the_views_answer_as_documented(api_server, scene):
     assert [o["owner"] for o in json.loads(body)["items"]] == ["globex", "initech"]
     status, body = api_server.call("GET", "/synclane/api/queues/nowhere/lanes", token=token)
     assert status == 404 and "nowhere" in json.loads(body)["detail"]
+
+
+def test_the_api_docs_describe_the_endpoints_under_the_mounted_prefix(api_server, scene):
+    token = api_server.token("viewer")
+    status, body = api_server.call("GET", "/synclane/openapi.json", token=token)
+    assert status == 200 and "/api/queues/{queue}/requeue" in json.loads(body)["paths"]
+    for page in ("/synclane/docs", "/synclane/redoc"):
+        status, body = api_server.call("GET", page, token=token)
+        assert status == 200 and b"/synclane/openapi.json" in body
