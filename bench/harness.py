@@ -18,6 +18,7 @@ from pathlib import Path
 
 import psycopg
 from psycopg import sql
+from psycopg.rows import dict_row
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -25,6 +26,7 @@ sys.path.insert(0, str(ROOT))
 from synclane_provider.core import Job, Page, Queue, SnapshotType, SyncLane, WorkerPool  # noqa: E402
 from synclane_provider.core.queries import statement  # noqa: E402
 from synclane_provider.core.schema import create_schema  # noqa: E402
+from synclane_provider.core.wakeups import channel, payload  # noqa: E402
 from synclane_provider.core.worker import WORKER_SETTINGS  # noqa: E402
 from tools.postgres import find_url  # noqa: E402
 
@@ -121,13 +123,9 @@ def run_engine(
         ],
         schema=schema,
         create_schema=False,
+        synchronous_commit=synchronous_commit == "on",  # each slot's session takes its settings from here
     )
-    shipped = dict(WORKER_SETTINGS)
-    WORKER_SETTINGS.update(session_settings(synchronous_commit))  # read by each slot's session as it is made
-    try:
-        pool = WorkerPool(declaration, declaration.database(url), QUEUE, slots=workers, poll_interval=POLL)
-    finally:
-        WORKER_SETTINGS.update(shipped)
+    pool = WorkerPool(declaration, declaration.database(url), QUEUE, slots=workers, poll_interval=POLL)
     timer = threading.Timer(seconds, pool.shutdown)
     started = time.perf_counter()
     timer.start()
@@ -158,10 +156,13 @@ def run_baseline(
 
     def loop(number: int) -> None:
         worker = f"baseline-{number}"
-        base = {"queue": QUEUE, "worker": worker, "lease": lease, "now": None}
+        base = {"queue": QUEUE, "worker": worker, "lease": lease, "now": None, "channel": channel(schema)}
+        base["payload"] = payload(QUEUE)
         jobs = done_pages = empty = races = 0
         job_id = lane = None
-        with psycopg.connect(url, autocommit=True, cursor_factory=psycopg.RawCursor, prepare_threshold=0) as conn:
+        with psycopg.connect(
+            url, autocommit=True, cursor_factory=psycopg.RawCursor, prepare_threshold=0, row_factory=dict_row
+        ) as conn:
             for name, value in session_settings(synchronous_commit).items():  # as the engine's worker sessions
                 conn.execute(sql.SQL("SET {} TO {}").format(sql.Identifier(name), sql.Literal(value)))
             while True:
@@ -206,7 +207,7 @@ def run_baseline(
                 if job_id is not None:
                     jobs, done_pages = jobs + 1, done_pages + pages
                 left = lane
-                job_id, lane = row[1], row[4]  # after "finished": the taken job's id, queue, owner, lane
+                job_id, lane = row["id"], row["lane"]  # the taken job's (None: nothing taken)
                 if lane != left and left is not None:
                     with idle:
                         idle.notify()

@@ -18,6 +18,7 @@ Settings the soak passes through the environment: ``SOAK_SLOTS``, ``SOAK_LANES``
 
 from __future__ import annotations
 
+import dataclasses
 import http.client
 import json
 import os
@@ -31,7 +32,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from synclane_provider.core import Job, Owner, Page, Queue, SnapshotType, SyncLane, WorkerPool  # noqa: E402
-from synclane_provider.core import worker as worker_settings  # noqa: E402
 from synclane_provider.core.states import JobStatus  # noqa: E402
 from synclane_provider.core.store import Store  # noqa: E402
 
@@ -144,11 +144,14 @@ class Acks:
 def main() -> None:
     url, schema, port, ack_path = sys.argv[1:5]
     lanes, slots = int(os.environ.get("SOAK_LANES", "12")), int(os.environ.get("SOAK_SLOTS", "3"))
-    worker_settings.WORKER_SETTINGS["synchronous_commit"] = os.environ.get("SOAK_SYNCHRONOUS_COMMIT", "off")
     Acks(ack_path).watch()
     synclane = declaration(
         schema, lanes=lanes, slots=slots, handler=ApiClient(int(port), os.environ.get("SOAK_PLANT", ""))
     )
+    # The slots' sessions take the setting from the declaration (the module's WORKER_SETTINGS is only read
+    # by baselines): set there, or "on" would run with commit off.
+    commit_on = os.environ.get("SOAK_SYNCHRONOUS_COMMIT", "off") == "on"
+    synclane = dataclasses.replace(synclane, synchronous_commit=commit_on)
     database = synclane.database(url)
     database.application_name = f"soak-worker-{os.getpid()}"  # the soak finds (and terminates) these
     pool = WorkerPool(synclane, database, QUEUE)

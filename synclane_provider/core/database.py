@@ -15,6 +15,7 @@ import logging
 import threading
 import time
 import weakref
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import timedelta
@@ -38,6 +39,49 @@ LET_GO_EVERY = 0.1
 """How often a session backing off looks whether it should stop or let go, in seconds."""
 
 ConnectionFactory = Callable[[], "psycopg.Connection[Any]"]
+
+
+class Traffic:
+    """What the sessions of one :class:`Database` sent: statements by name, and connections opened.
+
+    Counted, never timed, so that a test can hold the engine to a cost per job that does not depend on the
+    machine (tests/test_cost.py): a statement more per job, or a connection reopened per idle wait, shows as a
+    count that grew. Thread-safe; :meth:`snapshot` and subtraction give the traffic of a stretch of work.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.statements: Counter[str] = Counter()
+        """Statements sent, by name (``queries.sql``'s names; a connection's own settings as ``connect:set``)."""
+        self.connections = 0
+        """Connections opened."""
+
+    def sent(self, name: str) -> None:
+        with self._lock:
+            self.statements[name] += 1
+
+    def opened(self, settings: int) -> None:
+        with self._lock:
+            self.connections += 1
+            self.statements["connect:set"] += settings
+
+    def snapshot(self) -> "Traffic":
+        copy = Traffic()
+        with self._lock:
+            copy.statements = Counter(self.statements)
+            copy.connections = self.connections
+        return copy
+
+    def __sub__(self, earlier: "Traffic") -> "Traffic":
+        later, difference = self.snapshot(), Traffic()
+        difference.statements = later.statements - earlier.statements
+        difference.connections = later.connections - earlier.connections
+        return difference
+
+    @property
+    def total(self) -> int:
+        """Statements sent, all names together."""
+        return sum(self.statements.values())
 
 
 class Database:
@@ -74,6 +118,8 @@ class Database:
         self._schema_lock = threading.Lock()
         self._sessions: weakref.WeakSet[Session] = weakref.WeakSet()
         self._sessions_lock = threading.Lock()
+        self.traffic = Traffic()
+        """What this database's sessions sent (see :class:`Traffic`)."""
 
     def connect(self) -> psycopg.Connection[Any]:
         """A new autocommit connection returning rows as dicts, taking statements with ``$n`` placeholders
@@ -181,7 +227,10 @@ class Session:
         query = statement(name, self.database.schema, source)
         arguments = query.arguments(params)
 
+        traffic = self.database.traffic
+
         def work(conn: psycopg.Connection[Any]) -> list[dict[str, Any]]:
+            traffic.sent(name)
             return cast(list[dict[str, Any]], conn.execute(query.text, arguments, prepare=prepare).fetchall())
 
         return self._with_connection(name, work)
@@ -244,6 +293,7 @@ class Session:
             except BaseException:
                 conn.close()
                 raise
+            self.database.traffic.opened(settings=1 + len(self.settings))  # SET TIME ZONE, then the session's
             self._conn = conn
         return self._conn
 

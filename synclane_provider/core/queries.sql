@@ -42,9 +42,16 @@
 -- new job's entry in jobs_one_running_per_lane_slot, which that take could be waiting on: a deadlock, broken
 -- after deadlock_timeout (1 s). See docs/performance.md and bench/lock_order.py.
 --
+-- An initial job that completes may be an owner's first load done: the finish notifies the table's channel
+-- (%(channel)s, %(payload)s: the queue), delivered as it commits, to wake whoever watches for first loads (the
+-- initial-load asset watcher, the sensor's trigger) now rather than at its next poll -- in this statement, so
+-- that a finished job costs no statement of its own; a recurring completion, the common case, sends nothing.
+--
 -- Returns one row: finished (whether the named job was written; false means its lease was lost),
--- finished_status and finished_error (what was written), the leased job's columns (all NULL when nothing was taken), lost_worker, and lane_wait: the seconds left of a
--- pause a throttle put on the taken job's lane (NULL: none), which the worker waits out before its first page.
+-- finished_status and finished_error (what was written), the leased job's columns (all NULL when nothing was
+-- taken), lost_worker, lane_wait: the seconds left of a pause a throttle put on the taken job's lane (NULL:
+-- none), which the worker waits out before its first page, and notified (how many notifications the finish
+-- sent: 0 or 1).
 WITH RECURSIVE clock AS (
     SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now
 ),
@@ -66,10 +73,14 @@ finished AS (
         stop_reason = NULL
     FROM clock
     WHERE done.id = %(finished)s AND done.leased_by = %(worker)s AND done.status = 'running'
-    RETURNING done.id, done.status, done.error
+    RETURNING done.id, done.status, done.error, done.mode
 ),
 finish_first AS (
     SELECT count(*) AS n FROM finished
+),
+first_load_news AS (
+    SELECT pg_notify(%(channel)s, %(payload)s) FROM finished
+    WHERE finished.mode = 'initial' AND finished.status = 'completed'
 ),
 lanes AS (
     (
@@ -201,7 +212,8 @@ SELECT EXISTS (SELECT 1 FROM finished) AS finished,
        taken.*,
        (SELECT greatest(extract(epoch FROM b.paused_until - clock.now), 0)::float8
         FROM {schema}.lane_budgets AS b, clock
-        WHERE b.queue = taken.queue AND b.lane = taken.lane) AS lane_wait
+        WHERE b.queue = taken.queue AND b.lane = taken.lane) AS lane_wait,
+       (SELECT count(*) FROM first_load_news) AS notified
 FROM (SELECT) AS one
 LEFT JOIN taken ON true;
 
@@ -574,6 +586,9 @@ FROM clock;
 -- wake and the rest sleep on (behind says how far back they are, for their fallback). Without a key the
 -- caller is first in line. Lanes are walked one index probe each, and only until rank + 1 units are
 -- found, so the answer costs the same with any history.
+--
+-- Also whether any job runs, any waiting job is due (in a free lane or not) and any job waits at all: what a
+-- pool's idle slot decides to stop on (drained, settled) in the same look that tells it how long to sleep.
 WITH RECURSIVE clock AS (
     SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now
 ),
@@ -648,7 +663,15 @@ SELECT units.n > me.rank AS takeable,
                WHERE j.queue = %(queue)s AND j.status = 'running'
            )
        ) AS wake_at,
-       clock.now AS now
+       clock.now AS now,
+       EXISTS (SELECT 1 FROM {schema}.jobs AS j WHERE j.queue = %(queue)s AND j.status = 'running') AS running,
+       EXISTS (
+           SELECT 1 FROM {schema}.jobs AS j
+           WHERE j.queue = %(queue)s AND j.status IN ('pending', 'failed', 'deferred') AND j.next_run_at <= clock.now
+       ) AS due,
+       EXISTS (
+           SELECT 1 FROM {schema}.jobs AS j WHERE j.queue = %(queue)s AND j.status IN ('pending', 'failed', 'deferred')
+       ) AS waiting
 FROM clock, me, units;
 
 -- name: initial_load_waiting

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 from datetime import datetime, timedelta, timezone
@@ -57,20 +56,29 @@ class Job:
     def with_spend(self, spend: Callable[[int], timedelta]) -> "Job":
         """A copy whose :meth:`spend` calls ``spend``: what a worker hands its handler. (An attribute of the copy,
         not a field: a job is a row, and equality, ``repr`` and ``dataclasses.replace`` ignore it.)"""
-        copy = dataclasses.replace(self)
-        object.__setattr__(copy, "_spend", spend)
+        copy = object.__new__(Job)
+        copy.__dict__.update(self.__dict__)
+        copy.__dict__["_spend"] = spend
         return copy
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> "Job":
-        """From a row of the table; times in UTC whatever the connection's ``TimeZone`` setting."""
-        values = {f.name: row[f.name] for f in fields(cls)}
-        values["mode"] = JobMode(values["mode"])
-        values["status"] = JobStatus(values["status"])
+        """From a row of the table; times in UTC whatever the connection's ``TimeZone`` setting.
+
+        Every worker turns a row into a job per take, so this fills the frozen instance's attributes directly
+        rather than through the generated ``__init__`` (one ``object.__setattr__`` per field): the values are
+        the table's, already of the fields' types once the enums and times are converted.
+        """
+        values = {name: row[name] for name in _FIELDS}
+        values["mode"] = _MODES[values["mode"]]
+        values["status"] = _STATUSES[values["status"]]
         for name in _TIMES:
-            if values[name] is not None:
-                values[name] = values[name].astimezone(timezone.utc)
-        return cls(**values)
+            value = values[name]
+            if value is not None and value.tzinfo is not timezone.utc:
+                values[name] = value.astimezone(timezone.utc)
+        job = object.__new__(cls)
+        job.__dict__.update(values)
+        return job
 
     def describe(self) -> str:
         """A short human label for logs: ``globex/orders [2026-08-08 → 2026-09-07] #33``."""
@@ -81,6 +89,9 @@ class Job:
         return f"{self.owner}/{self.type}{window} #{self.id}"
 
 
+_FIELDS = tuple(f.name for f in fields(Job))
+_MODES = {mode.value: mode for mode in JobMode}
+_STATUSES = {status.value: status for status in JobStatus}
 _TIMES = (
     "window_start",
     "window_end",
@@ -223,6 +234,22 @@ class Wakeup:
     behind: int = 0
     """There are jobs to take, but this many more would have to be before it is this waiter's turn (the
     waiters ahead of it are waking for them)."""
+    running: bool = False
+    """Some job of the queue is running."""
+    due: bool = False
+    """Some waiting job is due now, in a free lane or not (a due job in a full lane is not ``takeable``)."""
+    waiting: bool = False
+    """Some job waits (pending, failed or deferred), due now or later."""
+
+    @property
+    def drained(self) -> bool:
+        """Nothing running and nothing due now (as :attr:`Activity.drained`)."""
+        return not (self.running or self.due)
+
+    @property
+    def settled(self) -> bool:
+        """Nothing running and nothing waiting at all (as :attr:`Activity.settled`)."""
+        return not (self.running or self.waiting)
 
 
 @dataclass(frozen=True)

@@ -154,7 +154,7 @@ class JobRunner:
                         job_type.handler,
                         current.with_spend(self._spender(current)),
                         timeout=job_type.page_timeout.total_seconds(),
-                        describe=current.describe(),
+                        describe=current.describe,
                         lease_lost=lambda: lease.lost,
                         stop=self._stop,
                         stop_grace=self._stop_grace.total_seconds(),

@@ -97,8 +97,9 @@ class Store:
     ) -> FinishAndTake:
         """Write how the last job ended (when ``finish``), then lease the next one (when ``take``), in one statement.
 
-        Raises ``UniqueViolation`` on ``jobs_one_running_per_lane_slot`` when another worker won the lane slot;
-        the finish is then undone too.
+        A finish that completes an initial job also wakes the queue's listeners (see queries.sql). Raises
+        ``UniqueViolation`` on ``jobs_one_running_per_lane_slot`` when another worker won the lane slot; the
+        finish (and its notification) is then undone too.
         """
         row = self.session.one(
             "finish_and_take",
@@ -112,6 +113,8 @@ class Store:
             lease=lease,
             take=take,
             now=now,
+            channel=channel(self.schema),
+            payload=payload(queue),
         )
         assert row is not None
         taken = None if row["id"] is None else Taken(Job.from_row(row), row["lost_worker"], row["lane_wait"] or 0.0)

@@ -30,9 +30,9 @@ from synclane_provider.core.lane_gate import LaneGate
 from synclane_provider.core.lease import LeaseKeeper
 from synclane_provider.core.metrics import JOBS_FINISHED, LEASE_TAKEOVERS, NO_METRICS, TAKE_WAIT, Metrics
 from synclane_provider.core.pages import PageThread
-from synclane_provider.core.records import Activity, Job
+from synclane_provider.core.records import Job, Wakeup
 from synclane_provider.core.runner import DEFAULT_STOP_GRACE, JobRunner, Outcome, RunResult
-from synclane_provider.core.states import JobMode, JobStatus
+from synclane_provider.core.states import JobStatus
 from synclane_provider.core.store import Finish, FinishAndTake, Store, Taken
 
 log = logging.getLogger(__name__)
@@ -50,9 +50,15 @@ def worker_settings(*, synchronous_commit: bool = False) -> dict[str, str]:
     turning it off costs; measured by the chaos soak, docs/soak.md: 122 server crashes in 30 minutes ran 101
     of 45,037 completed jobs again). A worker repeats the same few statements thousands of times, so each is planned
     once per connection: their plans do not depend on the values (every search starts from the queue's
-    own indexes).
+    own indexes). JIT compilation is off: the server's cost estimate of the take (a recursive walk of the
+    lanes) can pass ``jit_above_cost`` on a large queue, and compiling costs more than the millisecond the
+    statement runs.
     """
-    return {"synchronous_commit": "on" if synchronous_commit else "off", "plan_cache_mode": "force_generic_plan"}
+    return {
+        "synchronous_commit": "on" if synchronous_commit else "off",
+        "plan_cache_mode": "force_generic_plan",
+        "jit": "off",
+    }
 
 
 WORKER_SETTINGS = worker_settings()
@@ -291,12 +297,7 @@ class WorkerSlot:
             result = self.runner.run(taken.job, lost_worker=taken.lost_worker, lane_wait=taken.lane_wait)
         finally:
             self._busy = False
-        self._count(result)
-        if result.outcome is Outcome.COMPLETED and taken.job.mode is JobMode.INITIAL:
-            # An owner's first load may have just completed: wake whoever watches for that (the initial-load
-            # asset watcher, the sensor's trigger) now instead of at its next poll. Initial jobs only: a
-            # recurring completion, the common case, costs nothing more.
-            self.store.notify(self.queue.name)
+        self._count(result)  # a completed initial job has woken the first loads' watchers as it finished
         return result
 
     @property
@@ -377,7 +378,9 @@ class WorkerPool:
 
     Idle slots sleep until another slot leaves a lane that may still have work, until the next waiting job
     is due (or a lease lapses), or at most one poll interval. They do not poll in a tight loop: with more
-    slots than lanes, most slots have nothing to do.
+    slots than lanes, most slots have nothing to do, and a due job whose lane is full is not theirs to take.
+    An idle slot keeps its connection while jobs are due (it will be busy again soon) and closes it when
+    nothing is, so that an idle pool does not hold the server's connections.
     """
 
     def __init__(
@@ -402,6 +405,10 @@ class WorkerPool:
         self._finished = threading.Event()
         """Set when a slot saw the pool's work done: slots still trying to connect then give up."""
         self._idle = threading.Condition()
+        self._wakes = 0
+        """Wake-ups asked for so far: a slot that saw it change since its take does not wait (see :meth:`_work`)."""
+        self.idle_waits = 0
+        """Times a slot found nothing to take and waited: about none per job while every slot is busy."""
         self._slots = [
             WorkerSlot(
                 synclane,
@@ -465,10 +472,11 @@ class WorkerPool:
         """
         self._wake(everyone=True)
 
-    def _work(self, slot: WorkerSlot, *, ends: Callable[[Activity], bool] | None) -> None:
+    def _work(self, slot: WorkerSlot, *, ends: Callable[[Wakeup], bool] | None) -> None:
         idle = False  # the last wait ended with nothing to do
         try:
             while not self.stop.is_set():
+                woken = self._wakes  # a lane left after this instant ends the wait below before it starts
                 result = slot.run_one()
                 if result is not None:
                     idle = False
@@ -477,15 +485,19 @@ class WorkerPool:
                         self._wake()  # this slot left a lane that may still have work
                     if following is not None or not slot.found_nothing:
                         continue
-                activity = slot.store.activity(self.queue.name, now=slot.clock())
-                if ends is not None and ends(activity):
+                look = slot.store.wakeup(self.queue.name, now=slot.clock())
+                if ends is not None and ends(look):
                     self._finished.set()
                     self._wake(everyone=True)
                     return
-                if idle:
-                    slot.session.close()  # idle for a while: let others have the connection while it waits
+                if idle and not look.due:
+                    slot.session.close()  # nothing due: let others have the connection while it waits
                 with self._idle:
-                    idle = not (self.stop.is_set() or self._idle.wait(self._idle_seconds(activity)))
+                    if self.stop.is_set() or self._wakes != woken:
+                        idle = False
+                        continue
+                    self.idle_waits += 1
+                    idle = not self._idle.wait(self._idle_seconds(look))
         except DatabaseUnavailableError:
             if not self._finished.is_set():
                 raise  # a slot that never got a connection while the others finished the work just ends
@@ -493,13 +505,18 @@ class WorkerPool:
             slot.hand_back()
             slot.session.close()
 
-    def _idle_seconds(self, activity: Activity) -> float:
-        """How long an idle slot sleeps: a poll interval, or less when a waiting job is due or a lease lapses
-        sooner (another slot finishing a job wakes it earlier)."""
+    def _idle_seconds(self, look: Wakeup) -> float:
+        """How long an idle slot sleeps: not at all when a take would find a job now (a lane race lost, a row
+        locked a moment), else a poll interval, or less when a waiting job falls due or a lease lapses sooner.
+
+        A due job whose lane is full does not count, as for the triggers (``worker_wakeup``): the lane's own
+        slot takes it as its job ends, and a slot that leaves a lane wakes an idle one (:meth:`_wake`).
+        """
+        if look.takeable:
+            return MIN_IDLE_SECONDS
         seconds = self.poll_interval.total_seconds()
-        for instant in (activity.next_run_at, activity.lease_expires_at):
-            if instant is not None:
-                seconds = min(seconds, (instant - activity.now).total_seconds())
+        if look.wake_at is not None:
+            seconds = min(seconds, (look.wake_at - look.now).total_seconds())
         return max(seconds, MIN_IDLE_SECONDS)
 
     def _warn_if_the_server_has_too_little_room(self) -> None:
@@ -519,6 +536,7 @@ class WorkerPool:
 
     def _wake(self, *, everyone: bool = False) -> None:
         with self._idle:
+            self._wakes += 1
             if everyone:
                 self._idle.notify_all()
             else:

@@ -1,0 +1,157 @@
+"""The engine's own cost per job, counted rather than timed, so that a regression shows on any machine.
+
+A busy pool of slots running one-page jobs is watched over a stretch of steady work (after every slot has
+connected and taken its first job): the statements its sessions sent (``Database.traffic``), the connections
+they opened, the times an idle slot woke and the threads started, each per job finished in that stretch.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import timedelta
+
+import pytest
+from psycopg import sql
+
+from synclane_provider.core import Job, Operations, Page, WorkerPool
+from synclane_provider.core.database import Traffic
+from tests.support.helpers import declare, products
+
+WARM_UP = 100
+"""Jobs finished before the stretch is watched: every slot has connected and started its threads."""
+
+
+class ThreadStarts:
+    """Counts every thread started in this process while installed."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._start = threading.Thread.start
+
+    def __enter__(self) -> "ThreadStarts":
+        original, counter = self._start, self
+
+        def start(thread: threading.Thread) -> None:
+            counter.count += 1
+            original(thread)
+
+        threading.Thread.start = start  # type: ignore[method-assign]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        threading.Thread.start = self._start  # type: ignore[method-assign]
+
+
+@dataclass
+class Stretch:
+    """What a pool did over a stretch of steady work."""
+
+    jobs: int
+    seconds: float
+    traffic: Traffic
+    idle_waits: int
+    threads: int
+
+    def per_job(self, count: float) -> float:
+        return count / self.jobs
+
+    @property
+    def other_statements(self) -> dict[str, int]:
+        return {name: n for name, n in self.traffic.statements.items() if name != "finish_and_take" and n}
+
+
+@pytest.fixture
+def due_jobs(schema, admin, database_url) -> Iterator[Callable[[int, int], None]]:
+    """Fills the queue with due one-page jobs, spread round-robin over lanes."""
+
+    def fill(jobs: int, lanes: int) -> None:
+        declaration = declare(schema, products())
+        with Operations(declaration, declaration.database(database_url)) as ops:
+            ops.activity("shops")  # the table exists
+        admin.execute(
+            sql.SQL(
+                "INSERT INTO {}.jobs (queue, owner, lane, type, mode, dedup_key, next_run_at) "
+                "SELECT 'shops', 'owner-' || (i %% %s), 'lane-' || (i %% %s), 'products', 'recurring', "
+                "       'due:' || i, now() - interval '1 minute' FROM generate_series(1, %s) AS i"
+            ).format(sql.Identifier(schema)),
+            [lanes, lanes, jobs],
+        )
+        admin.execute(sql.SQL("ANALYZE {}.jobs").format(sql.Identifier(schema)))
+
+    yield fill
+
+
+def watch_a_busy_pool(
+    schema: str, database_url: str, *, slots: int, jobs: int, poll: timedelta = timedelta(seconds=5)
+) -> Stretch:
+    """Run a pool of ``slots`` on the queue and watch it while it finishes ``jobs`` jobs after its warm-up."""
+    finished = itertools.count(1)
+    done = [0]
+
+    def one_page(job: Job) -> Page:
+        done[0] = next(finished)
+        return Page(None, 1)
+
+    declaration = declare(schema, products(one_page))
+    database = declaration.database(database_url)
+    pool = WorkerPool(declaration, database, "shops", slots=slots, poll_interval=poll)
+    runner = threading.Thread(target=pool.run, name="pool")
+    runner.start()
+    try:
+        deadline = time.monotonic() + 60
+        while done[0] < WARM_UP and time.monotonic() < deadline:
+            time.sleep(0.01)
+        with ThreadStarts() as threads:
+            before, waits, first, started = database.traffic.snapshot(), pool.idle_waits, done[0], time.monotonic()
+            while done[0] < first + jobs and time.monotonic() < deadline:
+                time.sleep(0.005)
+            stretch = Stretch(
+                jobs=done[0] - first,
+                seconds=time.monotonic() - started,
+                traffic=database.traffic - before,
+                idle_waits=pool.idle_waits - waits,
+                threads=threads.count,
+            )
+    finally:
+        pool.shutdown()
+        runner.join()
+        database.close()
+    assert stretch.jobs >= jobs, "the pool did not get through its jobs within a minute"
+    return stretch
+
+
+def test_a_one_page_job_costs_one_finish_and_take_and_nothing_else(schema, database_url, due_jobs):
+    """Many lanes, few slots: every slot is always busy, and each job is one statement, sent on a connection
+    opened once, by a slot that never waits, on threads started once."""
+    due_jobs(jobs=3000, lanes=200)
+    stretch = watch_a_busy_pool(schema, database_url, slots=4, jobs=1000)
+
+    assert stretch.per_job(stretch.traffic.statements["finish_and_take"]) <= 1.01
+    assert stretch.other_statements == {}
+    assert stretch.traffic.connections == 0
+    assert stretch.per_job(stretch.idle_waits) <= 0.01
+    assert stretch.threads == 0
+
+
+def test_slots_with_no_free_lane_sleep_on_their_connections_instead_of_polling(schema, database_url, due_jobs):
+    """Twelve slots on three lanes: nine have nothing they may take, though jobs are due in every lane. They
+    wake once per poll interval at most (or when a lane is left), send a take and one look each time, and
+    keep their connections, since work is due."""
+    poll = timedelta(milliseconds=200)
+    due_jobs(jobs=4000, lanes=3)
+    stretch = watch_a_busy_pool(schema, database_url, slots=12, jobs=600, poll=poll)
+
+    idle_slots = 12 - 3
+    polls = idle_slots * (stretch.seconds / poll.total_seconds() + 1)
+    lanes_left = 0.05 * stretch.jobs  # a slot whose lane ran dry moves on, and wakes one idle slot
+    assert stretch.idle_waits <= polls + lanes_left, stretch
+    looks = stretch.traffic.statements["worker_wakeup"]
+    assert looks <= stretch.idle_waits + idle_slots, stretch  # one look per wait (a wait is skipped after a wake)
+    takes = stretch.traffic.statements["finish_and_take"]
+    assert takes <= stretch.jobs + stretch.idle_waits + idle_slots + 0.05 * stretch.jobs, stretch
+    assert stretch.per_job(stretch.traffic.connections) * 1000 == 0
+    assert stretch.threads == 0
