@@ -78,6 +78,9 @@ class Traffic:
         difference.connections = later.connections - earlier.connections
         return difference
 
+    def __repr__(self) -> str:
+        return f"Traffic(connections={self.connections}, statements={dict(self.statements)})"
+
     @property
     def total(self) -> int:
         """Statements sent, all names together."""
