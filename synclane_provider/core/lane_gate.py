@@ -7,6 +7,15 @@ on every machine keeps to the same ones:
 * **Budget.** A lane with a rate takes one unit before each page in one statement (``take_lane_budget``),
   which answers how long to wait; a handler that makes more requests in a page takes more with
   :meth:`Job.spend <synclane_provider.core.records.Job.spend>`.
+* **On its turn or not at all.** Pacing the grants paces what the API sees only if each request is sent on its
+  turn. On a busy machine the slot may wake late, the page thread may start late, the database may answer
+  late; a request sent late lands close behind the next taker's, and with the one ``requests`` before it in one
+  of the API's periods. So on the page thread, immediately before the handler (and in ``spend``, immediately
+  before the requests it pays for), :meth:`LaneGate.keep_turn` checks the clock: a page later than half the
+  rate's :attr:`~synclane_provider.core.ratelimit.Rate.lateness` after its turn gives the turn up unused and
+  takes a new one. A turn is reckoned from the instant the take was *sent*, the earliest the database can
+  have placed it, so every delay on the way counts as lateness. A wasted turn slows the lane a little; it
+  never lets it overrun.
 * **Pause.** When a handler raises ``JobThrottled`` with the wait the server named, the wait is the lane's:
   :meth:`LaneGate.pause` records it on the lane's row and moves the lane's waiting jobs to its end. We chose
   to hold the lane's *jobs* back (so idle workers take other lanes' work meanwhile, and the take statement stays
@@ -25,8 +34,10 @@ pins the clock and declares a rate sleeps the rate's intervals for real, whateve
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
+from dataclasses import dataclass
 from datetime import timedelta
 
 from synclane_provider.core.clock import Clock
@@ -37,6 +48,22 @@ from synclane_provider.core.records import Job
 from synclane_provider.core.store import Store
 
 log = logging.getLogger(__name__)
+
+
+class PageNotSent(Exception):
+    """The slot was asked to stop while its page waited for a new turn: the page was not sent."""
+
+
+@dataclass(frozen=True)
+class Turn:
+    """A lane's turn a page (or a ``spend``) holds: the units taken, and the latest instant to send on it."""
+
+    rate: Rate | None
+    units: int = 1
+    latest: float = math.inf
+    """time.monotonic() after which the turn is missed (infinite: a lane without a rate, or without headroom)."""
+    waited: float = 0.0
+    """Seconds slept for it."""
 
 
 class LaneGate:
@@ -78,24 +105,45 @@ class LaneGate:
                 )
         return self._rates.get(job.owner, self._queue.rate)
 
-    def before_page(self, job: Job, *, paused: float) -> float:
-        """Take one unit of the lane's budget (if it has one) and wait until the page may start; seconds waited.
+    def before_page(self, job: Job, *, paused: float) -> Turn:
+        """Take one unit of the lane's budget (if it has one) and wait until the page may start: the turn, to be
+        kept with :meth:`keep_turn` immediately before the page is sent.
 
         ``paused`` is what the take or the last cursor save said was left of a pause on the lane; a lane with
         a rate is told afresh by its budget statement.
         """
         rate = self.rate_of(job)
-        wait = paused if rate is None else self._take(job, rate, 1)
-        return self._sleep(wait)
+        if rate is None:
+            return Turn(None, waited=self._sleep(paused))
+        return self._wait_turn(job, rate, 1)
+
+    def keep_turn(self, job: Job, turn: Turn) -> float:
+        """Called immediately before sending: while the turn has been missed, give it up and take (and wait for)
+        a new one; seconds waited. Raises :class:`PageNotSent` when the slot is asked to stop meanwhile."""
+        waited = 0.0
+        while turn.rate is not None and time.monotonic() > turn.latest:
+            self._log.info(
+                "%s: %.3f s late for its turn in lane %s; taking a new one",
+                job.describe(),
+                time.monotonic() - turn.latest,
+                job.lane,
+            )
+            turn = self._wait_turn(job, turn.rate, turn.units)
+            waited += turn.waited
+            if self._stop.is_set():
+                raise PageNotSent(f"{job.describe()}: asked to stop while waiting for a new turn in lane {job.lane}")
+        return waited
 
     def spend(self, job: Job, units: int) -> timedelta:
-        """Take ``units`` more of the job's lane's budget within a page and wait until they may be used."""
+        """Take ``units`` more of the job's lane's budget within a page and wait until they may be used (a turn
+        missed meanwhile is taken again, see :meth:`keep_turn`)."""
         if isinstance(units, bool) or not isinstance(units, int) or units < 1:
             raise ValueError(f"spend() takes a positive number of units, got {units!r}")
         rate = self.rate_of(job)
         if rate is None:
             return timedelta(0)
-        return timedelta(seconds=self._sleep(self._take(job, rate, units)))
+        turn = self._wait_turn(job, rate, units)
+        return timedelta(seconds=turn.waited + self.keep_turn(job, turn))
 
     def pause(self, job: Job, wait: timedelta) -> None:
         """Hold the job's whole lane for ``wait``, the wait a server named: no job of the lane starts a page before
@@ -109,10 +157,17 @@ class LaneGate:
             job.describe(),
         )
 
-    def _take(self, job: Job, rate: Rate, units: int) -> float:
-        return self._store.take_lane_budget(
+    def _wait_turn(self, job: Job, rate: Rate, units: int) -> Turn:
+        """Take ``units`` of the lane's budget and sleep until their turn. The turn is reckoned from the instant
+        the take was sent: the database placed it no earlier, so what the answer took to come back counts as
+        lateness, never as time in hand."""
+        sent = time.monotonic()
+        wait = self._store.take_lane_budget(
             self._queue.name, job.lane, cost=rate.interval * units, tolerance=rate.tolerance, now=self._clock()
         )
+        room = rate.lateness.total_seconds() / 2
+        latest = sent + wait + room if room > 0 else math.inf
+        return Turn(rate, units, latest, self._sleep(wait))
 
     def _sleep(self, seconds: float) -> float:
         """Sleep ``seconds`` unless the slot is asked to stop first; the seconds slept."""

@@ -30,9 +30,12 @@ class Rate:
 
     ``headroom`` (default 5 %) paces the lane that much below the rate. Requests reach the API a little
     later than the instant they were allowed, by a varying few milliseconds (the database's answer, the
-    thread waking up, the connection); paced at exactly the rate, a request delayed more than the one
-    ``requests`` later than it would land both in one of the API's windows, one too many. 5 % leaves
-    ``per / requests / 20`` for that (10 ms at 5 a second); 0 paces at exactly the rate.
+    thread waking up, the connection), and by far more on a busy machine; paced at exactly the rate, a
+    request delayed more than the one ``requests`` later than it would land both in one of the API's
+    windows, one too many. The headroom is what a request may be late (:attr:`lateness`: ``per x headroom /
+    (1 - headroom)``, 53 ms a second); a page that would start later than its share of it gives its turn up and takes the
+    next one, so a delayed page is never sent close behind the one before it. 0 paces at exactly the rate,
+    and then a page goes however late it starts.
 
     >>> Rate(10, per=timedelta(seconds=1), burst=5, headroom=0).interval
     datetime.timedelta(microseconds=100000)
@@ -68,6 +71,18 @@ class Rate:
     def interval(self) -> timedelta:
         """The emission interval: the time one request costs on the lane's clock (``per / requests``, plus headroom)."""
         return self.per / (self.requests * (1 - self.headroom))
+
+    @property
+    def lateness(self) -> timedelta:
+        """How late after its turn a request may reach the API and the lane still keep to ``requests + burst``
+        in any period: what the headroom adds to a period's worth of turns (``requests x interval - per``; zero
+        without headroom). A page that would start later than half of it gives its turn up and takes a new one
+        (the other half is for the handler's way to the API).
+
+        >>> Rate(2).lateness
+        datetime.timedelta(microseconds=52632)
+        """
+        return self.interval * self.requests - self.per
 
     @property
     def tolerance(self) -> timedelta:

@@ -15,7 +15,7 @@ from synclane_provider.core.clock import Clock
 from synclane_provider.core.declarations import Queue
 from synclane_provider.core.durations import duration_text
 from synclane_provider.core.errors import JobThrottled, UnknownJobTypeError
-from synclane_provider.core.lane_gate import LaneGate
+from synclane_provider.core.lane_gate import LaneGate, PageNotSent, Turn
 from synclane_provider.core.lease import LeaseKeeper, why_lost
 from synclane_provider.core.metrics import NO_METRICS, PAGE_DURATION, PAGES, RECORDS, THROTTLES, Metrics
 from synclane_provider.core.outcomes import describe_error, lost_attempt
@@ -142,8 +142,10 @@ class JobRunner:
         paused = lane_wait
         with self._lease.watch(job.id) as lease:
             while True:
+                turn = Turn(None)
                 if not self._stop.is_set():
-                    self._waited += self._gate.before_page(current, paused=paused)
+                    turn = self._gate.before_page(current, paused=paused)
+                    self._waited += turn.waited
                 if self._stop.is_set():
                     return self._release(current, pages, current.processed_count - start_count)
                 if lease.lost:
@@ -151,7 +153,7 @@ class JobRunner:
                 started = time.monotonic()
                 try:
                     answer = self._pages.call(
-                        job_type.handler,
+                        self._on_turn(job_type.handler, turn),
                         current.with_spend(self._spender(current)),
                         timeout=job_type.page_timeout.total_seconds(),
                         describe=current.describe,
@@ -162,6 +164,8 @@ class JobRunner:
                         interrupt_grace=KILL_GRACE.total_seconds(),
                     )
                     page = Page.check(answer, job_type=job.type, counted=current.processed_count)
+                except PageNotSent:
+                    return self._release(current, pages, current.processed_count - start_count)
                 except PageLeftBehind as left:
                     self._metrics.timing(PAGE_DURATION, tags, time.monotonic() - started)
                     records = current.processed_count - start_count
@@ -245,6 +249,15 @@ class JobRunner:
         result = RunResult(job, Outcome(status.value), pages, records, error, self._waited_so_far())
         self._log.info("%s", result)
         return result
+
+    def _on_turn(self, handler: Callable[[Job], object], turn: Turn) -> Callable[[Job], object]:
+        """The handler, run on the page thread once the page is sure to go on its turn (see LaneGate.keep_turn)."""
+
+        def page(job: Job) -> object:
+            self._waited += self._gate.keep_turn(job, turn)
+            return handler(job)
+
+        return page
 
     def _spender(self, job: Job) -> Callable[[int], timedelta]:
         """What the handler's ``job.spend(n)`` calls: takes the units from the lane's budget, counted as waited."""

@@ -9,14 +9,18 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 from urllib.request import urlopen
 
 from synclane_provider.core import (
@@ -52,20 +56,38 @@ class Throttle:
     blocked_until: float = 0.0
 
 
+@dataclass(frozen=True)
+class Limit:
+    """The API's rate limit on one account (the owners in ``accounts`` share it), as a strict API keeps it: a
+    request that makes more than ``requests`` in the last ``per`` seconds (a sliding window, counted from when
+    each connection was accepted) is refused with 429 and counted in :attr:`FakeAPI.over_limit`."""
+
+    accounts: tuple[str, ...]
+    requests: int
+    per: float
+
+
 @dataclass
 class FakeAPI:
-    """Answers ``GET /<account>/<page>`` with 200 (or 429 when its throttle says so), logging each arrival."""
+    """Answers ``GET /<account>/<page>`` with 200 (or 429 when its throttle or limit says so), logging each arrival.
+
+    An arrival is when the server accepted the request's connection, not when a request thread got round to it:
+    a busy machine delays the thread, and then the log would show the requests further apart than they came.
+    """
 
     throttle: Throttle | None = None
+    limit: Limit | None = None
     latency: float = 0.0
     """Seconds each answer takes (after its arrival is logged)."""
     log: list[tuple[float, str, int]] = field(default_factory=list)
-    """(monotonic arrival time, account, status) per request, in arrival order."""
+    """(monotonic arrival time, account, status) per request, in the order they were answered."""
+    over_limit: int = 0
+    """Requests refused by :attr:`limit`."""
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def answer(self, account: str) -> int:
+    def answer(self, account: str, arrived: float | None = None) -> int:
         with self._lock:
-            now = time.monotonic()
+            now = time.monotonic() if arrived is None else arrived
             status = 200
             throttle = self.throttle
             if throttle is not None and account in throttle.accounts:
@@ -74,6 +96,12 @@ class FakeAPI:
                     status = 429
                     if not throttle.blocked_until:
                         throttle.blocked_until = now + throttle.retry_after
+            limit = self.limit
+            if limit is not None and account in limit.accounts:
+                within = sum(1 for t, a, _ in self.log if a in limit.accounts and now - limit.per < t <= now)
+                if within + 1 > limit.requests:
+                    status = 429
+                    self.over_limit += 1
             self.log.append((now, account, status))
             return status
 
@@ -83,6 +111,30 @@ class FakeAPI:
 
     def serve(self) -> "Served":
         return Served(self)
+
+
+class AcceptTimes(ThreadingHTTPServer):
+    """An HTTP server that notes when it accepted each connection (before a thread is started for it)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._accepted: dict[int, float] = {}
+        self._lock = threading.Lock()
+
+    def get_request(self) -> tuple[socket.socket, Any]:
+        connection, address = super().get_request()
+        with self._lock:
+            self._accepted[id(connection)] = time.monotonic()
+        return connection, address
+
+    def accepted_at(self, connection: socket.socket) -> float | None:
+        with self._lock:
+            return self._accepted.get(id(connection))
+
+    def shutdown_request(self, request: Any) -> None:
+        with self._lock:
+            self._accepted.pop(id(request), None)
+        super().shutdown_request(request)
 
 
 class Served:
@@ -97,7 +149,7 @@ class Served:
 
             def do_GET(self) -> None:  # noqa: N802 - the base class's name
                 account = self.path.strip("/").split("/")[0]
-                status = api.answer(account)
+                status = api.answer(account, arrived=server.accepted_at(self.connection))
                 time.sleep(api.latency)
                 body = json.dumps({"ok": status == 200}).encode()
                 self.send_response(status)
@@ -108,7 +160,7 @@ class Served:
                 self.wfile.write(body)
 
         self.api = api
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = server = AcceptTimes(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         self._thread = threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True)
@@ -208,6 +260,8 @@ class BudgetRun:
     """Requests sent over the run divided by what the budget allows over the same time (first to last request,
     plus one interval for the last one's turn)."""
     seconds: float
+    over_limit: int = 0
+    """Requests the API refused as over its limit (``requests + burst`` in any ``per``)."""
 
 
 def budget_run(
@@ -220,12 +274,18 @@ def budget_run(
     requests_per_page: int = 2,
     slots: int = 2,
     enforce: bool = True,
+    loaded: bool = False,
+    wakes_late_every: int = 0,
     timeout: float = 120.0,
 ) -> BudgetRun:
     """Enqueue ``jobs_per_owner`` jobs for each owner of lane ``acme``, run them with two worker processes of
     ``slots`` slots each, and measure the API's request log against ``rate`` (which the workers are told to keep
-    to only with ``enforce``: without, the run shows what the budget prevents)."""
-    with FakeAPI().serve() as served:
+    to only with ``enforce``: without, the run shows what the budget prevents). The API refuses a request over
+    ``requests + burst`` in any ``per`` (counted in ``over_limit``). With ``loaded``, a busy loop per core keeps
+    the machine busy throughout; with ``wakes_late_every``, every so many waits for a turn in each worker
+    process end 0.3 s late."""
+    limit = Limit(("acme-us", "acme-eu"), rate.requests + rate.burst, rate.per.total_seconds())
+    with FakeAPI(limit=limit).serve() as served, busy_loops((os.cpu_count() or 1) if loaded else 0):
         synclane = declaration(
             schema, served.url, rate=rate if enforce else None, pages=pages, requests_per_page=requests_per_page
         )
@@ -246,6 +306,7 @@ def budget_run(
                 "enforce": enforce,
                 "pages": pages,
                 "requests_per_page": requests_per_page,
+                "wakes_late_every": wakes_late_every,
             }
         )
         started = time.monotonic()
@@ -275,6 +336,7 @@ def budget_run(
         seconds = time.monotonic() - started
         times = served.api.times("acme-us") + served.api.times("acme-eu")
         warmed = len(served.api.times(WARM_UP_ACCOUNT))
+        over_limit = served.api.over_limit
     if warmed != len(workers):
         raise AssertionError(f"{warmed} of the {len(workers)} worker processes warmed up")
     times.sort()
@@ -287,4 +349,18 @@ def budget_run(
         max_in_any_window(times, rate.per.total_seconds()),
         len(times) / allowed if allowed else 0.0,
         seconds,
+        over_limit,
     )
+
+
+@contextmanager
+def busy_loops(count: int) -> Iterator[None]:
+    """``count`` processes spinning on a core each, stopped (and reaped) on leaving."""
+    spinning = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
+    try:
+        yield
+    finally:
+        for process in spinning:
+            process.kill()
+        for process in spinning:
+            process.wait()
