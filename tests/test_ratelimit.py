@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import re
 import threading
+import time
 from datetime import timedelta
 
 import pytest
@@ -21,14 +22,17 @@ from synclane_provider.core import (
     Operations,
     Owner,
     OwnerSourceError,
+    Page,
     Rate,
     SyncLane,
     WorkerPool,
+    WorkerSlot,
 )
 from synclane_provider.core.database import Session
 from synclane_provider.core.lane_gate import LaneGate
 from synclane_provider.core.owners import owners_of
 from synclane_provider.core.ratelimit import reserve
+from synclane_provider.core.runner import Outcome
 from synclane_provider.core.store import Store
 from tests.support.budget_race import QUEUE, FakeAPI, Throttle, budget_run, declaration, max_in_any_window
 from tests.support.helpers import Background, declare, paged, products, race
@@ -306,3 +310,88 @@ def test_max_in_any_window_counts_half_open_windows():
     assert max_in_any_window([0.0, 0.5, 1.0, 1.2]) == 3
     assert max_in_any_window([0.0, 0.2, 0.4, 0.6, 0.8, 1.0]) == 5
     assert max_in_any_window([]) == 0
+
+
+# --- a pause on a lane with a budget ------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def lane_store(database_url, schema):
+    """The budget statements on their own session, as a worker slot runs them."""
+    synclane = declare(schema, products())
+    session = Session(synclane.database(database_url))
+    yield Store(session)
+    session.close()
+
+
+def take(store: Store, rate: Rate, now) -> float:
+    return store.take_lane_budget("shops", "acme", cost=rate.interval, tolerance=rate.tolerance, now=now)
+
+
+@pytest.mark.parametrize("rate", [Rate(5, headroom=0), Rate(5, burst=2, headroom=0)], ids=["no burst", "burst 2"])
+def test_takes_during_a_pause_wait_as_the_reference_arithmetic_says(lane_store, clock, rate):
+    """A pause both moves the lane's turns past its end and keeps even a burst from going before it: each take's
+    wait is what reserve() computes, taking by taking, before, during and after a 2 s pause."""
+    tat, paused_until, got, expected = None, None, [], []
+    for step in range(12):
+        if step == 3:
+            paused_until = lane_store.pause_lane("shops", "acme", wait=timedelta(seconds=2), now=clock())
+        got.append(take(lane_store, rate, clock()))
+        tat, wait = reserve(rate, tat, clock(), paused_until=paused_until)
+        expected.append(wait.total_seconds())
+        clock.advance(timedelta(milliseconds=150))
+    assert got == pytest.approx(expected)
+    assert got[3] == pytest.approx(2.0)  # the first take in the pause waits it out, burst or not
+
+
+def test_an_idle_lanes_first_take_after_a_quiet_spell_waits_nothing_and_the_next_its_turn(lane_store, clock):
+    rate = Rate(5, headroom=0)
+    for _ in range(10):
+        take(lane_store, rate, clock())  # two seconds of turns taken at once
+    clock.advance(timedelta(hours=1))
+    assert take(lane_store, rate, clock()) == 0.0
+    assert take(lane_store, rate, clock()) == pytest.approx(0.2)
+
+
+def test_a_later_shorter_pause_never_cuts_a_longer_one(lane_store, database_url, schema, admin, clock):
+    with Operations(declare(schema, products()), lane_store.session.database, clock=clock) as ops:
+        ops.enqueue("shops", "acme", "products", key="waiting")
+    longer = lane_store.pause_lane("shops", "acme", wait=timedelta(seconds=30), now=clock())
+    clock.advance(timedelta(seconds=1))
+    assert lane_store.pause_lane("shops", "acme", wait=timedelta(seconds=5), now=clock()) == longer
+    [job] = admin.execute(sql.SQL("SELECT next_run_at FROM {}.jobs").format(sql.Identifier(schema))).fetchall()
+    assert job["next_run_at"] == longer
+    assert take(lane_store, Rate(5), clock()) == pytest.approx(29.0)
+
+
+def test_a_job_running_beside_a_throttled_one_in_a_wide_lane_learns_of_the_pause_at_its_next_cursor_save(
+    database_url, schema, clock
+):
+    """acme is 2 wide. While the second job's first page runs, the first is told to wait 1 s (a 429 naming it):
+    the second job saves its cursor, is told what is left of the pause, and waits it out before its next page."""
+    pages_at: list[float] = []
+
+    def second(job: Job) -> Page:
+        if job.cursor is None:
+            paused = Store(Session(synclane.database(database_url)))
+            try:
+                paused.pause_lane("shops", "acme", wait=timedelta(seconds=1), now=clock())
+            finally:
+                paused.session.close()
+        pages_at.append(time.monotonic())
+        return paged(100, 50)(job)
+
+    synclane = declare(schema, products(second), owner_source=lambda queue: [Owner("acme", lane_width=2)])
+    database = synclane.database(database_url)
+    with (
+        Operations(synclane, database, clock=clock) as ops,
+        WorkerSlot(synclane, database, "shops", clock=clock) as throttled,
+        WorkerSlot(synclane, database, "shops", clock=clock) as beside,
+    ):
+        ops.enqueue("shops", "acme", "products", key="throttled")
+        ops.enqueue("shops", "acme", "products", key="beside")
+        assert throttled.take().lane_slot == 0  # held, its page in flight
+        result = beside.run_one()
+    assert (result.outcome, result.pages) == (Outcome.COMPLETED, 2)
+    assert result.waited >= timedelta(seconds=0.9)
+    assert pages_at[1] - pages_at[0] >= 0.9
