@@ -148,6 +148,7 @@ def test_an_owner_shows_its_initial_load_freshness_and_trouble(monitor, scene, a
     # freshness: the stalest type -- products (a snapshot) completed 10 minutes ago, orders up to its window end
     newest_orders = max(r["window_end"] for r in rows(admin, schema, "owner = 'acme' AND type = 'orders'"))
     assert acme.fresh_until == min(newest_orders, clock.now - timedelta(minutes=10))
+    assert acme.fresh_type == ("orders" if newest_orders < clock.now - timedelta(minutes=10) else "products")
     assert acme.lag == clock.now - acme.fresh_until
     assert (globex.abandoned, globex.initial_running, globex.last_error, globex.error_job_id) == (
         1,
@@ -174,6 +175,7 @@ def test_a_job_marked_completed_by_hand_without_a_time_leaves_freshness_as_it_wa
     )
     [acme] = monitor.owners("shops", owner="acme", now=clock.now).items
     assert acme.fresh_until == clock.now - timedelta(days=2)  # products, the stalest type, as its dated job says
+    assert acme.fresh_type == "products"
 
 
 def test_owners_can_be_narrowed_to_one_or_to_those_in_trouble(monitor, scene, clock):

@@ -44,11 +44,17 @@ def parse_duration(name: str, value: object, *, positive: bool = True) -> timede
 def duration_text(value: timedelta) -> str:
     """A duration the way people write it, for messages: ``30 days``, ``1 h 30 min``, ``-1 s``, ``0.25 s``.
 
+    From a minute up, seconds are whole (a lag measured to the microsecond reads ``5 min 24 s``); below, two
+    decimals at most.
+
     >>> duration_text(timedelta(days=1, minutes=90)), duration_text(timedelta(seconds=-1))
     ('1 day 1 h 30 min', '-1 s')
+    >>> duration_text(timedelta(seconds=323.8643)), duration_text(timedelta(seconds=2.4567))
+    ('5 min 24 s', '2.46 s')
     """
     seconds = value.total_seconds()
     sign, seconds = ("-" if seconds < 0 else ""), abs(seconds)
+    seconds = round(seconds) if seconds >= 60 else round(seconds, 2)
     parts = []
     for unit, size in (("day", 86400), ("h", 3600), ("min", 60)):
         if seconds >= size:

@@ -98,6 +98,8 @@ class OwnerState:
     initial_records: int
     fresh_until: datetime | None
     """The end of the newest completed window (a snapshot: when it completed), for the owner's stalest type."""
+    fresh_type: str | None
+    """That stalest type (the health check's lag looks at windowed types only, so it can differ)."""
     lag: timedelta | None
     """Now minus ``fresh_until``: how far behind the owner's data is; None until a job completed."""
     failed: int
@@ -217,6 +219,7 @@ class Monitor:
                 initial_running=row["initial_running"],
                 initial_records=row["initial_records"],
                 fresh_until=row["fresh_until"],
+                fresh_type=row["fresh_type"],
                 lag=row["lag"],
                 failed=row["failed"],
                 abandoned=row["abandoned"],

@@ -147,7 +147,7 @@ owners AS (
 )
 SELECT owners.owner,
        i.initial_total, i.initial_completed, i.initial_abandoned, i.initial_running, i.initial_records,
-       f.fresh_until, clock.now - f.fresh_until AS lag,
+       f.fresh_until, f.fresh_type, clock.now - f.fresh_until AS lag,
        t.troubled, t.failed, t.abandoned, e.id AS error_job_id, e.type AS error_type, e.status AS error_status,
        e.error AS last_error,
        clock.now
@@ -162,8 +162,9 @@ CROSS JOIN LATERAL (
     FROM {schema}.jobs AS j
     WHERE j.queue = %(queue)s AND j.owner = owners.owner AND j.mode = 'initial'
 ) AS i
-CROSS JOIN LATERAL (
-    SELECT min(per_type.newest) AS fresh_until
+LEFT JOIN LATERAL (
+    -- The stalest type (that has completed anything), and how far it reaches.
+    SELECT per_type.newest AS fresh_until, t.type AS fresh_type
     FROM unnest(%(types)s::text[]) AS t(type)
     CROSS JOIN LATERAL (
         SELECT greatest(
@@ -181,7 +182,10 @@ CROSS JOIN LATERAL (
             )
         ) AS newest
     ) AS per_type
-) AS f
+    WHERE per_type.newest IS NOT NULL
+    ORDER BY per_type.newest, t.type
+    LIMIT 1
+) AS f ON true
 CROSS JOIN LATERAL (
     SELECT count(*)::bigint AS troubled,
            count(*) FILTER (WHERE j.status IN ('failed', 'deferred'))::bigint AS failed,

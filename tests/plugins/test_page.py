@@ -92,6 +92,7 @@ def test_an_operator_finds_the_abandoned_slice_and_requeues_it_from_the_page(
     # Queues: the jobs by status, the abandoned one in red.
     card = frame.locator(".card[data-queue=shops]")
     expect(card.locator(".stat.bad")).to_contain_text("1abandoned")
+    expect(frame.locator("#updated")).to_have_text(re.compile(r"^updated \d\d:\d\d:\d\d UTC$"))  # as every time
     expect(card).to_contain_text("3running")
     shot(page, "1-queues")
 
@@ -100,6 +101,7 @@ def test_an_operator_finds_the_abandoned_slice_and_requeues_it_from_the_page(
     globex = frame.locator("#lanes-table tr[data-lane=globex]")
     expect(globex).to_contain_text("worker-host-1:slot-0")
     expect(globex.locator("code").first).to_have_text("75")
+    expect(globex).to_contain_text(re.compile(r"overdue \d"))  # its waiting jobs came due while the slice ran
     acme = frame.locator("#lanes-table tr[data-lane=acme]")
     expect(acme).to_have_count(2)
     expect(acme.nth(0)).to_contain_text("slot 1 of 2")
@@ -117,6 +119,7 @@ def test_an_operator_finds_the_abandoned_slice_and_requeues_it_from_the_page(
     globex_owner = frame.locator("#owners-table tr[data-owner=globex]")
     expect(globex_owner).to_contain_text(BROKEN)
     expect(globex_owner).to_have_class("bad")
+    expect(acme_us).to_contain_text(re.compile(r"UTC \((orders|products)\)"))  # the stalest type, named
     shot(page, "3-owners")
 
     # Jobs: the abandoned ones; the slice's row, its whole record, and its Requeue button.
@@ -125,6 +128,7 @@ def test_an_operator_finds_the_abandoned_slice_and_requeues_it_from_the_page(
     frame.get_by_role("button", name="Show", exact=True).click()
     row = frame.locator(f"#jobs-table tr[data-job='{scene['abandoned']}']")
     expect(row).to_contain_text("abandoned")
+    expect(row).to_contain_text("never (requeue to run)")  # not the instant it was abandoned, as if due then
     row.get_by_role("button", name=f"#{scene['abandoned']}").click()
     expect(frame.locator("#job-detail")).to_contain_text(BROKEN)
     shot(page, "4-jobs")

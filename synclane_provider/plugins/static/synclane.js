@@ -24,6 +24,19 @@ function age(seconds) {
   if (s < 86400) return `${Math.floor(s / 3600)}h ${Math.floor((s % 3600) / 60)}m`;
   return `${Math.floor(s / 86400)}d ${Math.floor((s % 86400) / 3600)}h`;
 }
+// A lane's next due job: a time in the past means the job is waiting for the lane (or a slot), not scheduled.
+function nextDue(iso) {
+  if (!iso) return "–";
+  const late = (Date.now() - Date.parse(iso)) / 1000;
+  return late > 1 ? `<span class="overdue" title="due ${when(iso)}">overdue ${age(late)}</span>` : when(iso);
+}
+// When a job runs next: nothing for a job that is over (completed, or abandoned until someone requeues it).
+function nextRun(job) {
+  if (job.status === "abandoned") return '<span class="muted">never (requeue to run)</span>';
+  if (job.status === "completed") return "–";
+  return when(job.next_run_at);
+}
+function utcClock(date) { return `${date.toISOString().slice(11, 19)} UTC`; }
 function windowText(start, end) { return start ? `${when(start).slice(0, 16)} → ${when(end).slice(0, 16)}` : "snapshot"; }
 function number(n) { return Number(n ?? 0).toLocaleString("en-US"); }
 
@@ -135,7 +148,7 @@ function renderLanes(page) {
         <td>${r ? age(r.heartbeat_age) + " ago" : ""}</td>
         <td><code>${r ? esc(r.worker) : ""}</code></td>
         ${i === 0 ? `<td class="num" ${span}>${number(l.waiting)}</td>
-        <td ${span}>${when(l.next_due)}</td>
+        <td ${span}>${nextDue(l.next_due)}</td>
         <td ${span}>${l.last_error ? `<span class="error-text">${esc(l.last_error)}</span> (${button("show-job", `#${l.error_job_id}`, {job: l.error_job_id})})` : ""}</td>` : ""}
       </tr>`).join("");
     }).join("")}</tbody></table>`;
@@ -143,7 +156,7 @@ function renderLanes(page) {
 
 function renderOwners(page) {
   if (!page.items.length) return `<p class="muted">No owner matches.</p>`;
-  return `<table id="owners-table"><thead><tr><th>Owner</th><th>Initial load</th><th class="num">Records</th><th>Fresh until</th>
+  return `<table id="owners-table"><thead><tr><th>Owner</th><th>Initial load</th><th class="num">Records</th><th title="The end of the newest completed window of the owner's stalest type (a snapshot: when it completed), that type named. The health check's lag looks at windowed types only.">Fresh until</th>
     <th>Lag</th><th class="num">Failing</th><th class="num">Abandoned</th><th>Last error</th><th>Actions</th></tr></thead><tbody>
     ${page.items.map((o) => {
       const pct = o.initial_total ? Math.round(100 * o.initial_completed / o.initial_total) : 0;
@@ -153,7 +166,7 @@ function renderOwners(page) {
         <td><span class="bar" title="${pct}%"><span style="width:${pct}%"></span></span>
             ${o.initial_completed}/${o.initial_total} ${o.initial_complete ? "✓" : ""}</td>
         <td class="num">${number(o.initial_records)}</td>
-        <td>${when(o.fresh_until)}</td>
+        <td>${when(o.fresh_until)}${o.fresh_type ? ` <span class="muted">(${esc(o.fresh_type)})</span>` : ""}</td>
         <td>${age(o.lag)}</td>
         <td class="num">${o.failed}</td>
         <td class="num ${bad ? "bad" : ""}">${o.abandoned}</td>
@@ -175,7 +188,7 @@ function renderJobs(page) {
       <td>${button("show-job", `#${j.id}`, {job: j.id})}</td><td>${esc(j.owner)}</td><td>${esc(j.type)}</td><td>${esc(j.mode)}</td>
       <td><span class="status ${esc(j.status)}">${esc(j.status)}</span></td>
       <td>${windowText(j.window_start, j.window_end)}</td><td><code>${esc(j.cursor ?? "")}</code></td>
-      <td class="num">${number(j.processed_count)}</td><td class="num">${j.attempt_count}</td><td>${when(j.next_run_at)}</td>
+      <td class="num">${number(j.processed_count)}</td><td class="num">${j.attempt_count}</td><td>${nextRun(j)}</td>
       <td>${j.error ? `<span class="error-text">${esc(j.error)}</span>` : ""}</td>
       <td>${STOPPED.has(j.status) ? button("requeue-job", "Requeue", {job: j.id, owner: j.owner, type: j.type}) : ""}</td>
     </tr>`).join("")}</tbody></table>`;
@@ -234,7 +247,7 @@ async function refresh() {
     }
     if (state.queue) await load();
     if (state.detail && state.view === "jobs") await showJob(state.detail);
-    $("#updated").textContent = `updated ${new Date().toLocaleTimeString()}`;
+    $("#updated").textContent = `updated ${utcClock(new Date())}`;
   } catch (error) {
     say(`Could not load: ${error.message}`, true);
   }
