@@ -8,8 +8,10 @@ import psycopg.errors
 import pytest
 from psycopg import sql
 
-from synclane_provider.core import Operations, Owner, WorkerSlot
+from synclane_provider.core import JobStatus, Operations, Owner, Queue, SyncLane, WorkerSlot
 from synclane_provider.core.errors import DeclarationError, OwnerSourceError
+from synclane_provider.core.retry import Jitter, RetryPolicy
+from synclane_provider.core.store import Finish
 from tests.support.helpers import declare, orders, owners, products, rows
 from tests.support.lane_race import lane_race, max_concurrency
 
@@ -142,3 +144,95 @@ def test_a_running_job_cannot_hold_a_slot_outside_its_lane(schema, database_url,
                 "UPDATE {}.jobs SET status = 'running', lane_slot = 1, leased_by = 'w', lease_expires_at = now()"
             ).format(sql.Identifier(schema))
         )
+
+
+@pytest.fixture
+def behind_a_full_lane(schema, database_url, clock):
+    """Lane big (1 wide) holds the head of the queue, 40 jobs, one of them running; acme (2 wide) has 3 jobs
+    behind them. Every job among the first due is in a full lane: a take walks the lanes to find acme's."""
+    declaration = declare(schema, products(), owner_source=owners("big", Owner("acme", lane_width=2)))
+    database = declaration.database(database_url)
+    made = []
+
+    def slot() -> WorkerSlot:
+        made.append(WorkerSlot(declaration, database, "shops", clock=clock))
+        return made[-1]
+
+    with Operations(declaration, database, clock=clock) as ops:
+        for n in range(40):
+            ops.enqueue("shops", "big", "products", key=f"big-{n}")
+        for n in range(3):
+            ops.enqueue("shops", "acme", "products", key=f"acme-{n}")
+        assert slot().take().owner == "big"
+        yield slot
+    for worker in made:
+        worker.close()
+
+
+def test_the_lane_walk_gives_a_wide_lanes_free_slot_and_hands_a_finished_lane_to_its_next_job(
+    behind_a_full_lane, admin, schema, clock
+):
+    first, second, third = behind_a_full_lane(), behind_a_full_lane(), behind_a_full_lane()
+    a, b = first.take(), second.take()
+    assert [(a.owner, a.lane_slot), (b.owner, b.lane_slot)] == [("acme", 0), ("acme", 1)]
+    assert third.take() is None  # big and acme full
+
+    done = first.store.finish_and_take(
+        queue="shops",
+        worker=first.worker_id,
+        lease=timedelta(minutes=5),
+        finish=Finish(a.id, JobStatus.COMPLETED, 0),
+        take=True,
+        now=clock.now,
+    )
+    assert done.finished and done.taken is not None
+    assert (done.taken.job.owner, done.taken.job.lane_slot) == ("acme", 0)  # acme's last job, in the slot just freed
+
+
+def test_a_takeover_in_a_wide_lane_keeps_the_dead_workers_slot(schema, database_url, admin, clock):
+    declaration = declare(schema, products(), owner_source=owners(Owner("acme", lane_width=2)))
+    database = declaration.database(database_url)
+    with (
+        Operations(declaration, database, clock=clock) as ops,
+        WorkerSlot(declaration, database, "shops", clock=clock) as alive,
+        WorkerSlot(declaration, database, "shops", clock=clock) as dead,
+        WorkerSlot(declaration, database, "shops", clock=clock) as taker,
+        WorkerSlot(declaration, database, "shops", clock=clock) as idle,
+    ):
+        for n in range(3):
+            ops.enqueue("shops", "acme", "products", key=f"acme-{n}")
+        kept, lost = alive.take(), dead.take()
+        assert (kept.lane_slot, lost.lane_slot) == (0, 1)
+        clock.advance(timedelta(minutes=6))
+        assert alive.store.renew_lease(kept.id, worker=alive.worker_id, lease=timedelta(minutes=5), now=clock.now)
+        taken = taker.take()  # the dead worker's job, in its slot 1; slot 0 is still held
+        assert (taken.id, taken.lane_slot) == (lost.id, 1)
+        assert idle.take() is None  # and the lane's third job waits for a free slot
+
+
+def test_a_hand_job_of_a_wide_owner_gets_its_lanes_width(schema, database_url, clock):
+    declaration = declare(schema, products(), owner_source=owners(Owner("acme", lane_width=3)))
+    with Operations(declaration, declaration.database(database_url), clock=clock) as ops:
+        job = ops.enqueue("shops", "acme", "products", key="by-hand")
+    assert (job.lane, job.lane_width) == ("acme", 3)
+
+
+def test_the_slot_index_is_per_queue_so_a_lane_name_in_two_queues_runs_in_both(schema, database_url, clock):
+    """Queues shops and imports each have an owner acme (lane acme, 1 wide): each runs its acme job at once."""
+    declaration = SyncLane(
+        queues=[
+            Queue(name, owners=owners("acme"), types=[products()], retry=RetryPolicy(jitter=Jitter.NONE))
+            for name in ("shops", "imports")
+        ],
+        schema=schema,
+    )
+    database = declaration.database(database_url)
+    with (
+        Operations(declaration, database, clock=clock) as ops,
+        WorkerSlot(declaration, database, "shops", clock=clock) as shops,
+        WorkerSlot(declaration, database, "imports", clock=clock) as imports,
+    ):
+        for queue in ("shops", "imports"):
+            ops.enqueue(queue, "acme", "products", key="now")
+        running = [shops.take(), imports.take()]
+    assert [(job.queue, job.lane, job.lane_slot) for job in running] == [("shops", "acme", 0), ("imports", "acme", 0)]

@@ -213,6 +213,22 @@ def test_cancel_abandons_waiting_jobs_now_and_marks_the_running_one_to_stop(
     assert {r["status"] for r in rows(admin, schema, "owner = 'globex'")} == {"pending"}
 
 
+def test_cancel_asks_only_the_named_owners_running_job_to_stop(ops, admin, schema, clock, declaration, database_url):
+    ops.plan("shops", now=clock.now)
+    database = declaration.database(database_url)
+    with (
+        WorkerSlot(declaration, database, "shops", clock=clock) as first,
+        WorkerSlot(declaration, database, "shops", clock=clock) as second,
+    ):
+        running = {job.owner: job for job in (first.take(), second.take())}
+    assert set(running) == {"acme", "globex"}
+
+    assert ops.cancel("shops", "acme", "account disconnected").stopping == 1
+
+    [globex] = rows(admin, schema, "id = %s", [running["globex"].id])
+    assert (globex["status"], globex["stop_reason"]) == ("running", None)
+
+
 def test_cancel_of_one_type_leaves_the_owners_other_types(ops, admin, schema, clock):
     ops.plan("shops", now=clock.now)
     assert ops.cancel("shops", "acme", "orders API retired", type="orders").abandoned == 3

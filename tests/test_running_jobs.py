@@ -442,6 +442,28 @@ def test_a_worker_whose_job_an_operator_released_leaves_its_page_within_a_renewa
     assert left - released_at[0] < interval + 1.1  # one renewal interval, the page thread's look, the statements
 
 
+def test_a_slot_that_stops_while_its_next_job_is_a_takeover_writes_the_lost_attempt_down(setup, admin, schema, clock):
+    """The finish of the slot's job took over a lost worker's job as its next; the slot then stops. The lost
+    attempt is written down (failed, WorkerLost, counted), not handed back as if it had never run."""
+
+    def page_during_which_the_other_lease_lapses(job):
+        clock.advance(timedelta(minutes=6))
+        return Page(None, 1)
+
+    _, slot = setup(products(page_during_which_the_other_lease_lapses), owner_source=owners("acme", "globex"))
+    dead, survivor = slot(), slot()
+    lost = dead.take()  # and its worker is never heard of again
+    assert survivor.run_one().outcome is Outcome.COMPLETED
+    assert survivor.next_job is not None and survivor.next_job.id == lost.id  # taken over as the next job
+
+    survivor.hand_back()  # the slot stops: its maximum run time, a shutdown
+
+    row = job_row(admin, schema, lost.id)
+    assert (row["status"], row["leased_by"], row["attempt_count"]) == ("failed", None, 1)
+    assert row["error"].startswith(f"WorkerLost: worker {dead.worker_id} stopped renewing its lease")
+    assert survivor.summary.outcomes["failed"] == 1
+
+
 def test_a_free_lane_is_found_when_the_head_of_the_queue_is_all_in_one_busy_lane(setup, admin, schema, clock):
     ops, slot = setup(orders(horizon=timedelta(days=3650)), plan=False, owner_source=owners("acme", "globex"))
     ops.plan("shops", owner="acme", now=clock.now)  # 123 acme jobs at the head of the queue

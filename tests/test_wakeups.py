@@ -139,3 +139,32 @@ def test_idle_waiters_take_turns_one_per_job_that_can_be_taken(schema, database_
     finally:
         for conn in waiters:
             conn.close()
+
+
+def test_the_quiet_wake_up_counts_a_wide_lanes_due_jobs_as_that_many_units(schema, database_url, clock):
+    """acme is 3 wide with 5 jobs due and globex 1 wide with 1: four jobs can be taken at once, so the first four
+    waiters wake and the fifth sleeps on, one behind."""
+    from synclane_provider.core.queries import statement
+    from synclane_provider.core.wakeups import waiter_key
+
+    declaration = declare(schema, products(), owner_source=owners(Owner("acme", lane_width=3), "globex"))
+    key = waiter_key(schema, "shops")
+    query = statement("worker_wakeup", schema)
+    waiters = [psycopg.connect(database_url, autocommit=True) for _ in range(5)]
+    try:
+        for conn in waiters:
+            conn.execute("SELECT pg_advisory_lock_shared(%s, %s)", list(key))
+        waiters.sort(key=lambda conn: conn.info.backend_pid)
+        with Operations(declaration, declaration.database(database_url)) as ops:
+            for n in range(5):
+                ops.enqueue("shops", "acme", "products", key=f"acme-{n}", now=clock.now)
+            ops.enqueue("shops", "globex", "products", key="globex", now=clock.now)
+        values = {"queue": "shops", "now": clock.now, "waiter_class": key[0], "waiter_object": key[1]}
+        turns = []
+        for conn in waiters:
+            with psycopg.RawCursor(conn) as cur:
+                turns.append(tuple(cur.execute(query.text, query.arguments(values)).fetchone()[:2]))
+        assert turns == [(True, 0)] * 4 + [(False, 1)]
+    finally:
+        for conn in waiters:
+            conn.close()
