@@ -77,6 +77,20 @@ def airflow_connection(conninfo: str) -> str:
     return json.dumps(connection)
 
 
+LOG_SERVER_OFFSET = 713
+"""Airflow's log servers listen on the UI's port plus 713 and 714: 8793 and 8794 (Airflow's own defaults) for
+the UI on 8080, so that a second demo on another ``DEMO_PORT`` does not collide with the first."""
+
+
+def log_server_ports(port: int) -> tuple[int, int]:
+    """The worker's and the triggerer's log-server ports of a demo whose UI is on ``port``.
+
+    >>> log_server_ports(8080), log_server_ports(9080)
+    ((8793, 8794), (9793, 9794))
+    """
+    return port + LOG_SERVER_OFFSET, port + LOG_SERVER_OFFSET + 1
+
+
 def airflow_environment(
     base: Mapping[str, str],
     *,
@@ -100,6 +114,9 @@ def airflow_environment(
         "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://localhost:{port}/execution/",
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": sqlalchemy_url(metadata_url),
         "AIRFLOW__API__PORT": str(port),
+        "AIRFLOW__API__HOST": "127.0.0.1",  # the demo is for this machine: not served to the network
+        "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(log_server_ports(port)[0]),
+        "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(log_server_ports(port)[1]),
         "AIRFLOW__API__BASE_URL": f"http://localhost:{port}",
         "AIRFLOW__API__WORKERS": "1",
         # Tasks talk to the API server; on a small, busy machine its first answers can take longer than 5 s.
@@ -185,9 +202,12 @@ def main(argv: list[str] | None = None) -> None:
     server_url = os.environ.get("SYNCLANE_DATABASE_URL")
     if not server_url:
         sys.exit("SYNCLANE_DATABASE_URL is not set; start the demo with scripts/demo, which finds a PostgreSQL")
-    for port in (args.port, args.shop_port):
+    for port in (args.port, args.shop_port, *log_server_ports(args.port)):
         if not port_free(port):
-            sys.exit(f"port {port} is taken; set DEMO_PORT / SHOP_PORT (or --port / --shop-port) to free ones")
+            sys.exit(
+                f"port {port} is taken; set DEMO_PORT / SHOP_PORT (or --port / --shop-port) to free ones "
+                f"(Airflow's log servers take the UI's port + {LOG_SERVER_OFFSET} and + {LOG_SERVER_OFFSET + 1})"
+            )
 
     named = conninfo_to_dict(server_url).get("dbname")
     if named and named != "postgres":

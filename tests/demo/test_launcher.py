@@ -59,6 +59,12 @@ def test_airflow_lives_in_the_project_and_the_environment_wins_otherwise(tmp_pat
         and env["AIRFLOW__CORE__EXECUTION_API_SERVER_URL"] == "http://localhost:9090/execution/"
     )
     assert env["SYNCLANE_DEMO_SHOP_URL"] == "http://127.0.0.1:9091"
+    # A demo on another port keeps off the first one's log servers, and serves this machine only.
+    assert (env["AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT"], env["AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT"]) == (
+        "9803",
+        "9804",
+    )
+    assert env["AIRFLOW__API__HOST"] == "127.0.0.1"
     assert (env["SYNCLANE_DECLARATION"], env["SYNCLANE_QUEUE"]) == ("synclane_demo.sync:synclane", "shops")
     assert json.loads(env["AIRFLOW_CONN_SYNCLANE_DEFAULT"])["schema"] == "synclane"
 
