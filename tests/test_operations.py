@@ -240,6 +240,12 @@ def test_cancel_of_one_type_leaves_the_owners_other_types(ops, admin, schema, cl
         ops.cancel("shops", "acme", "typo", type="order")
 
 
+def disconnect_acme(declaration, database) -> None:
+    """What an application does when acme disconnects its account (here, while acme's page runs): cancel."""
+    with Operations(declaration, database) as other:
+        assert other.cancel("shops", "acme", "account disconnected").stopping == 1
+
+
 def test_a_cancelled_running_job_stops_after_its_current_page_and_a_requeue_continues_it(
     schema, database_url, admin, clock
 ):
@@ -248,8 +254,7 @@ def test_a_cancelled_running_job_stops_after_its_current_page_and_a_requeue_cont
     def handler(job):
         if job.cursor == cancel_during["cursor"]:
             cancel_during["cursor"] = None
-            with Operations(declaration, database) as other:
-                assert other.cancel("shops", "acme", "account disconnected").stopping == 1
+            disconnect_acme(declaration, database)
         return paged(200, 50)(job)
 
     declaration = declare(schema, products(handler))
@@ -282,8 +287,7 @@ def test_a_cancelled_job_whose_page_then_fails_ends_abandoned_with_the_cancel_no
 
     def handler(job):
         if job.cursor == "50":
-            with Operations(declaration, database) as other:
-                assert other.cancel("shops", "acme", "account disconnected").stopping == 1
+            disconnect_acme(declaration, database)
             raise RuntimeError("401 Unauthorized")
         return paged(200, 50)(job)
 

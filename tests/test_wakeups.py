@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 
 import psycopg
 from psycopg import sql
 
 from synclane_provider.core import Operations, Owner, WorkerSlot
+from synclane_provider.core.queries import statement
 from synclane_provider.core.records import Wakeup
-from synclane_provider.core.wakeups import channel
+from synclane_provider.core.wakeups import channel, waiter_key
 from tests.support.helpers import declare, execute, orders, owners, paged, products
 
 MINUTE = timedelta(minutes=1)
@@ -18,6 +21,32 @@ MINUTE = timedelta(minutes=1)
 
 def wakeup(ops: Operations, clock) -> Wakeup:
     return ops.store.wakeup("shops", now=clock.now)
+
+
+@contextmanager
+def waiters_in_line(database_url: str, schema: str, count: int) -> Iterator[list[psycopg.Connection]]:
+    """``count`` idle waiters of queue shops, each holding its key as a worker's trigger does, in line order."""
+    waiters = [psycopg.connect(database_url, autocommit=True) for _ in range(count)]
+    try:
+        for conn in waiters:
+            conn.execute("SELECT pg_advisory_lock_shared(%s, %s)", list(waiter_key(schema, "shops")))
+        waiters.sort(key=lambda conn: conn.info.backend_pid)  # the line is by backend pid
+        yield waiters
+    finally:
+        for conn in waiters:
+            conn.close()
+
+
+def wakeup_turns(waiters: list[psycopg.Connection], schema: str, clock) -> list[tuple[bool, int]]:
+    """What the wake-up statement tells each waiter: whether it is its turn to take, and how far behind it is."""
+    key, query = waiter_key(schema, "shops"), statement("worker_wakeup", schema)
+    values = {"queue": "shops", "now": clock.now, "waiter_class": key[0], "waiter_object": key[1]}
+    found = []
+    for conn in waiters:
+        with psycopg.RawCursor(conn) as cur:
+            takeable, behind = cur.execute(query.text, query.arguments(values)).fetchone()[:2]
+        found.append((takeable, behind))
+    return found
 
 
 def test_a_due_job_in_a_free_lane_can_be_taken_but_not_in_a_busy_lane(schema, database_url, clock):
@@ -102,26 +131,11 @@ def test_a_job_handed_back_on_a_graceful_stop_notifies_idle_workers(schema, data
 
 def test_idle_waiters_take_turns_one_per_job_that_can_be_taken(schema, database_url, admin, clock):
     """Waiters holding the queue's key each see only their turn: with k jobs to take, the k first wake."""
-    from synclane_provider.core.queries import statement
-    from synclane_provider.core.wakeups import waiter_key
-
     declaration = declare(schema, products(), owner_source=owners("acme", "globex", "initech"))
-    key = waiter_key(schema, "shops")
-    query = statement("worker_wakeup", schema)
-    waiters = [psycopg.connect(database_url, autocommit=True) for _ in range(4)]
-    try:
-        for conn in waiters:
-            conn.execute("SELECT pg_advisory_lock_shared(%s, %s)", list(key))
-        waiters.sort(key=lambda conn: conn.info.backend_pid)  # the line is by backend pid
+    with waiters_in_line(database_url, schema, 4) as waiters:
 
         def turns() -> list[tuple[bool, int]]:
-            values = {"queue": "shops", "now": clock.now, "waiter_class": key[0], "waiter_object": key[1]}
-            found = []
-            for conn in waiters:
-                with psycopg.RawCursor(conn) as cur:
-                    takeable, behind = cur.execute(query.text, query.arguments(values)).fetchone()[:2]
-                found.append((takeable, behind))
-            return found
+            return wakeup_turns(waiters, schema, clock)
 
         with Operations(declaration, declaration.database(database_url)) as ops:
             assert turns() == [(False, 0)] * 4  # nothing to take: nobody is behind anyone
@@ -136,35 +150,15 @@ def test_idle_waiters_take_turns_one_per_job_that_can_be_taken(schema, database_
         # Without the key (a worker looking for itself) it is first in line.
         with Operations(declaration, declaration.database(database_url)) as ops:
             assert ops.store.wakeup("shops", now=clock.now).takeable is True
-    finally:
-        for conn in waiters:
-            conn.close()
 
 
 def test_the_quiet_wake_up_counts_a_wide_lanes_due_jobs_as_that_many_units(schema, database_url, clock):
     """acme is 3 wide with 5 jobs due and globex 1 wide with 1: four jobs can be taken at once, so the first four
     waiters wake and the fifth sleeps on, one behind."""
-    from synclane_provider.core.queries import statement
-    from synclane_provider.core.wakeups import waiter_key
-
     declaration = declare(schema, products(), owner_source=owners(Owner("acme", lane_width=3), "globex"))
-    key = waiter_key(schema, "shops")
-    query = statement("worker_wakeup", schema)
-    waiters = [psycopg.connect(database_url, autocommit=True) for _ in range(5)]
-    try:
-        for conn in waiters:
-            conn.execute("SELECT pg_advisory_lock_shared(%s, %s)", list(key))
-        waiters.sort(key=lambda conn: conn.info.backend_pid)
-        with Operations(declaration, declaration.database(database_url)) as ops:
-            for n in range(5):
-                ops.enqueue("shops", "acme", "products", key=f"acme-{n}", now=clock.now)
-            ops.enqueue("shops", "globex", "products", key="globex", now=clock.now)
-        values = {"queue": "shops", "now": clock.now, "waiter_class": key[0], "waiter_object": key[1]}
-        turns = []
-        for conn in waiters:
-            with psycopg.RawCursor(conn) as cur:
-                turns.append(tuple(cur.execute(query.text, query.arguments(values)).fetchone()[:2]))
-        assert turns == [(True, 0)] * 4 + [(False, 1)]
-    finally:
-        for conn in waiters:
-            conn.close()
+    with Operations(declaration, declaration.database(database_url)) as ops:
+        for n in range(5):
+            ops.enqueue("shops", "acme", "products", key=f"acme-{n}", now=clock.now)
+        ops.enqueue("shops", "globex", "products", key="globex", now=clock.now)
+    with waiters_in_line(database_url, schema, 5) as waiters:
+        assert wakeup_turns(waiters, schema, clock) == [(True, 0)] * 4 + [(False, 1)]
