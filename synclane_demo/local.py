@@ -121,6 +121,10 @@ def airflow_environment(
         "AIRFLOW__API__WORKERS": "1",
         # Tasks talk to the API server; on a small, busy machine its first answers can take longer than 5 s.
         "AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT": "30",
+        # `airflow standalone` starts the scheduler before the API server listens, and a task handed out
+        # then gave up after Airflow's 5 tries (jittered waits of at most 1, 2, 4 and 8 s): on a busy machine
+        # every task's first try failed at start-up. 10 tries wait minutes for it (at most 5).
+        "AIRFLOW__WORKERS__EXECUTION_API_RETRIES": "10",
         "AIRFLOW__DAG_PROCESSOR__PARSING_PROCESSES": "1",
         "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "30",
         "AIRFLOW_CONN_SYNCLANE_DEFAULT": airflow_connection(data_url),

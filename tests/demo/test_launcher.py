@@ -65,6 +65,7 @@ def test_airflow_lives_in_the_project_and_the_environment_wins_otherwise(tmp_pat
         "9804",
     )
     assert env["AIRFLOW__API__HOST"] == "127.0.0.1"
+    assert env["AIRFLOW__WORKERS__EXECUTION_API_RETRIES"] == "10"  # a task handed out before the API listens waits
     assert (env["SYNCLANE_DECLARATION"], env["SYNCLANE_QUEUE"]) == ("synclane_demo.sync:synclane", "shops")
     assert json.loads(env["AIRFLOW_CONN_SYNCLANE_DEFAULT"])["schema"] == "synclane"
 
