@@ -158,6 +158,38 @@ def test_a_slot_that_wakes_late_for_its_turn_gives_it_up_and_takes_the_next(data
     assert (run.over_limit, run.max_in_any_window <= 2) == (0, True), run
 
 
+def test_a_slot_asked_to_stop_while_it_waits_for_a_new_turn_sends_nothing_and_hands_the_job_back(
+    database_url, schema, admin, monkeypatch
+):
+    """The page thread starts 0.2 s after the page's turn (past its 26 ms of room) and takes a new turn; the slot is
+    asked to stop while it waits for it: the page is not sent, and the job goes back to pending."""
+    sent: list[Job] = []
+    synclane = declare(schema, products(lambda job: sent.append(job) or Page(None, 1)), rate=Rate(2))
+    database = synclane.database(database_url)
+    before_page, take_budget = LaneGate.before_page, Store.take_lane_budget
+    takes = []
+
+    def woke_late(gate, job, *, paused):
+        turn = before_page(gate, job, paused=paused)
+        time.sleep(0.2)
+        return turn
+
+    def stop_at_the_second_take(store, *args, **kwargs):
+        takes.append(args)
+        if len(takes) == 2:
+            slot.stop.set()
+        return take_budget(store, *args, **kwargs)
+
+    monkeypatch.setattr(LaneGate, "before_page", woke_late)
+    monkeypatch.setattr(Store, "take_lane_budget", stop_at_the_second_take)
+    with Operations(synclane, database) as ops, WorkerSlot(synclane, database, "shops") as slot:
+        ops.enqueue("shops", "acme", "products", key="now")
+        result = slot.run_one()
+    assert (result.outcome, len(takes), sent) == (Outcome.RELEASED, 2, [])
+    [row] = admin.execute(sql.SQL("SELECT status, leased_by FROM {}.jobs").format(sql.Identifier(schema))).fetchall()
+    assert row == {"status": "pending", "leased_by": None}
+
+
 def test_the_same_run_without_the_budget_overruns_the_api(database_url, schema):
     """The check above can fail: with no rate taken before the pages, the API sees the 40 requests at once."""
     run = budget_run(database_url, schema, rate=FIVE_A_SECOND, jobs_per_owner=2, enforce=False)
