@@ -271,6 +271,11 @@ class SyncLaneWorkOperator(BaseOperator):
                 linger_until = min(max(state.idle_since, resumed_at) + linger, until)
                 if now < linger_until:
                     # Short gaps between jobs are waited out here: no deferral, so no resume to race with.
+                    self.log.info(
+                        "nothing to take in queue %s: waiting here for a job until %s, then deferring",
+                        queue.name,
+                        linger_until.isoformat(timespec="seconds"),
+                    )
                     self._linger(self._trigger(declaration, queue.name, state, linger_until), worker.stop)
                     continue
                 state.deferrals += 1
