@@ -187,7 +187,8 @@ def main() -> None:
     print(
         f"first_plan_s={first_s:.3f} baseline_s={baseline_s:.3f} replan_s={replan_s:.3f} "
         f"baseline_replan_s={baseline_replan_s:.3f} replan_ratio={replan_s / baseline_replan_s:.2f} "
-        f"raise_horizon_s={raise_s:.3f} first_plan_ratio={first_s / baseline_s:.2f} owners={count}"
+        f"raise_horizon_s={raise_s:.3f} raise_horizon_ratio={raise_s / baseline_raise_s:.2f} "
+        f"first_plan_ratio={first_s / baseline_s:.2f} owners={count}"
     )
 
 

@@ -243,3 +243,48 @@ def test_planning_waits_out_a_passing_error_of_the_owner_source_and_not_a_bug(op
     failures[:] = [psycopg.errors.UndefinedTable("relation accounts does not exist")]
     with pytest.raises(psycopg.errors.UndefinedTable):  # what the statement is, not a passing error: at once
         ops(products(), owner_source=accounts).plan("shops", now=clock.now)
+
+
+def test_a_repeated_plan_reads_each_batch_of_owners_coverage_once_and_writes_nothing(ops, clock):
+    lanes = {"acme": "acme", "globex": "globex"}
+    operations = ops(
+        orders(), products(), owner_source=lambda queue: [Owner(o, lane=lane) for o, lane in lanes.items()]
+    )
+    operations.plan("shops", now=clock.now)
+    traffic = operations.session.database.traffic.snapshot()
+
+    assert operations.plan("shops", now=clock.now).total == 0
+    assert dict((operations.session.database.traffic - traffic).statements) == {
+        "try_planning_lock": 1,
+        "read_coverage": 1,
+        "planning_unlock": 1,
+    }
+
+
+def test_an_owner_the_source_moves_to_another_lane_has_its_jobs_moved_once_and_is_then_left_alone(
+    ops, clock, admin, schema
+):
+    lanes = {"acme": "acme", "globex": "globex"}
+    operations = ops(
+        orders(), products(), owner_source=lambda queue: [Owner(o, lane=lane) for o, lane in lanes.items()]
+    )
+    operations.plan("shops", now=clock.now)
+    lanes["globex"] = "acme"
+
+    assert operations.plan("shops", now=clock.now).moved == 4  # two slices, the recurring window, the snapshot
+    assert {r["lane"] for r in rows(admin, schema, "owner = 'globex'")} == {"acme"}
+    traffic = operations.session.database.traffic.snapshot()
+    assert operations.plan("shops", now=clock.now).moved == 0
+    assert "move_lanes" not in (operations.session.database.traffic - traffic).statements
+
+
+def test_a_planning_run_that_starts_while_another_runs_does_nothing_and_says_so(ops, clock, schema, database_url):
+    running, late = ops(orders()), ops(orders())
+    running.plan("shops", owner="acme", now=clock.now)  # the table exists; a one-owner plan takes no lock
+    assert running.store.try_planning_lock("shops")  # a run in progress, as far as the lock can tell
+    try:
+        summary = late.plan("shops", now=clock.now + DAY)
+        assert summary.skipped and summary.total == 0 and summary.owners == 0
+    finally:
+        running.store.planning_unlock("shops")
+    assert late.plan("shops", now=clock.now + DAY).total > 0

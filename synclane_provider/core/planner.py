@@ -29,6 +29,8 @@ class PlanSummary:
     inserted: dict[str, int] = field(default_factory=dict)
     moved: int = 0
     """Waiting jobs moved to the lane the owner source now gives their owner."""
+    skipped: bool = False
+    """Another planning run of the queue was still running: this one did nothing (see :func:`plan`)."""
 
     @property
     def total(self) -> int:
@@ -44,52 +46,75 @@ def plan(
 ) -> PlanSummary:
     """Plan every owner of ``queue`` (or only ``owner``) at ``now``; safe to repeat and to run concurrently.
 
-    Each owner's waiting jobs are first moved to the lane (and lane width) the owner source gives it now (a
-    running job finishes in the lane and slot it started in), so that the new jobs and the old ones share one
-    lane. The width is written on every job, like the lane, because the take reads it from the job it is
-    about to lease: the database then needs no table of lanes, and the index alone keeps the lane k wide.
+    Each batch of owners costs one read of their coverage rows (what exists per owner and type, and the lane
+    it was planned in), then, only for what that read found, one move of the waiting jobs of owners the owner
+    source gives another lane or lane width (a running job finishes in the lane and slot it started in), and
+    one insert of the jobs missing. The width is written on every job, like the lane, because the take reads
+    it from the job it is about to lease: the database then needs no table of lanes, and the index alone
+    keeps the lane k wide.
+
+    A run over the whole queue holds the queue's planning lock while it runs. A run that starts while
+    another still runs -- one that took longer than its interval, say -- does nothing and returns at once
+    with ``skipped`` set (the running one plans everything there is to plan; the next run after it catches
+    up on anything later), so runs never pile up on a queue. Planning one owner takes no lock: it is short,
+    and safe beside a whole run.
     """
     now = utc(now) if now is not None else datetime.now(timezone.utc)
-    owners = owners_of(queue) if owner is None else [resolve_owner(queue, owner)]
+    if owner is not None:
+        return _plan_owners(store, queue, [resolve_owner(queue, owner)], now)
+    if not store.try_planning_lock(queue.name):
+        log.warning("queue %s: another planning run is still running; this one does nothing", queue.name)
+        return PlanSummary(queue.name, 0, {t.name: 0 for t in queue.types}, skipped=True)
+    try:
+        return _plan_owners(store, queue, owners_of(queue), now)
+    finally:
+        store.planning_unlock(queue.name)
+
+
+def _plan_owners(store: Store, queue: Queue, owners: Sequence[Owner], now: datetime) -> PlanSummary:
     inserted: Counter[str] = Counter()
     moved = 0
     for start in range(0, len(owners), OWNER_BATCH):
-        batch = owners[start : start + OWNER_BATCH]
-        moved += _move_lanes(store, queue, batch)
-        inserted.update(_plan_batch(store, queue, batch, now))
+        batch_moved, batch_inserted = _plan_batch(store, queue, owners[start : start + OWNER_BATCH], now)
+        moved += batch_moved
+        inserted.update(batch_inserted)
     if inserted or moved:
         store.notify(queue.name)
     return PlanSummary(queue.name, len(owners), {t.name: inserted.get(t.name, 0) for t in queue.types}, moved)
 
 
+def _plan_batch(store: Store, queue: Queue, owners: Sequence[Owner], now: datetime) -> tuple[int, Counter[str]]:
+    reach = [coverage_wanted(job_type, now) for job_type in queue.types]
+    found = store.read_coverage(
+        queue.name,
+        [o.id for o in owners],
+        [o.lane_or_id for o in owners],
+        [o.lane_width for o in owners],
+        [t.name for t in queue.types],
+        [horizon_start for horizon_start, _ in reach],
+        [period for _, period in reach],
+    )
+    by_id = {owner.id: owner for owner in owners}
+    moved = _move_lanes(store, queue, [by_id[name] for name in dict.fromkeys(row.owner for row in found if row.moved)])
+    priority = {job_type.name: position for position, job_type in enumerate(queue.types)}
+    wanted = [
+        (by_id[row.owner], priority[row.type], job)
+        for row in found
+        if row.lacking
+        for job in plan_type(queue.job_type(row.type), row.coverage, now)
+    ]
+    return moved, (_insert(store, queue, wanted, now) if wanted else Counter())
+
+
 def _move_lanes(store: Store, queue: Queue, owners: Sequence[Owner]) -> int:
+    if not owners:
+        return 0
     moved = store.move_lanes(
         queue.name, [o.id for o in owners], [o.lane_or_id for o in owners], [o.lane_width for o in owners]
     )
     if moved:
         log.info("queue %s: %s waiting job(s) moved to the lane (or lane width) their owner has now", queue.name, moved)
     return moved
-
-
-def _plan_batch(store: Store, queue: Queue, owners: Sequence[Owner], now: datetime) -> Counter[str]:
-    reach = [coverage_wanted(job_type, now) for job_type in queue.types]
-    found = store.read_coverage(
-        queue.name,
-        [o.id for o in owners],
-        [t.name for t in queue.types],
-        [horizon_start for horizon_start, _ in reach],
-        [period for _, period in reach],
-    )
-    by_id = {owner.id: owner for owner in owners}
-    priority = {job_type.name: position for position, job_type in enumerate(queue.types)}
-    wanted = [
-        (by_id[row.owner], priority[row.type], job)
-        for row in found
-        for job in plan_type(queue.job_type(row.type), row.coverage, now)
-    ]
-    if not wanted:
-        return Counter()
-    return _insert(store, queue, wanted, now)
 
 
 def _insert(store: Store, queue: Queue, wanted: Iterable[tuple[Owner, int, PlannedJob]], now: datetime) -> Counter[str]:

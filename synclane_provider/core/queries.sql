@@ -313,17 +313,25 @@ RETURNING *;
 -- period are left out, so a repeated plan reads next to nothing; the planning rule itself (planning.py)
 -- decides what is missing for the rest, in the order of the owners and types given.
 --
+-- Each owner's lane and lane width as the owner source gives them now come along (%(lanes)s, %(lane_widths)s,
+-- pairwise with %(owners)s): a row whose coverage records another (or none) comes back too, with moved set, so
+-- that the run moves that owner's waiting jobs (move_lanes); lacking says whether the planning rule has
+-- something to add. An owner the source has not moved costs the run nothing more.
+--
 -- An owner-type with jobs but no coverage row yet (jobs inserted with SQL by hand, or a row deleted to make
 -- the planner forget) gets its row here, computed once from its jobs; an upsert that merges, so two planners
 -- doing it at once agree, and the row it returns is the one the planner goes on with.
 WITH wanted AS (
-    SELECT o.owner, t.type, t.horizon_start, t.period_start, o.position AS owner_position, t.position AS type_position
-    FROM unnest(%(owners)s::text[]) WITH ORDINALITY AS o(owner, position)
+    SELECT o.owner, o.lane, o.lane_width, t.type, t.horizon_start, t.period_start, o.position AS owner_position,
+           t.position AS type_position
+    FROM unnest(%(owners)s::text[], %(lanes)s::text[], %(lane_widths)s::int[])
+         WITH ORDINALITY AS o(owner, lane, lane_width, position)
     CROSS JOIN unnest(%(types)s::text[], %(horizon_starts)s::timestamptz[], %(period_starts)s::timestamptz[])
          WITH ORDINALITY AS t(type, horizon_start, period_start, position)
 ),
 known AS (
-    SELECT c.owner, c.type, c.has_initial, c.initial_start, c.covered_until, c.first_created_at, c.last_created_at
+    SELECT c.owner, c.type, c.has_initial, c.initial_start, c.covered_until, c.first_created_at, c.last_created_at,
+           c.lane, c.lane_width
     FROM {schema}.coverage AS c
     WHERE c.queue = %(queue)s AND c.owner = ANY(%(owners)s::text[]) AND c.type = ANY(%(types)s::text[])
 ),
@@ -356,23 +364,41 @@ recorded AS (
         covered_until = greatest(c.covered_until, excluded.covered_until),
         first_created_at = least(c.first_created_at, excluded.first_created_at),
         last_created_at = greatest(c.last_created_at, excluded.last_created_at)
-    RETURNING c.owner, c.type, c.has_initial, c.initial_start, c.covered_until, c.first_created_at, c.last_created_at
+    RETURNING c.owner, c.type, c.has_initial, c.initial_start, c.covered_until, c.first_created_at, c.last_created_at,
+              c.lane, c.lane_width
 ),
 existing AS (
     SELECT * FROM known
     UNION ALL
     SELECT * FROM recorded
 )
-SELECT w.owner, w.type, e.has_initial, e.initial_start, e.covered_until, e.first_created_at
+SELECT w.owner, w.type, e.has_initial, e.initial_start, e.covered_until, e.first_created_at, found.lacking,
+       found.moved
 FROM wanted AS w
 LEFT JOIN existing AS e ON e.owner = w.owner AND e.type = w.type
-WHERE e.owner IS NULL
-   OR NOT e.has_initial
-   OR e.initial_start > w.horizon_start
-   OR e.covered_until < w.period_start
-   OR (e.covered_until IS NULL AND e.last_created_at < w.period_start)
+CROSS JOIN LATERAL (
+    SELECT coalesce(
+               e.owner IS NULL
+               OR NOT e.has_initial
+               OR e.initial_start > w.horizon_start
+               OR e.covered_until < w.period_start
+               OR (e.covered_until IS NULL AND e.last_created_at < w.period_start),
+               false
+           ) AS lacking,
+           e.lane IS DISTINCT FROM w.lane OR e.lane_width IS DISTINCT FROM w.lane_width AS moved
+) AS found
+WHERE found.lacking OR found.moved
 -- In the owner source's order, so that the jobs are numbered in it.
 ORDER BY w.owner_position, w.type_position;
+
+-- name: try_planning_lock
+-- A whole-queue planning run holds the queue's planning key (wakeups.planning_key, one bigint) on its
+-- connection while it runs; a run that finds it held does nothing. Session-level: released by
+-- planning_unlock, or by the connection's end.
+SELECT pg_try_advisory_lock(%(key)s::bigint) AS locked;
+
+-- name: planning_unlock
+SELECT pg_advisory_unlock(%(key)s::bigint) AS unlocked;
 
 -- name: insert_planned
 -- Insert planned jobs, skipping any whose key exists: concurrent planners create each job once; and widen
@@ -390,21 +416,26 @@ WITH inserted AS (
          AS p(owner text, lane text, lane_width int, type text, mode text, priority int,
               window_start timestamptz, window_end timestamptz, dedup_key text)
     ON CONFLICT (queue, owner, type, dedup_key) DO NOTHING
-    RETURNING owner, type, mode, window_start, window_end, created_at
+    RETURNING owner, lane, lane_width, type, mode, window_start, window_end, created_at
 ),
 covered AS (
     INSERT INTO {schema}.coverage AS c
-        (queue, owner, type, has_initial, initial_start, covered_until, first_created_at, last_created_at)
+        (queue, owner, type, has_initial, initial_start, covered_until, first_created_at, last_created_at, lane,
+         lane_width)
     SELECT %(queue)s, i.owner, i.type,
            bool_or(i.mode = 'initial'),
            min(i.window_start) FILTER (WHERE i.mode = 'initial'),
            max(i.window_end),
            min(i.created_at),
-           max(i.created_at)
+           max(i.created_at),
+           min(i.lane),
+           min(i.lane_width)
     FROM inserted AS i
     WHERE i.mode <> 'manual'
     GROUP BY i.owner, i.type
     ORDER BY i.owner, i.type
+    -- A new row records the lane its jobs were inserted in; an existing one keeps its own, which only
+    -- move_lanes changes (it knows whether a job of the owner still runs in another lane).
     ON CONFLICT (queue, owner, type) DO UPDATE
     SET has_initial = c.has_initial OR excluded.has_initial,
         initial_start = least(c.initial_start, excluded.initial_start),
@@ -418,16 +449,54 @@ SELECT type, count(*) AS inserted FROM inserted GROUP BY type;
 -- name: move_lanes
 -- Waiting jobs follow their owner into the lane, and the lane width, the owner source gives it now. A running
 -- job finishes in the lane and slot it started in: moving it could put two running jobs in one slot of a lane.
--- Returns the jobs moved.
-UPDATE {schema}.jobs AS j
-SET lane = o.lane,
-    lane_width = o.lane_width
-FROM unnest(%(owners)s::text[], %(lanes)s::text[], %(lane_widths)s::int[]) AS o(owner, lane, lane_width)
-WHERE j.queue = %(queue)s
-  AND j.owner = o.owner
-  AND j.status IN ('pending', 'failed', 'deferred')
-  AND (j.lane <> o.lane OR j.lane_width <> o.lane_width)
-RETURNING j.id;
+-- The owners' coverage rows record the lane and width (the run's next read of the coverage finds them moved
+-- no more) once no job of the owner runs in another: a running job is not moved, and may wait again (handed
+-- back, failed) in the lane it ran in, so until it ends the owner is looked at by every run.
+--
+-- Called for the owners read_coverage found moved. Each owner's jobs are found by an index probe of their
+-- own (jobs_by_owner) and updated by id. The waiting statuses are named by what they are not, so that the
+-- queue's partial indexes of waiting jobs do not match, and the OFFSET 0 and the array keep the planner from
+-- joining the owners to the queue's whole waiting set: on a table whose statistics predate its rows (a first
+-- plan) it otherwise read every waiting job once per owner, 12 s for a batch of 1,000 owners after the first
+-- 27,000 jobs. Returns the jobs moved.
+WITH owner_lanes AS (
+    SELECT * FROM unnest(%(owners)s::text[], %(lanes)s::text[], %(lane_widths)s::int[]) AS o(owner, lane, lane_width)
+),
+moved AS (
+    UPDATE {schema}.jobs AS j
+    SET lane = o.lane,
+        lane_width = o.lane_width
+    FROM owner_lanes AS o
+    WHERE j.id = ANY (ARRAY(
+              SELECT waiting.id FROM owner_lanes AS mine
+              CROSS JOIN LATERAL (
+                  SELECT w.id FROM {schema}.jobs AS w
+                  WHERE w.queue = %(queue)s
+                    AND w.owner = mine.owner
+                    AND w.status NOT IN ('running', 'completed', 'abandoned')  -- waiting, in a form no
+                    AND (w.lane <> mine.lane OR w.lane_width <> mine.lane_width)  -- partial index matches
+                  OFFSET 0
+              ) AS waiting
+          ))
+      AND j.owner = o.owner
+      AND j.status NOT IN ('running', 'completed', 'abandoned')  -- still waiting (read by id, as above)
+    RETURNING j.id
+),
+recorded AS (
+    UPDATE {schema}.coverage AS c
+    SET lane = o.lane,
+        lane_width = o.lane_width
+    FROM owner_lanes AS o
+    WHERE c.queue = %(queue)s AND c.owner = o.owner
+      AND (c.lane IS DISTINCT FROM o.lane OR c.lane_width IS DISTINCT FROM o.lane_width)
+      AND NOT EXISTS (
+          SELECT 1 FROM {schema}.jobs AS r
+          WHERE r.queue = %(queue)s AND r.owner = o.owner AND r.status = 'running'
+            AND (r.lane <> o.lane OR r.lane_width <> o.lane_width)
+      )
+    RETURNING 1
+)
+SELECT moved.id FROM moved;
 
 -- name: enqueue
 -- Put one job in by hand; a job with the same key is left as it is (and returned as NULL).

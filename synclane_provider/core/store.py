@@ -18,7 +18,7 @@ from synclane_provider.core.database import Session
 from synclane_provider.core.planning import Coverage
 from synclane_provider.core.records import Activity, Cancelled, Freshness, Job, Progress, QueueCounts, Wakeup
 from synclane_provider.core.states import JobStatus
-from synclane_provider.core.wakeups import channel, payload
+from synclane_provider.core.wakeups import channel, payload, planning_key
 
 
 @dataclass(frozen=True)
@@ -66,11 +66,15 @@ class SavedPage:
 
 @dataclass(frozen=True)
 class CoverageRow:
-    """What exists for one owner and type that the planner may have to add to."""
+    """What exists for one owner and type that the planner may have to add to, or whose lane it must move."""
 
     owner: str
     type: str
     coverage: Coverage
+    lacking: bool = True
+    """The planning rule may have something to add (the coverage does not reach the horizon or the period)."""
+    moved: bool = False
+    """The owner source gives the owner another lane or lane width than its jobs were planned in."""
 
 
 class Store:
@@ -170,7 +174,12 @@ class Store:
         """Move the owners' waiting jobs into the lanes and widths given (pairwise); returns how many moved."""
         return len(
             self.session.run(
-                "move_lanes", queue=queue, owners=list(owners), lanes=list(lanes), lane_widths=list(lane_widths)
+                "move_lanes",
+                queue=queue,
+                owners=list(owners),
+                lanes=list(lanes),
+                lane_widths=list(lane_widths),
+                prepare=False,
             )
         )
 
@@ -178,18 +187,24 @@ class Store:
         self,
         queue: str,
         owners: Sequence[str],
+        lanes: Sequence[str],
+        lane_widths: Sequence[int],
         types: Sequence[str],
         horizon_starts: Sequence[datetime | None],
         period_starts: Sequence[datetime],
     ) -> list[CoverageRow]:
-        """What exists per owner and type, for the owner-types that may lack something (see queries.sql)."""
+        """What exists per owner and type, for the owner-types that may lack something or whose owner has
+        moved to another lane than ``lanes``/``lane_widths`` (pairwise with ``owners``; see queries.sql)."""
         rows = self.session.run(
             "read_coverage",
             queue=queue,
             owners=list(owners),
+            lanes=list(lanes),
+            lane_widths=list(lane_widths),
             types=list(types),
             horizon_starts=list(horizon_starts),
             period_starts=list(period_starts),
+            prepare=False,
         )
         return [
             CoverageRow(
@@ -201,13 +216,25 @@ class Store:
                     covered_until=row["covered_until"],
                     first_created_at=row["first_created_at"],
                 ),
+                lacking=row["lacking"],
+                moved=row["moved"],
             )
             for row in rows
         ]
 
+    def try_planning_lock(self, queue: str) -> bool:
+        """Take the queue's planning lock on this session's connection, unless another planning run holds it."""
+        row = self.session.one("try_planning_lock", key=planning_key(self.schema, queue))
+        assert row is not None
+        return bool(row["locked"])
+
+    def planning_unlock(self, queue: str) -> None:
+        """Let go of the queue's planning lock (a connection that broke meanwhile has let go of it already)."""
+        self.session.run("planning_unlock", key=planning_key(self.schema, queue))
+
     def insert_planned(self, queue: str, rows_json: str, *, now: datetime | None) -> Counter[str]:
         """Insert planned jobs given as a JSON array, skipping existing keys; returns how many per type."""
-        inserted = self.session.run("insert_planned", queue=queue, now=now, rows=rows_json)
+        inserted = self.session.run("insert_planned", queue=queue, now=now, rows=rows_json, prepare=False)
         return Counter({row["type"]: row["inserted"] for row in inserted})
 
     # -- operations -------------------------------------------------------------------------------------------

@@ -45,5 +45,17 @@ def waiter_key(schema: str, queue: str) -> tuple[int, int]:
     and wakes only for the jobs there are (see ``worker_wakeup`` in queries.sql): one NOTIFY no longer wakes
     them all. Two non-negative 31-bit halves of a digest of the schema and queue names.
     """
-    digest = hashlib.sha256(f"{schema}\x00{queue}".encode("utf-8", "surrogatepass")).digest()
+    return _advisory_key(schema, queue)
+
+
+def planning_key(schema: str, queue: str) -> int:
+    """The advisory lock key a whole-queue planning run holds while it runs: a second run finds it held and
+    does nothing (see planner.plan). One 63-bit key, so that it never equals a waiter key's pair."""
+    high, low = _advisory_key(schema, queue, "plan")
+    return (high << 32) | low
+
+
+def _advisory_key(*names: str) -> tuple[int, int]:
+    """Two non-negative 31-bit halves of a digest of ``names``."""
+    digest = hashlib.sha256("\x00".join(names).encode("utf-8", "surrogatepass")).digest()
     return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF, int.from_bytes(digest[4:8], "big") & 0x7FFFFFFF
