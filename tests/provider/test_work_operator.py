@@ -11,8 +11,11 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 from airflow.sdk.exceptions import AirflowException, TaskDeferred
+from psycopg import sql
 
 from synclane_provider.core import DatabaseUnavailableError
+from synclane_provider.core.schema import create_schema
+from synclane_provider.core.wakeups import waiter_key
 from synclane_provider.operators.work import DEFER_GRACE, SETTLE, SyncLaneWorkOperator
 from synclane_provider.triggers.due import JobDueTrigger
 from tests.provider.conftest import DECLARATION
@@ -136,6 +139,34 @@ def test_a_lingering_slot_wakes_on_notify_and_stops_when_airflow_stops_it(provid
         operator.on_kill()
         with pytest.raises(AirflowException, match="stopped by Airflow"):
             running.result(timeout=10)
+
+
+def test_a_lingering_slot_waits_for_a_dropped_schema_and_runs_the_jobs_of_the_new_one(provider_schema, admin):
+    operator = worker(linger=60)
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        running = pool.submit(operator.execute, {})
+        wait_for(lambda: listening(admin, provider_schema))  # it found nothing and waits, listening
+        admin.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(provider_schema)))
+        time.sleep(1.0)  # it looks at a schema that is not there, and waits
+        assert not running.done(), running.result()
+        create_schema(admin, provider_schema)  # as the next planning run does
+        plan()
+        wait_for(lambda: statuses(admin, provider_schema).get("completed", 0) >= decl.shop_jobs() - 1)
+        operator.on_kill()
+        with pytest.raises(AirflowException, match="stopped by Airflow"):
+            running.result(timeout=10)
+
+
+def listening(admin, schema: str, queue: str = "shops") -> bool:
+    """Whether a waiter of the queue holds its place in line: a lingering slot's trigger, after its first look."""
+    key = waiter_key(schema, queue)
+    return bool(
+        admin.execute(
+            "SELECT count(*) AS n FROM pg_locks WHERE locktype = 'advisory' AND classid = %s AND objid = %s"
+            " AND objsubid = 2",
+            list(key),
+        ).fetchone()["n"]
+    )
 
 
 def wait_for(condition, timeout: float = 30.0) -> None:
