@@ -240,7 +240,8 @@ class Session:
 
     def _with_connection(self, label: str, work: Callable[[psycopg.Connection[Any]], T]) -> T:
         """Do ``work`` on this session's connection; when the connection breaks, back off, reconnect, repeat."""
-        backoff = Backoff(self.first_backoff, self.max_backoff, self.give_up_after.total_seconds())
+        started = time.monotonic()
+        backoff: Backoff | None = None  # made at the first failure: most statements never need one
         failures = 0
         error: psycopg.Error
         while True:
@@ -264,6 +265,9 @@ class Session:
                 raise DatabaseUnavailableError(
                     f"gave up running {label!r} while stopping: {describe(error)}"
                 ) from error
+            if backoff is None:
+                left = self.give_up_after.total_seconds() - (time.monotonic() - started)
+                backoff = Backoff(self.first_backoff, self.max_backoff, left)
             wait = backoff.next()
             if wait is None:
                 raise DatabaseUnavailableError(

@@ -7,12 +7,14 @@ trigger also wakes for the earliest ``next_run_at``, so a lost notification
 
 from __future__ import annotations
 
+import functools
 import hashlib
 
 MAX_PAYLOAD_BYTES = 7000  # PostgreSQL refuses payloads of 8000 bytes or more
 MAX_CHANNEL_BYTES = 63  # PostgreSQL refuses longer channel names in pg_notify (and cuts them in LISTEN)
 
 
+@functools.cache  # asked for by every finish of a worker
 def channel(schema: str) -> str:
     """The channel of one jobs table; it is passed as a value to pg_notify, and quoted for LISTEN.
 
@@ -26,6 +28,7 @@ def channel(schema: str) -> str:
     return f"synclane.{schema[:36]}.{digest}"
 
 
+@functools.cache
 def payload(queue: str) -> str:
     """The queue name, or empty (meaning "any queue") when the name is too long to send."""
     return queue if len(queue.encode("utf-8")) < MAX_PAYLOAD_BYTES else ""
