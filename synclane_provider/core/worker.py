@@ -50,9 +50,8 @@ def worker_settings(*, synchronous_commit: bool = False) -> dict[str, str]:
     turning it off costs; measured by the chaos soak, docs/soak.md: 122 server crashes in 30 minutes ran 101
     of 45,037 completed jobs again). A worker repeats the same few statements thousands of times, so each is planned
     once per connection: their plans do not depend on the values (every search starts from the queue's
-    own indexes). JIT compilation is off: the server's cost estimate of the take (a recursive walk of the
-    lanes) can pass ``jit_above_cost`` on a large queue, and compiling costs more than the millisecond the
-    statement runs.
+    own indexes). JIT compilation is off, whatever the server estimates a statement's cost at on a large
+    queue: compiling costs more than the millisecond a take runs.
     """
     return {
         "synchronous_commit": "on" if synchronous_commit else "off",

@@ -78,6 +78,8 @@ class SyncLanePlanOperator(BaseOperator):
                 if queue.retention is not None and not self.owner_id
                 else None
             )
+            if summary.skipped:
+                self.log.info("queue %s: another planning run is still running; this one planned nothing", queue.name)
             for job_type, inserted in summary.inserted.items():
                 self.log.info(
                     "queue %s, type %s: %s job(s) inserted for %s owner(s)",
