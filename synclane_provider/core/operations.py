@@ -13,7 +13,7 @@ from synclane_provider.core.database import Database, Session
 from synclane_provider.core.declarations import Owner, SyncLane, WindowedType, checked_name
 from synclane_provider.core.errors import DeclarationError
 from synclane_provider.core.health import HealthReport, QueueGauges
-from synclane_provider.core.outcomes import storable_text
+from synclane_provider.core.outcomes import CANCELLED, storable_text
 from synclane_provider.core.owners import resolve_owner
 from synclane_provider.core.planner import PlanSummary
 from synclane_provider.core.planning import instant_key, instant_text, utc
@@ -175,7 +175,7 @@ class Operations:
         if type is not None:
             declared.job_type(type)
         return self.store.cancel(
-            queue, owner, type=type, error=storable_text(f"Cancelled: {reason}"), now=self._now(now)
+            queue, owner, type=type, error=storable_text(f"{CANCELLED}{reason}"), now=self._now(now)
         )
 
     def release(self, queue: str, job_id: int, *, now: datetime | None = None) -> bool:

@@ -9,6 +9,9 @@ from synclane_provider.core.errors import WorkerLost
 MAX_ERROR_LENGTH = 2000
 """Stored errors are cut to this many characters: the row is for reading, not for full tracebacks."""
 
+CANCELLED = "Cancelled: "
+"""How a cancelled job's error begins (``Cancelled: <reason>``): retention and the runner tell a cancel by it."""
+
 
 def describe_error(exc: BaseException) -> str:
     """``Type: message``, safe to store: bounded, valid UTF-8, no NUL characters."""

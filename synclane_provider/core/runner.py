@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from enum import Enum
+from types import EllipsisType
 
 from synclane_provider.core.clock import Clock
 from synclane_provider.core.declarations import Queue
@@ -18,7 +19,7 @@ from synclane_provider.core.errors import JobThrottled, UnknownJobTypeError
 from synclane_provider.core.lane_gate import LaneGate, PageNotSent, Turn
 from synclane_provider.core.lease import LeaseKeeper, why_lost
 from synclane_provider.core.metrics import NO_METRICS, PAGE_DURATION, PAGES, RECORDS, THROTTLES, Metrics
-from synclane_provider.core.outcomes import describe_error, lost_attempt
+from synclane_provider.core.outcomes import CANCELLED, describe_error, lost_attempt
 from synclane_provider.core.pages import PageLeftBehind, PageThread
 from synclane_provider.core.records import Job, Page
 from synclane_provider.core.states import JobStatus
@@ -244,8 +245,18 @@ class JobRunner:
         written = self._final_write(Finish(job.id, status, processed, error, delay))
         if written is not None:
             status, error = written.status, written.error
-        elif not self._landed(job, resent, status=status, processed_count=processed, error=error):
-            return self._lost(job, pages, records)
+        else:
+            landed = self._landed(
+                job,
+                resent,
+                cancellable=status is not JobStatus.COMPLETED,
+                status=status,
+                processed_count=processed,
+                error=error,
+            )
+            if landed is None:
+                return self._lost(job, pages, records)
+            status, error = landed.status, landed.error
         result = RunResult(job, Outcome(status.value), pages, records, error, self._waited_so_far())
         self._log.info("%s", result)
         return result
@@ -277,11 +288,13 @@ class JobRunner:
         released = self._store.release(
             job.id, worker=self._worker, processed_count=job.processed_count, now=self._clock()
         )
-        if released is None and not self._landed(
-            job, resent, status=JobStatus.PENDING, processed_count=job.processed_count
-        ):
-            return self._lost(job, pages, records)
-        if released is not None and released.status is JobStatus.ABANDONED:  # a cancel had asked it to stop
+        if released is None:
+            released = self._landed(
+                job, resent, cancellable=True, status=JobStatus.PENDING, processed_count=job.processed_count
+            )
+            if released is None:
+                return self._lost(job, pages, records)
+        if released.status is JobStatus.ABANDONED:  # a cancel had asked it to stop
             result = RunResult(job, Outcome.ABANDONED, pages, records, released.error, self._waited_so_far())
             self._log.info("%s", result)
             return result
@@ -290,19 +303,35 @@ class JobRunner:
         self._log.info("%s (handed back at cursor %s)", result, job.cursor)
         return result
 
-    def _landed(self, job: Job, resent: int, **written: object) -> bool:
-        """Whether a last write that found the job no longer ours had in fact been made by us.
+    def _landed(
+        self,
+        job: Job,
+        resent: int,
+        *,
+        cancellable: bool,
+        status: JobStatus,
+        processed_count: int,
+        error: str | None | EllipsisType = ...,
+    ) -> Job | None:
+        """The row as our last write left it, when that write found the job no longer ours but had in fact been
+        made by us; else None.
 
         That happens when the connection broke after the statement ran but
         before its reply arrived: the session sent it again, and the repeat,
         fenced on the lease, found the job already moved on. Only then (the
         session resent something since ``resent``) is the row read back; it
-        shows our write when it holds exactly what we wrote.
+        shows our write when it holds what we wrote (the error too, unless
+        ``...``), or (``cancellable``) the abandonment our write became because
+        a cancel had asked the job to stop.
         """
         if self._store.session.resent == resent:
-            return False
+            return None
         now = self._store.job(job.id)
-        return now is not None and now.leased_by is None and all(getattr(now, k) == v for k, v in written.items())
+        if now is None or now.leased_by is not None or now.processed_count != processed_count:
+            return None
+        cancelled = now.status is JobStatus.ABANDONED and (now.error or "").startswith(CANCELLED)
+        ours = now.status is status and (error is ... or now.error == error)
+        return now if ours or (cancellable and cancelled) else None
 
     def _lost(self, job: Job, pages: int, records: int) -> RunResult:
         result = RunResult(job, Outcome.LEASE_LOST, pages, records, waited=self._waited_so_far())

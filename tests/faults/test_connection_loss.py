@@ -276,6 +276,35 @@ def test_a_failure_whose_reply_is_lost_still_reports_the_failure_written(worker,
     assert (row["status"], row["cursor"], row["processed_count"], row["leased_by"]) == ("failed", "100", 100, None)
 
 
+def test_a_failure_after_a_cancel_whose_reply_is_lost_still_reports_the_abandonment_written(
+    worker, admin, schema, proxy, database_url
+):
+    """The page fails after a cancel (a disconnected account answers 401); the finish turns into the cancel's
+    abandonment, and its reply is lost: the repeat finds the job gone, and the row says what was written."""
+    pages = paged(TOTAL, PAGE)
+
+    def handler(job: Job) -> Page:
+        if job.cursor == "100":
+            with Operations(declaration, declaration.database(database_url)) as ops:
+                assert ops.cancel("shops", "acme", "account disconnected").stopping == 1
+            proxy.lose_reply(marker("finish_and_take", schema))
+            raise RuntimeError("401 Unauthorized")
+        return pages(job)
+
+    slot, _, declaration, _ = worker(handler, through=proxy)
+    result = slot().run_one()
+
+    assert proxy.reply_lost.is_set()
+    assert (result.outcome, result.error) == (Outcome.ABANDONED, "Cancelled: account disconnected")
+    row = the_row(admin, schema)
+    assert (row["status"], row["error"], row["processed_count"], row["leased_by"]) == (
+        "abandoned",
+        "Cancelled: account disconnected",
+        100,
+        None,
+    )
+
+
 def test_a_release_whose_reply_is_lost_still_reports_the_job_handed_back(worker, admin, schema, proxy):
     stop = threading.Event()
     pages = paged(TOTAL, PAGE)
