@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
 from datetime import timedelta
@@ -270,6 +271,32 @@ def test_an_interrupt_inside_a_handler_releases_the_job_and_propagates(setup, ad
         slot().run_one()
     [row] = rows(admin, schema)
     assert (row["status"], row["cursor"], row["leased_by"]) == ("pending", "50", None)
+
+
+def test_an_interrupt_while_a_page_runs_waits_for_the_page_to_end_before_handing_the_job_back(setup, admin, schema):
+    """Ctrl-C reaches the slot's thread, not the page's: the job is handed back only once the page is over, so
+    no other worker can take it while its page still sends requests."""
+    ended = threading.Event()
+
+    def slow_page(job):
+        time.sleep(0.6)
+        ended.set()
+        return Page(None, 1)
+
+    _, slot = setup(products(slow_page))
+    worker = slot()
+    previous = signal.signal(signal.SIGALRM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    signal.setitimer(signal.ITIMER_REAL, 0.2)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            worker.run_one()
+        page_was_over = ended.is_set()
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert page_was_over
+    [row] = rows(admin, schema)
+    assert (row["status"], row["leased_by"]) == ("pending", None)
 
 
 def test_an_expired_lease_is_taken_over_as_a_failed_attempt_and_retried_from_its_cursor(setup, admin, schema, clock):
