@@ -12,40 +12,17 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 from pathlib import Path
 
 import pytest
 
+from tests.support.browser import chromium
 from tests.support.operate_scene import BROKEN, job
 
 pytestmark = [pytest.mark.airflow, pytest.mark.slow, pytest.mark.timeout(600)]
 
 PROJECT = Path(__file__).resolve().parent.parent.parent
 ARTIFACTS = Path(os.environ.get("SYNCLANE_TEST_ARTIFACTS", PROJECT / "test-artifacts")) / "page"
-
-
-def chromium() -> str:
-    """The system Chromium, or the reason there is none (a failure under CI, else a skip)."""
-    found = next(
-        (
-            shutil.which(name)
-            for name in (os.environ.get("SYNCLANE_CHROMIUM", ""), "chromium", "chromium-browser", "google-chrome")
-            if name and shutil.which(name)
-        ),
-        None,
-    )
-    try:
-        import playwright.sync_api  # noqa: F401
-    except ImportError:
-        found, why = None, "the playwright package is not installed (pip install -e '.[test]')"
-    else:
-        why = "no Chromium found (apt-get install chromium, or set SYNCLANE_CHROMIUM)"
-    if found is None:
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(f"the browser test cannot run: {why}", pytrace=False)
-        pytest.skip(why)
-    return found
 
 
 @pytest.fixture

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import re
 import sys
 
 import pytest
@@ -12,14 +11,9 @@ from synclane_provider.core import Operations, WorkerPool
 from synclane_provider.hooks.synclane import SyncLaneHook
 from synclane_provider.locate import locate_synclane
 from tests.support.airflow_env import REPO
+from tests.support.readme import readme_declaration
 
 pytestmark = pytest.mark.airflow
-
-
-def readme_declaration() -> str:
-    blocks = re.findall(r"```python\n(.*?)```", (REPO / "README.md").read_text(encoding="utf-8"), re.DOTALL)
-    [block] = [b for b in blocks if b.startswith('"""What to sync: the queue "shops"')]
-    return block
 
 
 @pytest.fixture

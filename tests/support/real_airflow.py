@@ -74,6 +74,17 @@ class AirflowApi:
             "task_instances"
         ]
 
+    def tries(self, dag_id: str, task_id: str) -> list[dict]:
+        """Every try of every task instance of ``task_id`` (each mapped index) in every run of the DAG."""
+        found = []
+        for run in self.runs(dag_id):
+            run_id = urllib.parse.quote(run["dag_run_id"], safe="")
+            for ti in self.task_instances(dag_id, run["dag_run_id"]):
+                if ti["task_id"] == task_id:
+                    path = f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/{ti['map_index']}/tries"
+                    found.extend(self.get(path)["task_instances"])
+        return found
+
 
 class Sampler(threading.Thread):
     """Reads every job row several times a second, so that short-lived states are observed.
