@@ -212,6 +212,9 @@ class Session:
         self._stop = stop
         self._let_go = let_go
         self._conn: psycopg.Connection[Any] | None = None
+        self._cursor: psycopg.Cursor[Any] | None = None
+        """The connection's one cursor, used for every statement (a worker sends thousands: a cursor each
+        would set up its adapters and row maker each time)."""
         self._lock = threading.RLock()
         self.reconnects = 0
         self.resent = 0
@@ -234,7 +237,8 @@ class Session:
 
         def work(conn: psycopg.Connection[Any]) -> list[dict[str, Any]]:
             traffic.sent(name)
-            return cast(list[dict[str, Any]], conn.execute(query.text, arguments, prepare=prepare).fetchall())
+            cursor = self._cursor if self._cursor is not None and self._cursor.connection is conn else conn.cursor()
+            return cast(list[dict[str, Any]], cursor.execute(query.text, arguments, prepare=prepare).fetchall())
 
         return self._with_connection(name, work)
 
@@ -301,12 +305,12 @@ class Session:
                 conn.close()
                 raise
             self.database.traffic.opened(settings=1 + len(self.settings))  # SET TIME ZONE, then the session's
-            self._conn = conn
+            self._conn, self._cursor = conn, conn.cursor()
         return self._conn
 
     def _discard(self) -> None:
         """Drop a broken connection; the next statement opens a new one."""
-        conn, self._conn = self._conn, None
+        conn, self._conn, self._cursor = self._conn, None, None
         if conn is not None:
             self.reconnects += 1
             try:
@@ -331,7 +335,7 @@ class Session:
 
     def close(self) -> None:
         with self._lock:
-            conn, self._conn = self._conn, None
+            conn, self._conn, self._cursor = self._conn, None, None
             if conn is not None:
                 conn.close()
 
