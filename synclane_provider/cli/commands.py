@@ -32,10 +32,21 @@ def _operations(args: Any) -> Iterator[Operations]:
     """The configured operations, closed afterwards; a refusal by the engine ends the command with its message."""
     _connections_as_airflow_commands_find_them()
     try:
-        with open_operations(args.declaration, args.conn_id) as operations:
+        with _connection_found(), open_operations(args.declaration, args.conn_id) as operations:
             yield operations
     except (SyncLaneError, ValueError) as exc:
         sys.exit(f"synclane: {exc}")
+
+
+@contextmanager
+def _connection_found() -> Iterator[None]:
+    """A connection found nowhere ends the command with one line saying where it was looked for."""
+    from airflow.exceptions import AirflowNotFoundException
+
+    try:
+        yield
+    except AirflowNotFoundException as exc:
+        sys.exit(f"synclane: {exc} in the environment, the metadata database or a secrets backend (--conn-id)")
 
 
 NARROW_JOB = (
@@ -230,7 +241,8 @@ def schema_command(args: Any) -> None:
         except SyncLaneError as exc:
             sys.exit(f"synclane: {exc} (or name the schema with --schema)")
     _connections_as_airflow_commands_find_them()
-    url = SyncLaneHook(synclane_conn_id=conn_id(args.conn_id)).conninfo()
+    with _connection_found():
+        url = SyncLaneHook(synclane_conn_id=conn_id(args.conn_id)).conninfo()
     code = schema.main(["--schema", name, args.action, "--database-url", url])
     if code:
         sys.exit(code)
