@@ -148,13 +148,21 @@ def test_a_page_goes_on_its_turn_or_not_at_all_so_a_loaded_machine_never_overrun
     assert (run.over_limit, run.max_in_any_window <= 2) == (0, True), run
 
 
-def test_a_slot_that_wakes_late_for_its_turn_gives_it_up_and_takes_the_next(database_url, schema):
-    """The same lane, with every third wait for a turn ending 0.3 s late in each process: each late page takes a
-    new turn instead of going 0.3 s after its own, close behind the next, and the API refuses nothing."""
+@pytest.mark.parametrize("requests_per_page", [1, 2], ids=["one request a page", "a second one with spend()"])
+def test_a_slot_that_wakes_late_for_its_turn_gives_it_up_and_takes_the_next(database_url, schema, requests_per_page):
+    """The same lane, with every third wait for a turn ending 0.3 s late in each process: each late page (or late
+    request paid with job.spend()) takes a new turn instead of going 0.3 s after its own, close behind the next,
+    and the API refuses nothing."""
     run = budget_run(
-        database_url, schema, rate=Rate(2), jobs_per_owner=2, pages=3, requests_per_page=1, wakes_late_every=3
+        database_url,
+        schema,
+        rate=Rate(2),
+        jobs_per_owner=2,
+        pages=3,
+        requests_per_page=requests_per_page,
+        wakes_late_every=3,
     )
-    assert run.requests >= 12, run
+    assert run.requests >= 12 * requests_per_page, run
     assert (run.over_limit, run.max_in_any_window <= 2) == (0, True), run
 
 
