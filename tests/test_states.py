@@ -43,7 +43,14 @@ from synclane_provider.core import (
 )
 from synclane_provider.core.queries import statement
 from synclane_provider.core.schema_versions import ensure_schema, shipped_migrations
-from synclane_provider.core.states import ALLOWED_TRANSITIONS, STOPPED, UNSETTLED, WAITING, WAITING_IN_TURN
+from synclane_provider.core.states import (
+    ALLOWED_TRANSITIONS,
+    NOT_WAITING,
+    STOPPED,
+    UNSETTLED,
+    WAITING,
+    WAITING_IN_TURN,
+)
 from tests.support.helpers import declare, owners, products
 
 STATUSES = {s.value for s in JobStatus}
@@ -53,11 +60,13 @@ NAMED_SETS = {
     "WAITING_IN_TURN": frozenset(s.value for s in WAITING_IN_TURN),
     "STOPPED": frozenset(s.value for s in STOPPED),
     "UNSETTLED": frozenset(s.value for s in UNSETTLED),
+    "NOT_WAITING": frozenset(s.value for s in NOT_WAITING),
 }
 LIST_MEANINGS = {
     "requeue": {"STOPPED"},
     "finish_and_take": {"WAITING", "WAITING_IN_TURN"},
     "abandon_job": {"UNSETTLED"},
+    "move_lanes": {"NOT_WAITING"},
 }
 """The named sets a statement's status lists may be; every other statement's lists are ``WAITING``."""
 

@@ -92,5 +92,9 @@ has none of these due."""
 STOPPED = (JobStatus.FAILED, JobStatus.DEFERRED, JobStatus.ABANDONED)
 """States a requeue gives fresh attempts to."""
 
+NOT_WAITING = tuple(status for status in JobStatus if status not in WAITING)
+"""Every state but ``WAITING``'s: how a statement names waiting jobs when no partial index of waiting jobs may
+serve it (``status NOT IN`` these; see ``move_lanes``, which finds an owner's jobs by owner instead)."""
+
 UNSETTLED = (*WAITING, JobStatus.RUNNING)
 """States of a job that is running or will run again: what an operator's abandon gives up on."""
