@@ -330,10 +330,16 @@ WITH wanted AS (
          WITH ORDINALITY AS t(type, horizon_start, period_start, position)
 ),
 known AS (
+    -- One index probe per owner (OFFSET 0 keeps it one): matching the batch's owners as an array instead, the
+    -- server read the queue's whole coverage table per batch (45 ms a batch at 100,000 owners).
     SELECT c.owner, c.type, c.has_initial, c.initial_start, c.covered_until, c.first_created_at, c.last_created_at,
            c.lane, c.lane_width
-    FROM {schema}.coverage AS c
-    WHERE c.queue = %(queue)s AND c.owner = ANY(%(owners)s::text[]) AND c.type = ANY(%(types)s::text[])
+    FROM unnest(%(owners)s::text[]) AS o(owner)
+    CROSS JOIN LATERAL (
+        SELECT * FROM {schema}.coverage AS c
+        WHERE c.queue = %(queue)s AND c.owner = o.owner AND c.type = ANY(%(types)s::text[])
+        OFFSET 0
+    ) AS c
 ),
 missing AS (
     SELECT w.owner, w.type FROM wanted AS w
