@@ -130,7 +130,8 @@ def connection_uri(conninfo: str) -> str:
     parts = psycopg.conninfo.conninfo_to_dict(conninfo)
     user = quote(str(parts.get("user") or "postgres"), safe="")
     password = f":{quote(str(parts['password']), safe='')}" if parts.get("password") else ""
-    host, port = parts.get("host") or "localhost", parts.get("port") or 5432
+    host = quote(str(parts.get("host") or "localhost"), safe="")  # a socket directory as %2Frun%2F…
+    port = parts.get("port") or 5432
     return f"postgresql://{user}{password}@{host}:{port}/{quote(str(parts.get('dbname') or 'postgres'), safe='')}"
 
 
