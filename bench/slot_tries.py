@@ -23,6 +23,10 @@ the next two ports for Airflow's log servers) and different databases:
     nice .venv/bin/python bench/slot_tries.py --mode after --port 28080 --minutes 30
     nice .venv/bin/python bench/slot_tries.py --mode before --port 28180 --minutes 30
 
+Run it from a checkout that nothing changes meanwhile (``git worktree add --detach``, with ``PYTHONPATH``
+set to it): every task process imports the DAGs and the provider anew, and a branch rebased under a
+running Airflow fails its tasks.
+
 This module is also the declaration the Airflow it starts runs (``bench.slot_tries:synclane``, through
 ``PYTHONPATH``): the queue and the handler below, configured by ``SLOT_TRIES_SCHEMA`` and
 ``SLOT_TRIES_DATABASE_URL``.
