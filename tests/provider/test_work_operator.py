@@ -143,6 +143,7 @@ def test_a_lingering_slot_wakes_on_notify_and_stops_when_airflow_stops_it(provid
 
 def test_a_lingering_slot_waits_for_a_dropped_schema_and_runs_the_jobs_of_the_new_one(provider_schema, admin):
     operator = worker(linger=60)
+    wait_for(lambda: not listening(admin, provider_schema))  # no waiter of an earlier test is still in line
     with ThreadPoolExecutor(max_workers=1) as pool:
         running = pool.submit(operator.execute, {})
         wait_for(lambda: listening(admin, provider_schema))  # it found nothing and waits, listening
