@@ -8,7 +8,7 @@ from datetime import datetime, timedelta, timezone
 import psycopg
 import pytest
 
-from synclane_provider.core import DeclarationError, Operations, Owner, UnknownOwnerError, WorkerSlot
+from synclane_provider.core import DeclarationError, Operations, Owner, UnknownOwnerError, WorkerSlot, planner
 from synclane_provider.core.errors import OwnerSourceError
 from tests.support.helpers import declare, execute, orders, owners, products, race, rows
 
@@ -142,6 +142,27 @@ def test_owners_sharing_a_lane_get_that_lane(ops, admin, schema, clock):
         ("acme-eu", "acme"),
         ("globex", "globex"),
     }
+
+
+def test_owner_and_lane_names_with_quotes_backslashes_and_commas_are_planned_as_they_are(ops, admin, schema, clock):
+    names = ['say "hi"', "back\\slash", "a,b", "{braces}", "NULL", "ünï cödé"]
+    source = owners(*(Owner(name, lane=f"lane {name}") for name in names))
+    operations = ops(products(), owner_source=source)
+    operations.plan("shops", now=clock.now)
+
+    assert {(r["owner"], r["lane"]) for r in rows(admin, schema)} == {(name, f"lane {name}") for name in names}
+    assert operations.plan("shops", now=clock.now).total == 0  # each owner's coverage row is found again
+
+
+def test_owners_beyond_one_read_and_one_insert_are_all_planned_once(ops, admin, schema, clock, monkeypatch):
+    monkeypatch.setattr(planner, "READ_BATCH", 5)
+    monkeypatch.setattr(planner, "INSERT_BATCH", 2)
+    names = [f"owner-{number}" for number in range(12)]
+    operations = ops(orders(), products(), owner_source=owners(*names))
+
+    assert operations.plan("shops", now=clock.now).inserted == {"orders": 36, "products": 12}
+    assert {name: len(windows(admin, schema, name)) for name in names} == {name: 3 for name in names}
+    assert operations.plan("shops", now=clock.now).total == 0
 
 
 def test_plan_one_owner_now(ops, admin, schema, clock):

@@ -145,6 +145,9 @@ class Database:
             conn.cursor_factory = psycopg.RawCursor
             # Times come back in UTC (as timezone.utc), and interval arithmetic never crosses a DST change.
             conn.execute("SET TIME ZONE 'UTC'")
+            # No JIT compilation: the engine's statements are index probes and batches of a few thousand rows,
+            # which compiling made slower (70 ms added to a 200-ms coverage read of 20,000 owners).
+            conn.execute("SET jit = off")
             self._ensure_schema(conn)
         except BaseException:
             conn.close()

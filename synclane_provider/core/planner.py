@@ -12,12 +12,18 @@ from datetime import datetime, timezone
 from synclane_provider.core.declarations import Owner, Queue
 from synclane_provider.core.owners import owners_of, resolve_owner
 from synclane_provider.core.planning import PlannedJob, coverage_wanted, plan_type, utc
-from synclane_provider.core.store import Store
+from synclane_provider.core.store import CoverageRow, Store
 
 log = logging.getLogger(__name__)
 
-OWNER_BATCH = 1000
-"""Owners planned per read and insert: bounds memory and statement size for large owner lists."""
+READ_BATCH = 50_000
+"""Owners whose coverage one statement reads. Large, because each read joins the batch's owners to the queue's
+whole coverage in one pass (a repeated plan of 100,000 owners is two reads, not a hundred probing row by row);
+bounded, because the rows of owners that lack something are held in memory until their jobs are inserted."""
+
+INSERT_BATCH = 1000
+"""Owners whose missing jobs one statement inserts: bounds the statement's size (27,000 rows for owners with
+two years of history)."""
 
 
 @dataclass(frozen=True)
@@ -74,8 +80,8 @@ def plan(
 def _plan_owners(store: Store, queue: Queue, owners: Sequence[Owner], now: datetime) -> PlanSummary:
     inserted: Counter[str] = Counter()
     moved = 0
-    for start in range(0, len(owners), OWNER_BATCH):
-        batch_moved, batch_inserted = _plan_batch(store, queue, owners[start : start + OWNER_BATCH], now)
+    for start in range(0, len(owners), READ_BATCH):
+        batch_moved, batch_inserted = _plan_batch(store, queue, owners[start : start + READ_BATCH], now)
         moved += batch_moved
         inserted.update(batch_inserted)
     if inserted or moved:
@@ -97,13 +103,22 @@ def _plan_batch(store: Store, queue: Queue, owners: Sequence[Owner], now: dateti
     by_id = {owner.id: owner for owner in owners}
     moved = _move_lanes(store, queue, [by_id[name] for name in dict.fromkeys(row.owner for row in found if row.moved)])
     priority = {job_type.name: position for position, job_type in enumerate(queue.types)}
-    wanted = [
-        (by_id[row.owner], priority[row.type], job)
-        for row in found
-        if row.lacking
-        for job in plan_type(queue.job_type(row.type), row.coverage, now)
-    ]
-    return moved, (_insert(store, queue, wanted, now) if wanted else Counter())
+    lacking: dict[str, list[CoverageRow]] = {}  # in the owner source's order, so that jobs are numbered in it
+    for row in found:
+        if row.lacking:
+            lacking.setdefault(row.owner, []).append(row)
+    names = list(lacking)
+    inserted: Counter[str] = Counter()
+    for start in range(0, len(names), INSERT_BATCH):
+        wanted = [
+            (by_id[name], priority[row.type], job)
+            for name in names[start : start + INSERT_BATCH]
+            for row in lacking[name]
+            for job in plan_type(queue.job_type(row.type), row.coverage, now)
+        ]
+        if wanted:
+            inserted.update(_insert(store, queue, wanted, now))
+    return moved, inserted
 
 
 def _move_lanes(store: Store, queue: Queue, owners: Sequence[Owner]) -> int:

@@ -9,7 +9,7 @@ operations call these methods, never a statement by its name. A :class:`Store` r
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -75,6 +75,16 @@ class CoverageRow:
     """The planning rule may have something to add (the coverage does not reach the horizon or the period)."""
     moved: bool = False
     """The owner source gives the owner another lane or lane width than its jobs were planned in."""
+
+
+def array_literal(values: Iterable[str]) -> str:
+    """``{"a","b\\"c"}`` for ``a`` and ``b"c``: the text of a PostgreSQL array, for a parameter cast to ``text[]``.
+
+    Written here because psycopg's array adapter checks every element with a regular expression: 0.45 s for
+    the three arrays of 100,000 owners the planner sends, against 0.1 s for this. Inside double quotes only a
+    double quote and a backslash need escaping.
+    """
+    return "{" + ",".join('"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"' for value in values) + "}"
 
 
 class Store:
@@ -198,9 +208,9 @@ class Store:
         rows = self.session.run(
             "read_coverage",
             queue=queue,
-            owners=list(owners),
-            lanes=list(lanes),
-            lane_widths=list(lane_widths),
+            owners=array_literal(owners),
+            lanes=array_literal(lanes),
+            lane_widths=array_literal(str(width) for width in lane_widths),
             types=list(types),
             horizon_starts=list(horizon_starts),
             period_starts=list(period_starts),
