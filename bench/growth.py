@@ -36,10 +36,10 @@ from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
 from synclane_provider.core import JobStatus, Operations, Owner, SyncLane
-from synclane_provider.core.database import Session
-from synclane_provider.core.monitor import Monitor
+from synclane_provider.core.db.database import Session
+from synclane_provider.core.db.store import Finish, Store
+from synclane_provider.core.ops.monitor import Monitor
 from synclane_provider.core.schema import create_schema
-from synclane_provider.core.store import Finish, Store
 
 NOW = datetime(2026, 11, 30, 10, 20, tzinfo=timezone.utc)
 DAY = timedelta(days=1)

@@ -24,10 +24,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from synclane_provider.core import Job, Page, Queue, SnapshotType, SyncLane, WorkerPool  # noqa: E402
-from synclane_provider.core.queries import statement  # noqa: E402
+from synclane_provider.core.db.queries import statement  # noqa: E402
+from synclane_provider.core.db.wakeups import channel, payload  # noqa: E402
+from synclane_provider.core.run.worker import WORKER_SETTINGS  # noqa: E402
 from synclane_provider.core.schema import create_schema  # noqa: E402
-from synclane_provider.core.wakeups import channel, payload  # noqa: E402
-from synclane_provider.core.worker import WORKER_SETTINGS  # noqa: E402
 from tools.postgres import find_url  # noqa: E402
 
 QUEUE = "bench"

@@ -28,7 +28,7 @@ import psycopg
 from harness import drop_schema, fresh_jobs_table, run_baseline, run_engine
 from soak_cluster import PrivateCluster
 
-from synclane_provider.core import queries
+from synclane_provider.core.db import queries
 
 GUARD = " AND (SELECT n FROM finish_first) >= 0"
 STOCK = {"shared_buffers": "128MB", "max_connections": "100", "fsync": "on"}

@@ -32,8 +32,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from synclane_provider.core import Job, Owner, Page, Queue, SnapshotType, SyncLane, WorkerPool  # noqa: E402
+from synclane_provider.core.db.store import Store  # noqa: E402
 from synclane_provider.core.states import JobStatus  # noqa: E402
-from synclane_provider.core.store import Store  # noqa: E402
 
 QUEUE = "soak"
 TYPE = "pages"

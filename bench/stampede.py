@@ -17,7 +17,7 @@ from datetime import timedelta
 
 from harness import database_url, drop_schema, schema_name
 
-from synclane_provider.core.retry import Jitter
+from synclane_provider.core.declare.retry import Jitter
 from tests.support.stampede import StampedeResult, stampede
 
 

@@ -28,7 +28,7 @@ from airflow.sdk import DAG, Param
 
 from synclane_provider.configured import declaration_path, queue_name
 from synclane_provider.locate import locate_queue
-from synclane_provider.operators.assets import SyncLaneAssetsOperator
+from synclane_provider.operators.asset_events import SyncLaneAssetsOperator
 from synclane_provider.operators.work import SyncLaneWorkOperator
 
 SYNCLANE = declaration_path(default="synclane_provider.example:synclane")  # [synclane] declaration

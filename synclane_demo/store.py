@@ -14,7 +14,7 @@ import threading
 import psycopg
 from psycopg import sql
 
-from synclane_provider.core.queries import named_statements
+from synclane_provider.core.db.queries import named_statements
 
 DEMO_ACCOUNTS = (("acme-us", "acme"), ("acme-eu", "acme"), ("globex", None), ("initech", None))
 """The four accounts the demo connects: acme-us and acme-eu share acme's rate limit, so they share a lane."""

@@ -26,7 +26,7 @@ def get_provider_info() -> dict:
                 "python-modules": [
                     "synclane_provider.operators.plan",
                     "synclane_provider.operators.work",
-                    "synclane_provider.operators.assets",
+                    "synclane_provider.operators.asset_events",
                 ],
             }
         ],
@@ -43,7 +43,7 @@ def get_provider_info() -> dict:
                     "synclane_provider.triggers.due",
                     "synclane_provider.triggers.initial_load",
                     "synclane_provider.triggers.drained",
-                    "synclane_provider.triggers.initial_loads",
+                    "synclane_provider.triggers.initial_load_watcher",
                 ],
             }
         ],

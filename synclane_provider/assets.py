@@ -7,10 +7,10 @@ URI scheme (registered with Airflow through the provider info's ``asset-uris``):
 The schema (the jobs table's, ``synclane`` by default) is the authority part, so two declarations in one
 database do not share assets; queue and type names are percent-encoded, so any name the table accepts makes
 one URI and back. A downstream DAG schedules on :func:`asset` (``schedule=[asset("synclane", "shops",
-"orders")]``); :class:`~synclane_provider.operators.assets.SyncLaneAssetsOperator` (after a worker DAG's
+"orders")]``); :class:`~synclane_provider.operators.asset_events.SyncLaneAssetsOperator` (after a worker DAG's
 mapped slots) or a single worker task with ``emit_assets=True`` emits one event per type per run for the
 types whose jobs completed, with ``extra`` naming the owners, their windows and record counts
-(:meth:`Landed.extra <synclane_provider.core.landed.Landed.extra>`). Events go through an
+(:meth:`Landed.extra <synclane_provider.core.run.landed.Landed.extra>`). Events go through an
 :class:`AssetAlias` named by :func:`alias_name`, so a run in which nothing of a type completed emits nothing
 for it. :func:`initial_load_asset` is the event-driven option: an asset watched on the triggerer.
 """
@@ -23,7 +23,7 @@ from urllib.parse import SplitResult
 
 from airflow.sdk import Asset, AssetAlias, AssetWatcher
 
-from synclane_provider.core.landed import Landed
+from synclane_provider.core.run.landed import Landed
 from synclane_provider.locate import locate_queue
 
 if TYPE_CHECKING:
@@ -51,11 +51,11 @@ def initial_load_asset(
     """An asset whose events are owners completing their initial load of ``type_name``: the event-driven option.
 
     ``synclane://<schema>/<queue>/<type>/initial-load``, watched by an
-    :class:`~synclane_provider.triggers.initial_loads.InitialLoadsTrigger` on the triggerer (no task waits).
+    :class:`~synclane_provider.triggers.initial_load_watcher.InitialLoadsTrigger` on the triggerer (no task waits).
     A DAG with ``schedule=[initial_load_asset(...)]`` runs when an owner's first load lands; its triggering
     event's ``extra["payload"]["owners"]`` names the owners.
     """
-    from synclane_provider.triggers.initial_loads import InitialLoadsTrigger
+    from synclane_provider.triggers.initial_load_watcher import InitialLoadsTrigger
 
     trigger = InitialLoadsTrigger(
         synclane_conn_id=synclane_conn_id, schema=schema, queue=queue, job_type=type_name, poll_interval=poll_interval

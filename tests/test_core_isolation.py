@@ -8,7 +8,7 @@ import sys
 
 def test_engine_imports_nothing_from_airflow():
     probe = (
-        "import sys, synclane_provider.core, synclane_provider.core.worker, synclane_provider.core.operations\n"
+        "import sys, synclane_provider.core, synclane_provider.core.run.worker, synclane_provider.core.ops.operations\n"
         "leaked = sorted(m for m in sys.modules if m == 'airflow' or m.startswith('airflow.'))\n"
         "print(','.join(leaked))"
     )

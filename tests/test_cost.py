@@ -18,7 +18,7 @@ import pytest
 from psycopg import sql
 
 from synclane_provider.core import Job, Operations, Page, WorkerPool
-from synclane_provider.core.database import Traffic
+from synclane_provider.core.db.database import Traffic
 from tests.support.helpers import declare, products
 
 WARM_UP = 100

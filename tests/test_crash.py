@@ -11,7 +11,7 @@ from datetime import timedelta
 from pathlib import Path
 
 from synclane_provider.core import Operations, WorkerSlot
-from synclane_provider.core.runner import Outcome
+from synclane_provider.core.run.runner import Outcome
 from tests.support.crash_worker import TOTAL_RECORDS, crash_declaration
 from tests.support.helpers import rows
 

@@ -11,7 +11,7 @@ import pytest
 import synclane_provider.core
 
 CORE_MODULES = sorted(
-    info.name for info in pkgutil.iter_modules(synclane_provider.core.__path__, "synclane_provider.core.")
+    info.name for info in pkgutil.walk_packages(synclane_provider.core.__path__, "synclane_provider.core.")
 )
 
 
@@ -28,7 +28,7 @@ def test_the_modules_with_examples_are_found():
         name for name in CORE_MODULES if any(test.examples for test in finder.find(importlib.import_module(name)))
     }
     assert {
-        "synclane_provider.core.retry",
-        "synclane_provider.core.retry_after",
+        "synclane_provider.core.declare.retry",
+        "synclane_provider.core.declare.retry_after",
         "synclane_provider.core.durations",
     } <= with_examples

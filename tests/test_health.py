@@ -7,7 +7,7 @@ from datetime import timedelta
 import pytest
 
 from synclane_provider.core import DeclarationError, JobAbandoned, Operations, Owner, Queue, WorkerSlot
-from synclane_provider.core.health import MAX_FINDINGS, Problem
+from synclane_provider.core.ops.health import MAX_FINDINGS, Problem
 from tests.support.helpers import declare, execute, orders, owners, paged, products, rows
 
 SOURCE = ["acme", "globex", "initech"]

@@ -9,9 +9,9 @@ import pytest
 from psycopg import sql
 
 from synclane_provider.core import JobStatus, Operations, Owner, Queue, SyncLane, WorkerSlot
+from synclane_provider.core.db.store import Finish
+from synclane_provider.core.declare.retry import Jitter, RetryPolicy
 from synclane_provider.core.errors import DeclarationError, OwnerSourceError
-from synclane_provider.core.retry import Jitter, RetryPolicy
-from synclane_provider.core.store import Finish
 from tests.support.helpers import declare, orders, owners, products, rows
 from tests.support.lane_race import lane_race, max_concurrency
 

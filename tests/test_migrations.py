@@ -1,6 +1,6 @@
 """Versioned migrations: numbered files, the recorded version, start-up that reads before it writes, the command.
 
-Adding a column (or anything else) to the schema: write ``synclane_provider/core/migrations/NNNN_name.sql``
+Adding a column (or anything else) to the schema: write ``synclane_provider/core/db/migrations/NNNN_name.sql``
 with the next number, never edit a released one (``RELEASED`` below holds their checksums; add the new
 file's when it is released). The catalog comparison here then checks that a table made by every earlier
 release upgrades to exactly what a new install gets.
@@ -34,7 +34,7 @@ from synclane_provider.core import (
     SchemaNotReadyError,
     WorkerSlot,
 )
-from synclane_provider.core.schema_versions import (
+from synclane_provider.core.db.schema_versions import (
     SHIPPED,
     VERSION_TABLE,
     ensure_schema,

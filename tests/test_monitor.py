@@ -7,7 +7,7 @@ from datetime import timedelta
 import pytest
 
 from synclane_provider.core import JobStatus, Operations, Owner
-from synclane_provider.core.monitor import Monitor, plain
+from synclane_provider.core.ops.monitor import Monitor, plain
 from tests.support.helpers import declare, execute, orders, owners, products, rows
 
 

@@ -21,7 +21,7 @@ from synclane_provider.core import (
     WorkerSlot,
 )
 from synclane_provider.core.errors import UnknownJobTypeError
-from synclane_provider.core.runner import Outcome
+from synclane_provider.core.run.runner import Outcome
 from tests.support.helpers import declare, execute, failing, orders, owners, paged, products, rows
 
 UTC = timezone.utc

@@ -28,12 +28,12 @@ from synclane_provider.core import (
     WorkerPool,
     WorkerSlot,
 )
-from synclane_provider.core.database import Session
-from synclane_provider.core.lane_gate import LaneGate
-from synclane_provider.core.owners import owners_of
-from synclane_provider.core.ratelimit import reserve
-from synclane_provider.core.runner import Outcome
-from synclane_provider.core.store import Store
+from synclane_provider.core.db.database import Session
+from synclane_provider.core.db.store import Store
+from synclane_provider.core.declare.owners import owners_of
+from synclane_provider.core.declare.ratelimit import reserve
+from synclane_provider.core.run.lane_gate import LaneGate
+from synclane_provider.core.run.runner import Outcome
 from tests.support.budget_race import QUEUE, FakeAPI, Throttle, budget_run, declaration, max_in_any_window
 from tests.support.helpers import Background, declare, paged, products, race
 
@@ -241,7 +241,7 @@ def test_the_wait_shows_in_the_jobs_log_line(database_url, schema, caplog):
     database = synclane.database(database_url)
     with Operations(synclane, database) as ops:
         ops.enqueue("shops", "acme", "products")
-    with caplog.at_level(logging.INFO, logger="synclane_provider.core.worker"):
+    with caplog.at_level(logging.INFO, logger="synclane_provider.core.run.worker"):
         WorkerPool(synclane, database, "shops", slots=1).drain()
     line = next(r.getMessage() for r in caplog.records if "completed after 3 page(s)" in r.getMessage())
     assert re.search(r", waited 0\.[12]\d* s for lane acme$", line), line

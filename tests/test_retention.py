@@ -10,7 +10,7 @@ import pytest
 from psycopg import sql
 
 from synclane_provider.core import DeclarationError, Operations, Queue
-from synclane_provider.core.monitor import Monitor
+from synclane_provider.core.ops.monitor import Monitor
 from tests.support.helpers import declare, execute, orders, owners, products, rows
 
 DAY = timedelta(days=1)

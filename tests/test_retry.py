@@ -9,7 +9,7 @@ from datetime import timedelta
 import pytest
 
 from synclane_provider.core import DeclarationError, JobAbandoned, JobStatus, JobThrottled, Queue, WorkerLost
-from synclane_provider.core.retry import Jitter, RetryPolicy
+from synclane_provider.core.declare.retry import Jitter, RetryPolicy
 from tests.support.helpers import owners, products
 
 MINUTE = timedelta(minutes=1)

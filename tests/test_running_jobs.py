@@ -19,8 +19,8 @@ from synclane_provider.core import (
     WorkerPool,
     WorkerSlot,
 )
-from synclane_provider.core.runner import Outcome
-from synclane_provider.core.store import Finish
+from synclane_provider.core.db.store import Finish
+from synclane_provider.core.run.runner import Outcome
 from tests.support.helpers import Recorder, declare, execute, failing, orders, owners, paged, products, rows
 
 MINUTE = timedelta(minutes=1)

@@ -11,8 +11,8 @@ import psycopg
 import pytest
 
 from synclane_provider.core import Operations
+from synclane_provider.core.db.schema_versions import migration_script, read_status
 from synclane_provider.core.schema import create_schema
-from synclane_provider.core.schema_versions import migration_script, read_status
 from tests.support.database import drop_schemas
 from tests.support.helpers import declare, products
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import psycopg
 
-from synclane_provider.core.retry import Jitter
+from synclane_provider.core.declare.retry import Jitter
 from tests.support.database import drop_schemas
 from tests.support.stampede import stampede
 

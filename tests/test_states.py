@@ -41,8 +41,8 @@ from synclane_provider.core import (
     WorkerPool,
     WorkerSlot,
 )
-from synclane_provider.core.queries import statement
-from synclane_provider.core.schema_versions import ensure_schema, shipped_migrations
+from synclane_provider.core.db.queries import statement
+from synclane_provider.core.db.schema_versions import ensure_schema, shipped_migrations
 from synclane_provider.core.states import (
     ALLOWED_TRANSITIONS,
     NOT_WAITING,

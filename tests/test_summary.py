@@ -11,7 +11,7 @@ from datetime import datetime, timezone
 
 from synclane_provider.core import Summary
 from synclane_provider.core.records import Job, JobMode, JobStatus
-from synclane_provider.core.runner import Outcome, RunResult
+from synclane_provider.core.run.runner import Outcome, RunResult
 
 NOON = datetime(2026, 12, 1, 12, tzinfo=timezone.utc)
 

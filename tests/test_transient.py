@@ -16,8 +16,8 @@ import pytest
 from psycopg import sql
 
 from synclane_provider.core import Database, Operations
-from synclane_provider.core.transient import Backoff, passes
-from synclane_provider.core.watch import TableWatch
+from synclane_provider.core.db.transient import Backoff, passes
+from synclane_provider.core.db.watch import TableWatch
 from tests.support.helpers import Background, declare, products
 
 LOCKED_FOR = 0.8

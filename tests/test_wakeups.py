@@ -11,9 +11,9 @@ import psycopg
 from psycopg import sql
 
 from synclane_provider.core import Operations, Owner, WorkerSlot
-from synclane_provider.core.queries import statement
+from synclane_provider.core.db.queries import statement
+from synclane_provider.core.db.wakeups import channel, waiter_key
 from synclane_provider.core.records import Wakeup
-from synclane_provider.core.wakeups import channel, waiter_key
 from tests.support.helpers import declare, execute, orders, owners, paged, products
 
 MINUTE = timedelta(minutes=1)

@@ -14,7 +14,7 @@ from typing import Any
 
 from synclane_provider.configured import conn_id, declaration_path, open_operations
 from synclane_provider.core import DeclarationError, Operations, SyncLaneError
-from synclane_provider.core.monitor import Monitor, plain
+from synclane_provider.core.ops.monitor import Monitor, plain
 
 
 def _connections_as_airflow_commands_find_them() -> None:
@@ -230,7 +230,7 @@ def cancel_command(args: Any) -> None:
 
 def schema_command(args: Any) -> None:
     """``python -m synclane_provider.core.schema`` on the configured connection and the declaration's schema."""
-    from synclane_provider.core import schema
+    from synclane_provider.core.db import schema
     from synclane_provider.hooks.synclane import SyncLaneHook
     from synclane_provider.locate import locate_synclane
 

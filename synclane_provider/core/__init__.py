@@ -4,8 +4,11 @@ This package imports nothing from Airflow; the Airflow adapters around it are th
 """
 
 from synclane_provider.core.clock import PinnedClock
-from synclane_provider.core.database import Database, Session
-from synclane_provider.core.declarations import Owner, Queue, SnapshotType, SyncLane, WindowedType
+from synclane_provider.core.db.database import Database, Session
+from synclane_provider.core.declare.declarations import Owner, Queue, SnapshotType, SyncLane, WindowedType
+from synclane_provider.core.declare.ratelimit import Rate
+from synclane_provider.core.declare.retry import Jitter, RetryPolicy
+from synclane_provider.core.declare.retry_after import parse_retry_after
 from synclane_provider.core.errors import (
     DatabaseUnavailableError,
     DeclarationError,
@@ -22,16 +25,13 @@ from synclane_provider.core.errors import (
     UnknownQueueError,
     WorkerLost,
 )
-from synclane_provider.core.operations import Operations
-from synclane_provider.core.planner import PlanSummary
-from synclane_provider.core.ratelimit import Rate
+from synclane_provider.core.ops.operations import Operations
+from synclane_provider.core.plan.planner import PlanSummary
+from synclane_provider.core.plan.retention import Pruned
 from synclane_provider.core.records import Activity, Cancelled, Job, Page, Progress
-from synclane_provider.core.retention import Pruned
-from synclane_provider.core.retry import Jitter, RetryPolicy
-from synclane_provider.core.retry_after import parse_retry_after
-from synclane_provider.core.runner import Outcome, RunResult
+from synclane_provider.core.run.runner import Outcome, RunResult
+from synclane_provider.core.run.worker import Summary, WorkerPool, WorkerSlot
 from synclane_provider.core.states import JobMode, JobStatus
-from synclane_provider.core.worker import Summary, WorkerPool, WorkerSlot
 
 __all__ = [
     "Activity",

@@ -16,12 +16,17 @@ test of a declaration moves time forward in one call instead of waiting for a pe
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import datetime, timedelta
-
-from synclane_provider.core.planning import utc
+from datetime import datetime, timedelta, timezone
 
 Clock = Callable[[], "datetime | None"]
 """What the engine asks for the time: a datetime, or None for the database's own time."""
+
+
+def utc(now: datetime) -> datetime:
+    """``now`` in UTC; a naive datetime is refused rather than guessed."""
+    if now.tzinfo is None or now.utcoffset() is None:
+        raise ValueError(f"times must be timezone-aware, got naive {now!r}")
+    return now.astimezone(timezone.utc)
 
 
 def database_clock() -> datetime | None:

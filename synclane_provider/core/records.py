@@ -12,6 +12,19 @@ from synclane_provider.core.states import JobMode, JobStatus
 
 
 @dataclass(frozen=True)
+class Coverage:
+    """What already exists for one owner and type, read in bulk before planning."""
+
+    has_initial: bool = False
+    initial_start: datetime | None = None
+    """Start of the oldest initial slice."""
+    covered_until: datetime | None = None
+    """Newest window end among initial and recurring jobs."""
+    first_created_at: datetime | None = None
+    """When the owner's first job of this type was created."""
+
+
+@dataclass(frozen=True)
 class Job:
     """One row of the jobs table, as read. Handlers receive it; it is never written back whole."""
 

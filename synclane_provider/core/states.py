@@ -29,7 +29,7 @@ Adding a status (a mode likewise):
 
 1. Add the member to :class:`JobStatus`, to the sets below it belongs to, its transitions to
    ``ALLOWED_TRANSITIONS``, and a line to the diagram.
-2. Add a migration ``core/migrations/NNNN_<what>.sql`` that replaces the CHECK constraint
+2. Add a migration ``core/db/migrations/NNNN_<what>.sql`` that replaces the CHECK constraint
    ``jobs_status_is_known`` (and, for a waiting status, re-creates the partial indexes over ``WAITING``).
 3. Run ``tests/test_states.py`` and ``tests/test_migrations.py``: they name each statement whose list no
    longer matches a set here, each index predicate, and each transition performed but not listed or listed

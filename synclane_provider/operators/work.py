@@ -16,8 +16,8 @@ from synclane_provider.assets import alias, emit_landed
 from synclane_provider.configured import declaration_argument
 from synclane_provider.core import Summary, SyncLane, WorkerSlot
 from synclane_provider.core.durations import duration_text, parse_duration
-from synclane_provider.core.landed import Landed
-from synclane_provider.core.worker import new_worker_id
+from synclane_provider.core.run.landed import Landed
+from synclane_provider.core.run.worker import new_worker_id
 from synclane_provider.hooks.synclane import SyncLaneHook
 from synclane_provider.locate import locate_queue
 from synclane_provider.stats import AirflowStats
@@ -132,7 +132,7 @@ class SyncLaneWorkOperator(BaseOperator):
         the owners, their windows and record counts. Emitted through the outlet ``AssetAlias``
         ``synclane-<queue>``, added to ``outlets`` here, so a run that completed nothing emits nothing. For
         one unmapped worker task only: mapped slots leave it off and a
-        :class:`~synclane_provider.operators.assets.SyncLaneAssetsOperator` after them emits once for all
+        :class:`~synclane_provider.operators.asset_events.SyncLaneAssetsOperator` after them emits once for all
         (the returned ``landed`` is what it reads). Several tasks emitting through one alias at the same
         moment fail in Airflow 3.3 (both create the alias or the asset row: a unique violation that fails
         the task), and a mapped task's outlets are not known when the DAG is parsed.

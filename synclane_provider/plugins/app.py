@@ -1,7 +1,7 @@
 """The SyncLane page's FastAPI app, mounted by Airflow's API server under ``/synclane``.
 
-Routes are thin: each read is one :class:`~synclane_provider.core.monitor.Monitor` call and each action one
-:class:`~synclane_provider.core.operations.Operations` call, the same ones ``airflow synclane`` and the
+Routes are thin: each read is one :class:`~synclane_provider.core.ops.monitor.Monitor` call and each action one
+:class:`~synclane_provider.core.ops.operations.Operations` call, the same ones ``airflow synclane`` and the
 requeue DAG make. The endpoints are documented in ``docs/operating.md``.
 
 Nothing is served to an anonymous caller: a plugin's app is public unless its routes depend on Airflow's
@@ -24,7 +24,7 @@ from pydantic import BaseModel, Field
 from synclane_provider.configured import shared_operations
 from synclane_provider.core import DeclarationError, Operations, SyncLaneError, UnknownQueueError
 from synclane_provider.core.errors import UnknownJobTypeError, UnknownOwnerError
-from synclane_provider.core.monitor import MAX_PAGE, Monitor, plain
+from synclane_provider.core.ops.monitor import MAX_PAGE, Monitor, plain
 
 STATIC = {"synclane.js": "text/javascript", "synclane.css": "text/css"}
 

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from synclane_provider.core import Queue, SyncLane
-from synclane_provider.core.owners import owners_of
+from synclane_provider.core.declare.owners import owners_of
 from synclane_provider.sensors.base import TableSensor
 from synclane_provider.triggers.initial_load import InitialLoadTrigger, first_part
 

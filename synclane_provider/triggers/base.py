@@ -7,7 +7,7 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from synclane_provider.core.watch import TableWatch
+from synclane_provider.core.db.watch import TableWatch
 from synclane_provider.hooks.synclane import SyncLaneHook
 
 

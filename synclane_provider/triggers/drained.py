@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from synclane_provider.core.watch import TableWatch
+from synclane_provider.core.db.watch import TableWatch
 from synclane_provider.triggers.base import TableTrigger
 
 

@@ -10,8 +10,8 @@ from typing import Any
 
 from airflow.triggers.base import TriggerEvent
 
-from synclane_provider.core.wakeups import waiter_key
-from synclane_provider.core.watch import TableWatch
+from synclane_provider.core.db.wakeups import waiter_key
+from synclane_provider.core.db.watch import TableWatch
 from synclane_provider.triggers.base import TableTrigger
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from synclane_provider.core.watch import TableWatch
+from synclane_provider.core.db.watch import TableWatch
 from synclane_provider.triggers.base import TableTrigger
 
 MAX_OWNER_BYTES = 16_000

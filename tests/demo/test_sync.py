@@ -18,7 +18,7 @@ from psycopg.rows import dict_row
 from synclane_demo.store import Store
 from synclane_demo.sync import build
 from synclane_provider.core import Operations, WorkerPool, WorkerSlot
-from synclane_provider.core.lane_gate import LaneGate
+from synclane_provider.core.run.lane_gate import LaneGate
 from tests.support.helpers import Background
 
 

@@ -26,8 +26,8 @@ from synclane_provider.core import (
     SyncLane,
     WorkerSlot,
 )
-from synclane_provider.core.runner import Outcome
-from synclane_provider.core.wakeups import channel
+from synclane_provider.core.db.wakeups import channel
+from synclane_provider.core.run.runner import Outcome
 from tests.support.database import drop_schemas
 from tests.support.helpers import declare, failing, owners, paged, products, rows
 

@@ -21,7 +21,7 @@ from synclane_provider.core import (
     WorkerPool,
     WorkerSlot,
 )
-from synclane_provider.core.runner import Outcome
+from synclane_provider.core.run.runner import Outcome
 from tests.support.fault_tools import (
     PATIENCE,
     PageLog,

@@ -15,7 +15,7 @@ from datetime import timedelta
 import pytest
 
 from synclane_provider.core import Operations, Page, WorkerSlot
-from synclane_provider.core.runner import Outcome
+from synclane_provider.core.run.runner import Outcome
 from tests.support.helpers import Background, declare, execute, owners, products, rows
 
 PAGE_SECONDS = 0.3

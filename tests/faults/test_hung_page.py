@@ -12,7 +12,7 @@ from datetime import timedelta
 import pytest
 
 from synclane_provider.core import Operations, Owner, WorkerPool, WorkerSlot
-from synclane_provider.core.runner import Outcome
+from synclane_provider.core.run.runner import Outcome
 from tests.support.helpers import Background, declare, owners, paged, products, rows
 
 ACME = owners(Owner("acme-us", lane="acme"), Owner("acme-eu", lane="acme"))

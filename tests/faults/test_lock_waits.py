@@ -16,9 +16,10 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from synclane_provider.core import Database, Job, Operations, Owner, Page, Session, WorkerPool, WorkerSlot, planner
-from synclane_provider.core.runner import Outcome
-from synclane_provider.core.store import Store
+from synclane_provider.core import Database, Job, Operations, Owner, Page, Session, WorkerPool, WorkerSlot
+from synclane_provider.core.db.store import Store
+from synclane_provider.core.plan import planner
+from synclane_provider.core.run.runner import Outcome
 from tests.support.fault_tools import PATIENCE, PageLog, application_name, wait_for, waiting_on_a_lock
 from tests.support.helpers import declare, execute, owners, paged, products, rows
 
@@ -133,7 +134,7 @@ def test_a_worker_whose_own_row_is_held_waits_for_it_alone_while_other_lanes_run
     with Operations(declaration, declaration.database(database_url)) as ops:
         ops.plan("shops")
     pool = WorkerPool(declaration, database, "shops", slots=2)
-    caplog.set_level(logging.WARNING, logger="synclane_provider.core.database")
+    caplog.set_level(logging.WARNING, logger="synclane_provider.core.db.database")
     outcome = {}
     thread = threading.Thread(target=lambda: outcome.setdefault("summary", pool.drain()))
     thread.start()

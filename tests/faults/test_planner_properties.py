@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from psycopg import sql
 
 from synclane_provider.core import Operations, Owner, Queue, SnapshotType, SyncLane, WindowedType
-from synclane_provider.core.planning import Coverage, PlannedJob, instant_key, midnight, period_start, plan_type
+from synclane_provider.core.plan.rule import Coverage, PlannedJob, instant_key, midnight, period_start, plan_type
 from synclane_provider.core.states import JobMode
 from tests.support.helpers import owners, paged, rows
 

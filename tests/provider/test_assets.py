@@ -8,7 +8,7 @@ from airflow.sdk.exceptions import TaskDeferred
 from airflow.sdk.execution_time.context import OutletEventAccessors
 
 from synclane_provider.assets import alias, alias_name, asset, asset_uri
-from synclane_provider.operators.assets import SyncLaneAssetsOperator
+from synclane_provider.operators.asset_events import SyncLaneAssetsOperator
 from synclane_provider.operators.work import SyncLaneWorkOperator
 from tests.provider.conftest import DECLARATION
 from tests.support import provider_declaration as decl

@@ -11,7 +11,7 @@ from airflow.sdk.serde import deserialize, serialize
 from psycopg import sql
 
 from synclane_provider.core import WorkerSlot
-from synclane_provider.core.schema_versions import create_schema
+from synclane_provider.core.db.schema_versions import create_schema
 from synclane_provider.triggers.drained import DrainedTrigger
 from synclane_provider.triggers.due import JobDueTrigger
 from synclane_provider.triggers.initial_load import InitialLoadTrigger
@@ -165,7 +165,7 @@ def test_a_waiter_behind_one_that_never_wakes_wakes_after_its_patience(
     ``patience`` per place, never a job left waiting."""
     import psycopg
 
-    from synclane_provider.core.wakeups import waiter_key
+    from synclane_provider.core.db.wakeups import waiter_key
 
     stuck = [psycopg.connect(database_url, autocommit=True) for _ in range(2)]
     try:

@@ -14,8 +14,8 @@ from airflow.sdk.exceptions import AirflowException, TaskDeferred
 from psycopg import sql
 
 from synclane_provider.core import DatabaseUnavailableError
+from synclane_provider.core.db.wakeups import waiter_key
 from synclane_provider.core.schema import create_schema
-from synclane_provider.core.wakeups import waiter_key
 from synclane_provider.operators.work import DEFER_GRACE, SETTLE, SyncLaneWorkOperator
 from synclane_provider.triggers.due import JobDueTrigger
 from tests.provider.conftest import DECLARATION

@@ -35,7 +35,7 @@ from synclane_provider.core import (
     SyncLane,
     parse_retry_after,
 )
-from synclane_provider.core.retry import Jitter, RetryPolicy
+from synclane_provider.core.declare.retry import Jitter, RetryPolicy
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKER = ROOT / "tests" / "support" / "budget_worker.py"

@@ -14,7 +14,7 @@ from datetime import timedelta
 from urllib.request import urlopen
 
 from synclane_provider.core import Rate, WorkerPool
-from synclane_provider.core.lane_gate import LaneGate
+from synclane_provider.core.run.lane_gate import LaneGate
 from tests.support.budget_race import QUEUE, WARM_UP_ACCOUNT, declaration
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import psycopg
 
 from synclane_provider.core import Database, Job, Page
-from synclane_provider.core.queries import statement
+from synclane_provider.core.db.queries import statement
 from tests.support.lane_race import count_overlaps
 
 PATIENCE = 60.0

@@ -11,8 +11,8 @@ import psycopg
 from psycopg import sql
 
 from synclane_provider.core import Job, Owner, Page, Queue, SnapshotType, SyncLane, WindowedType
-from synclane_provider.core.declarations import RETRY_SETTINGS
-from synclane_provider.core.retry import Jitter, RetryPolicy
+from synclane_provider.core.declare.declarations import RETRY_SETTINGS
+from synclane_provider.core.declare.retry import Jitter, RetryPolicy
 
 
 def paged(total: int, size: int = 50) -> Callable[[Job], Page]:

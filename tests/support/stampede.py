@@ -17,7 +17,7 @@ from datetime import datetime, timedelta, timezone
 
 from synclane_provider.core import Job, Operations, Owner, Page, Queue, SnapshotType, SyncLane, WorkerSlot
 from synclane_provider.core.clock import PinnedClock
-from synclane_provider.core.retry import Jitter, RetryPolicy
+from synclane_provider.core.declare.retry import Jitter, RetryPolicy
 
 START = datetime(2026, 11, 30, 10, 20, tzinfo=timezone.utc)
 

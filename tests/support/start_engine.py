@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from synclane_provider.core import Database
-from synclane_provider.core.schema_versions import SHIPPED, load_migrations
+from synclane_provider.core.db.schema_versions import SHIPPED, load_migrations
 
 
 def main() -> None:

@@ -2,8 +2,8 @@
 
 This is the one place that names statements of ``queries.sql``: the worker, the runner, the planner and the
 operations call these methods, never a statement by its name. A :class:`Store` runs on one
-:class:`~synclane_provider.core.database.Session` (one connection, reopened with backoff when it breaks);
-:mod:`~synclane_provider.core.watch` is its async counterpart for triggers.
+:class:`~synclane_provider.core.db.database.Session` (one connection, reopened with backoff when it breaks);
+:mod:`~synclane_provider.core.db.watch` is its async counterpart for triggers.
 """
 
 from __future__ import annotations
@@ -14,11 +14,10 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from synclane_provider.core.database import Session
-from synclane_provider.core.planning import Coverage
-from synclane_provider.core.records import Activity, Cancelled, Freshness, Job, Progress, QueueCounts, Wakeup
+from synclane_provider.core.db.database import Session
+from synclane_provider.core.db.wakeups import channel, payload, planning_key
+from synclane_provider.core.records import Activity, Cancelled, Coverage, Freshness, Job, Progress, QueueCounts, Wakeup
 from synclane_provider.core.states import JobStatus
-from synclane_provider.core.wakeups import channel, payload, planning_key
 
 
 @dataclass(frozen=True)

@@ -8,14 +8,14 @@ quoted schema name (so a literal brace is written ``{{``). The database records 
 made by 0.1.0 has no such table: to SyncLane it is at version 0, and ``0001_initial``, being idempotent,
 upgrades it by recording itself.
 
-At start-up (:class:`~synclane_provider.core.database.Database`, on its first connection) :func:`ensure_schema`
+At start-up (:class:`~synclane_provider.core.db.database.Database`, on its first connection) :func:`ensure_schema`
 reads the version and the indexes with plain SELECTs, so a role with data rights only starts against an
 up-to-date schema. Only when something is pending does it lock the schema (a transaction-level advisory
 lock) and apply each pending migration in a transaction of its own, reading the version again under the
 lock, so that processes starting together apply each migration once. A missing index (dropped by hand) is
 re-created the same way. With ``create_schema`` off, or when the role lacks a right that a pending
 migration needs, it raises an error naming the migration, the right, and the command in
-:mod:`synclane_provider.core.schema` that applies it as another role.
+:mod:`synclane_provider.core.db.schema` that applies it as another role.
 """
 
 from __future__ import annotations
@@ -36,8 +36,8 @@ import psycopg
 from psycopg import errors, sql
 from psycopg.rows import dict_row
 
+from synclane_provider.core.db.queries import statement
 from synclane_provider.core.errors import MigrationPrivilegeError, SchemaNotReadyError
-from synclane_provider.core.queries import statement
 
 log = logging.getLogger(__name__)
 

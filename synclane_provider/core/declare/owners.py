@@ -7,7 +7,7 @@ owner source; a caller may name a lane only for an owner the source does not lis
 
 from __future__ import annotations
 
-from synclane_provider.core.declarations import Owner, Queue
+from synclane_provider.core.declare.declarations import Owner, Queue
 from synclane_provider.core.errors import DeclarationError, OwnerSourceError, UnknownOwnerError
 
 

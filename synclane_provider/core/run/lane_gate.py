@@ -1,6 +1,6 @@
 """What a worker does before each page: wait its turn in the lane's rate budget, and out any pause on the lane.
 
-A lane is one API account. Its rate budget (:class:`~synclane_provider.core.ratelimit.Rate`, from the owner
+A lane is one API account. Its rate budget (:class:`~synclane_provider.core.declare.ratelimit.Rate`, from the owner
 source or the queue) and the pause a throttle puts on it are kept in ``<schema>.lane_budgets``, so every worker
 on every machine keeps to the same ones:
 
@@ -12,7 +12,7 @@ on every machine keeps to the same ones:
   late; a request sent late lands close behind the next taker's, and with the one ``requests`` before it in one
   of the API's periods. So on the page thread, immediately before the handler (and in ``spend``, immediately
   before the requests it pays for), :meth:`LaneGate.keep_turn` checks the clock: a page later than half the
-  rate's :attr:`~synclane_provider.core.ratelimit.Rate.lateness` after its turn gives the turn up unused and
+  rate's :attr:`~synclane_provider.core.declare.ratelimit.Rate.lateness` after its turn gives the turn up unused and
   takes a new one. A turn is reckoned from the instant the take was *sent*, the earliest the database can
   have placed it, so every delay on the way counts as lateness. A wasted turn slows the lane a little; it
   never lets it overrun.
@@ -24,7 +24,7 @@ on every machine keeps to the same ones:
   without a rate learns of a pause at no cost: the take and the cursor save return what is left of it.
 
 Waits sleep on the slot's stop event, holding no transaction and polling nothing; the job's lease is renewed
-meanwhile by its :class:`~synclane_provider.core.lease.LeaseKeeper`. A throttle without a named wait is our
+meanwhile by its :class:`~synclane_provider.core.run.lease.LeaseKeeper`. A throttle without a named wait is our
 own guess (doubled and jittered per job), so it delays only its job; the budget is the tool for pacing a lane.
 
 Waits are computed on the slot's clock (the database's, or a pinned one) and slept in real time: a test that
@@ -41,11 +41,11 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from synclane_provider.core.clock import Clock
-from synclane_provider.core.declarations import Queue
-from synclane_provider.core.owners import owners_of
-from synclane_provider.core.ratelimit import Rate
+from synclane_provider.core.db.store import Store
+from synclane_provider.core.declare.declarations import Queue
+from synclane_provider.core.declare.owners import owners_of
+from synclane_provider.core.declare.ratelimit import Rate
 from synclane_provider.core.records import Job
-from synclane_provider.core.store import Store
 
 log = logging.getLogger(__name__)
 

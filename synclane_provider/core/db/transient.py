@@ -2,7 +2,7 @@
 
 Worker sessions (sync) and the triggers' watches (async) both use it, so a deadlock, a statement timeout or
 a server restart is survived the same way wherever it happens. Every statement the engine sends is safe to
-repeat (see :mod:`~synclane_provider.core.database`), so an error that passes is simply waited out.
+repeat (see :mod:`~synclane_provider.core.db.database`), so an error that passes is simply waited out.
 """
 
 from __future__ import annotations

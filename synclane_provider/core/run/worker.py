@@ -22,18 +22,18 @@ from datetime import timedelta
 import psycopg.errors
 
 from synclane_provider.core.clock import Clock, database_clock
-from synclane_provider.core.database import Database, Session
-from synclane_provider.core.declarations import SyncLane
+from synclane_provider.core.db.database import Database, Session
+from synclane_provider.core.db.store import Finish, FinishAndTake, Store, Taken
+from synclane_provider.core.declare.declarations import SyncLane
 from synclane_provider.core.errors import DatabaseUnavailableError
-from synclane_provider.core.landed import Landed
-from synclane_provider.core.lane_gate import LaneGate
-from synclane_provider.core.lease import LeaseKeeper
 from synclane_provider.core.metrics import JOBS_FINISHED, LEASE_TAKEOVERS, NO_METRICS, TAKE_WAIT, Metrics
-from synclane_provider.core.pages import PageThread
 from synclane_provider.core.records import Job, Wakeup
-from synclane_provider.core.runner import DEFAULT_STOP_GRACE, JobRunner, Outcome, RunResult
+from synclane_provider.core.run.landed import Landed
+from synclane_provider.core.run.lane_gate import LaneGate
+from synclane_provider.core.run.lease import LeaseKeeper
+from synclane_provider.core.run.pages import PageThread
+from synclane_provider.core.run.runner import DEFAULT_STOP_GRACE, JobRunner, Outcome, RunResult
 from synclane_provider.core.states import JobStatus
-from synclane_provider.core.store import Finish, FinishAndTake, Store, Taken
 
 log = logging.getLogger(__name__)
 

@@ -22,23 +22,12 @@ from datetime import datetime, timedelta, timezone
 
 import pendulum
 
-from synclane_provider.core.declarations import JobType, SnapshotType, WindowedType
+from synclane_provider.core.clock import utc
+from synclane_provider.core.declare.declarations import JobType, SnapshotType, WindowedType
+from synclane_provider.core.records import Coverage
 from synclane_provider.core.states import JobMode
 
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
-
-
-@dataclass(frozen=True)
-class Coverage:
-    """What already exists for one owner and type, read in bulk before planning."""
-
-    has_initial: bool = False
-    initial_start: datetime | None = None
-    """Start of the oldest initial slice."""
-    covered_until: datetime | None = None
-    """Newest window end among initial and recurring jobs."""
-    first_created_at: datetime | None = None
-    """When the owner's first job of this type was created."""
 
 
 @dataclass(frozen=True)
@@ -50,13 +39,6 @@ class PlannedJob:
     window_start: datetime | None
     window_end: datetime | None
     dedup_key: str
-
-
-def utc(now: datetime) -> datetime:
-    """``now`` in UTC; a naive datetime is refused rather than guessed."""
-    if now.tzinfo is None or now.utcoffset() is None:
-        raise ValueError(f"times must be timezone-aware, got naive {now!r}")
-    return now.astimezone(timezone.utc)
 
 
 @functools.lru_cache(maxsize=256)

@@ -1,9 +1,9 @@
-"""Watching the jobs table from an event loop: the async counterpart of :class:`~synclane_provider.core.store.Store`.
+"""Watching the jobs table from an event loop: the async counterpart of :class:`~synclane_provider.core.db.store.Store`.
 
 Triggers run in the triggerer's event loop, so everything here awaits: statements run on a
 ``psycopg.AsyncConnection`` that the caller's ``connect`` opens (the Airflow hook builds it from a
 connection; nothing here knows Airflow), and waiting for a notification is a timed ``notifies()``. Errors
-are judged and waited out exactly as a worker's session does (:mod:`~synclane_provider.core.transient`):
+are judged and waited out exactly as a worker's session does (:mod:`~synclane_provider.core.db.transient`):
 a broken connection is reopened (and LISTEN issued again), a passing server error (a cancelled statement,
 a lock timeout, a deadlock) is retried on the same connection, anything else is raised. The caller looks
 at the table again after every wake-up, so a notification lost while reconnecting costs nothing. A schema
@@ -23,11 +23,11 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
 
+from synclane_provider.core.db.queries import statement
+from synclane_provider.core.db.transient import CONNECTION_ERRORS, Backoff, passes
+from synclane_provider.core.db.wakeups import channel, concerns
 from synclane_provider.core.errors import DatabaseUnavailableError
-from synclane_provider.core.queries import statement
 from synclane_provider.core.records import Activity, Wakeup
-from synclane_provider.core.transient import CONNECTION_ERRORS, Backoff, passes
-from synclane_provider.core.wakeups import channel, concerns
 
 SCHEMA_MISSING = (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName)
 """What a look at a schema that is not there (yet, or any more) raises: waited for like a database that is away."""
@@ -73,12 +73,12 @@ class TableWatch:
         await self._close()
 
     async def activity(self, *, lane: str | None = None) -> Activity:
-        """What :meth:`Store.activity <synclane_provider.core.store.Store.activity>` says, by the database's clock."""
+        """What :meth:`Store.activity <synclane_provider.core.db.store.Store.activity>` says, by the database's clock."""
         [row] = await self._rows("queue_activity", queue=self._queue, lane=lane, now=None)
         return Activity(**row)
 
     async def wakeup(self) -> Wakeup:
-        """What :meth:`Store.wakeup <synclane_provider.core.store.Store.wakeup>` says, by the database's clock;
+        """What :meth:`Store.wakeup <synclane_provider.core.db.store.Store.wakeup>` says, by the database's clock;
         with a ``waiter`` key, ``takeable`` only when it is this connection's turn among its holders."""
         key = self._waiter or (None, None)
         [row] = await self._rows(

@@ -3,7 +3,7 @@
 Four views -- queues, lanes, owners, jobs -- each one statement of ``monitor.sql`` (the jobs view is
 :meth:`Operations.list_jobs`), so a page costs the same with ten million rows as with a thousand: lanes and
 owners come a page at a time, walked in name order from after the last one shown. The actions the views
-offer (requeue, cancel, plan) are :class:`~synclane_provider.core.operations.Operations` calls, made by the
+offer (requeue, cancel, plan) are :class:`~synclane_provider.core.ops.operations.Operations` calls, made by the
 front ends directly: nothing here writes.
 
 :func:`plain` turns every record here into JSON-ready values, the one shape both front ends print.
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Generic, TypeVar
 
-from synclane_provider.core.operations import Operations
+from synclane_provider.core.ops.operations import Operations
 from synclane_provider.core.records import Job
 from synclane_provider.core.states import JobMode, JobStatus
 

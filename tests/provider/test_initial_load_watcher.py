@@ -8,7 +8,7 @@ from airflow.sdk.serde import deserialize, serialize
 from synclane_provider.assets import initial_load_asset
 from synclane_provider.core import WorkerSlot
 from synclane_provider.hooks.synclane import SyncLaneHook
-from synclane_provider.triggers.initial_loads import InitialLoadsTrigger
+from synclane_provider.triggers.initial_load_watcher import InitialLoadsTrigger
 from tests.support import provider_declaration as decl
 from tests.support.helpers import execute
 from tests.support.provider_helpers import in_background, operations, unique_name, wait_until_waiting
@@ -20,7 +20,7 @@ def test_the_trigger_round_trips_through_serialization():
     kwargs = dict(synclane_conn_id="c", schema="s", queue="q", job_type="orders", poll_interval=7.0, give_up_after=60.0)
     trigger = InitialLoadsTrigger(**kwargs)
     classpath, serialized = trigger.serialize()
-    assert classpath == "synclane_provider.triggers.initial_loads.InitialLoadsTrigger"
+    assert classpath == "synclane_provider.triggers.initial_load_watcher.InitialLoadsTrigger"
     assert serialized == kwargs
     assert deserialize(serialize(serialized)) == kwargs
 

@@ -9,7 +9,7 @@ from airflow.sdk import BaseOperator
 
 from synclane_provider.assets import alias, emit_landed
 from synclane_provider.configured import declaration_argument
-from synclane_provider.core.landed import Landed
+from synclane_provider.core.run.landed import Landed
 
 if TYPE_CHECKING:
     from airflow.sdk import Context

@@ -9,10 +9,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
-from synclane_provider.core.declarations import Owner, Queue
-from synclane_provider.core.owners import owners_of, resolve_owner
-from synclane_provider.core.planning import PlannedJob, coverage_wanted, plan_type, utc
-from synclane_provider.core.store import CoverageRow, Store
+from synclane_provider.core.clock import utc
+from synclane_provider.core.db.store import CoverageRow, Store
+from synclane_provider.core.declare.declarations import Owner, Queue
+from synclane_provider.core.declare.owners import owners_of, resolve_owner
+from synclane_provider.core.plan.rule import PlannedJob, coverage_wanted, plan_type
 
 log = logging.getLogger(__name__)
 

@@ -13,17 +13,17 @@ from enum import Enum
 from types import EllipsisType
 
 from synclane_provider.core.clock import Clock
-from synclane_provider.core.declarations import Queue
+from synclane_provider.core.db.store import Finish, Store
+from synclane_provider.core.declare.declarations import Queue
 from synclane_provider.core.durations import duration_text
 from synclane_provider.core.errors import JobThrottled, UnknownJobTypeError
-from synclane_provider.core.lane_gate import LaneGate, PageNotSent, Turn
-from synclane_provider.core.lease import LeaseKeeper, why_lost
 from synclane_provider.core.metrics import NO_METRICS, PAGE_DURATION, PAGES, RECORDS, THROTTLES, Metrics
-from synclane_provider.core.outcomes import CANCELLED, describe_error, lost_attempt
-from synclane_provider.core.pages import PageLeftBehind, PageThread
 from synclane_provider.core.records import Job, Page
+from synclane_provider.core.run.lane_gate import LaneGate, PageNotSent, Turn
+from synclane_provider.core.run.lease import LeaseKeeper, why_lost
+from synclane_provider.core.run.outcomes import CANCELLED, describe_error, lost_attempt
+from synclane_provider.core.run.pages import PageLeftBehind, PageThread
 from synclane_provider.core.states import JobStatus
-from synclane_provider.core.store import Finish, Store
 
 DEFAULT_STOP_GRACE = timedelta(seconds=30)
 """How long a stopping worker waits for a page in flight before it leaves the job to lapse to another worker."""
@@ -120,7 +120,7 @@ class JobRunner:
         must end abandoned, not be taken over forever.
 
         Before each page the job waits its turn in its lane's rate budget and out any pause a throttle put on
-        the lane (``lane_wait``: what the take said was left of one); see :mod:`~synclane_provider.core.lane_gate`.
+        the lane (``lane_wait``: what the take said was left of one); see :mod:`~synclane_provider.core.run.lane_gate`.
         """
         self._waited = 0.0
         if lost_worker is not None and job.stop_reason is not None:  # cancelled, then its worker was lost

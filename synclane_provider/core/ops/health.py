@@ -22,12 +22,12 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import Enum
 
-from synclane_provider.core.declarations import Queue
+from synclane_provider.core.db.store import Store
+from synclane_provider.core.declare.declarations import Queue
+from synclane_provider.core.declare.owners import owners_of
 from synclane_provider.core.durations import duration_text
 from synclane_provider.core.metrics import QUEUE_ABANDONED, QUEUE_MAX_LAG, QUEUE_RUNNING, QUEUE_WAITING, Metrics
-from synclane_provider.core.owners import owners_of
 from synclane_provider.core.records import Freshness, Job
-from synclane_provider.core.store import Store
 
 MAX_FINDINGS = 50
 """Findings of each kind a check reports at most; more are summed up in one line (the message stays readable)."""

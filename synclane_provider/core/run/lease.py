@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 
-from synclane_provider.core.store import Store
+from synclane_provider.core.db.store import Store
 
 log = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ With recurring jobs every few minutes a queue gains millions of rows a month; th
 them (they use partial indexes over waiting work and the coverage table), but disks and backups do. So a
 queue may declare ``retention``: completed recurring and manual jobs, and cancelled jobs, older than that
 are deleted by the planning DAG after each plan, or on demand by :meth:`Operations.prune
-<synclane_provider.core.operations.Operations.prune>`.
+<synclane_provider.core.ops.operations.Operations.prune>`.
 
 What is never deleted, and why:
 
@@ -28,8 +28,8 @@ import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from synclane_provider.core.db.store import Store
 from synclane_provider.core.durations import duration_text
-from synclane_provider.core.store import Store
 
 log = logging.getLogger(__name__)
 

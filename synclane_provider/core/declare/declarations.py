@@ -13,13 +13,13 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Union
 
+from synclane_provider.core.declare.ratelimit import Rate
+from synclane_provider.core.declare.retry import RetryPolicy
 from synclane_provider.core.durations import duration_text
 from synclane_provider.core.errors import DeclarationError, UnknownJobTypeError, UnknownQueueError
-from synclane_provider.core.ratelimit import Rate
-from synclane_provider.core.retry import RetryPolicy
 
 if TYPE_CHECKING:
-    from synclane_provider.core.database import ConnectionFactory, Database
+    from synclane_provider.core.db.database import ConnectionFactory, Database
     from synclane_provider.core.records import Job, Page
 
 Handler = Callable[["Job"], "Page"]
@@ -210,10 +210,10 @@ class Queue:
     """A named group of job types sharing a concurrency budget, a retry policy and a rate budget per lane.
 
     ``types`` are run in the order given: an earlier type's due jobs are taken before a later type's.
-    ``retry`` is the queue's :class:`~synclane_provider.core.retry.RetryPolicy`; its settings may also be
+    ``retry`` is the queue's :class:`~synclane_provider.core.declare.retry.RetryPolicy`; its settings may also be
     given one by one (``max_attempts=3, retry_delay=...``), and are readable that way whichever form was used.
     ``retention``: how long completed (and cancelled) jobs are kept before the planning DAG deletes them
-    (see :mod:`~synclane_provider.core.retention`); None keeps them for ever.
+    (see :mod:`~synclane_provider.core.plan.retention`); None keeps them for ever.
 
     ``max_lag`` (optional) is how far behind an owner may fall before the health check fails: now minus the
     end of the newest completed window of each windowed type. It must be longer than every windowed type's
@@ -316,7 +316,7 @@ class SyncLane:
     """The whole declaration: queues plus where the table lives.
 
     Holds no connection, so it can be imported at DAG parse time; the engine
-    gets its database separately (see :class:`~synclane_provider.core.database.Database`).
+    gets its database separately (see :class:`~synclane_provider.core.db.database.Database`).
     """
 
     queues: Sequence[Queue]
@@ -356,7 +356,7 @@ class SyncLane:
 
     def database(self, conninfo: str | None = None, *, connect: ConnectionFactory | None = None) -> Database:
         """Where this declaration's table lives: a conninfo string or a function returning a psycopg connection."""
-        from synclane_provider.core.database import Database
+        from synclane_provider.core.db.database import Database
 
         return Database(conninfo, connect=connect, schema=self.schema, create_schema=self.create_schema)
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from airflow.triggers.base import BaseEventTrigger, TriggerEvent
 
-from synclane_provider.core.watch import TableWatch
+from synclane_provider.core.db.watch import TableWatch
 from synclane_provider.hooks.synclane import SyncLaneHook
 from synclane_provider.triggers.base import TableTrigger
 

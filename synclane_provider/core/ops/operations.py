@@ -7,21 +7,22 @@ import time
 from collections.abc import Sequence
 from datetime import datetime, timedelta, timezone
 
-from synclane_provider.core import health, planner, retention
-from synclane_provider.core.clock import Clock, database_clock
-from synclane_provider.core.database import Database, Session
-from synclane_provider.core.declarations import Owner, SyncLane, WindowedType, checked_name
+from synclane_provider.core.clock import Clock, database_clock, utc
+from synclane_provider.core.db.database import Database, Session
+from synclane_provider.core.db.store import Store
+from synclane_provider.core.db.transient import Backoff, passes_from_anywhere
+from synclane_provider.core.declare.declarations import Owner, SyncLane, WindowedType, checked_name
+from synclane_provider.core.declare.owners import resolve_owner
 from synclane_provider.core.errors import DeclarationError
-from synclane_provider.core.health import HealthReport, QueueGauges
-from synclane_provider.core.outcomes import CANCELLED, storable_text
-from synclane_provider.core.owners import resolve_owner
-from synclane_provider.core.planner import PlanSummary
-from synclane_provider.core.planning import instant_key, instant_text, utc
+from synclane_provider.core.ops import health
+from synclane_provider.core.ops.health import HealthReport, QueueGauges
+from synclane_provider.core.plan import planner, retention
+from synclane_provider.core.plan.planner import PlanSummary
+from synclane_provider.core.plan.retention import Pruned
+from synclane_provider.core.plan.rule import instant_key, instant_text
 from synclane_provider.core.records import Activity, Cancelled, Job, Progress
-from synclane_provider.core.retention import Pruned
+from synclane_provider.core.run.outcomes import CANCELLED, storable_text
 from synclane_provider.core.states import JobMode, JobStatus
-from synclane_provider.core.store import Store
-from synclane_provider.core.transient import Backoff, passes_from_anywhere
 
 log = logging.getLogger(__name__)
 
@@ -254,7 +255,7 @@ class Operations:
 
         Initial jobs, failed, deferred and abandoned jobs are kept; what the planner knows of the deleted
         jobs' windows is kept on their coverage rows, so nothing pruned is planned again (see
-        :mod:`~synclane_provider.core.retention`).
+        :mod:`~synclane_provider.core.plan.retention`).
         """
         declared = self.synclane.queue(queue)
         limit = older_than if older_than is not None else declared.retention
@@ -298,7 +299,7 @@ class Operations:
     ) -> HealthReport:
         """What needs a person in ``queue``: jobs abandoned in ``[abandoned_since, abandoned_until)`` (None: no
         bound), running jobs whose worker stopped renewing their lease, and owners lagging more than the
-        queue's ``max_lag`` (see :mod:`~synclane_provider.core.health`)."""
+        queue's ``max_lag`` (see :mod:`~synclane_provider.core.ops.health`)."""
         return health.check(
             self.store,
             self.synclane.queue(queue),

@@ -26,10 +26,10 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import dict_row
 
+from synclane_provider.core.db.queries import statement
+from synclane_provider.core.db.schema_versions import Migration, ensure_schema
+from synclane_provider.core.db.transient import Backoff, describe, passes
 from synclane_provider.core.errors import DatabaseUnavailableError
-from synclane_provider.core.queries import statement
-from synclane_provider.core.schema_versions import Migration, ensure_schema
-from synclane_provider.core.transient import Backoff, describe, passes
 
 log = logging.getLogger(__name__)
 
@@ -126,8 +126,8 @@ class Database:
 
     def connect(self) -> psycopg.Connection[Any]:
         """A new autocommit connection returning rows as dicts, taking statements with ``$n`` placeholders
-        (see :class:`~synclane_provider.core.queries.Statement`). The first one checks the schema's version, and
-        applies what is pending when ``create_schema`` is on (see :mod:`~synclane_provider.core.schema_versions`).
+        (see :class:`~synclane_provider.core.db.queries.Statement`). The first one checks the schema's version, and
+        applies what is pending when ``create_schema`` is on (see :mod:`~synclane_provider.core.db.schema_versions`).
 
         The caller owns the connection and closes it; sessions do (see :class:`Session`).
         """

@@ -1,0 +1,12 @@
+"""The database: sessions, the statement loader, the typed store, the async watch, transient-error handling.
+
+Lives here: ``database`` (connections and sessions), ``queries`` (the loader for the named statements of the
+``.sql`` files beside it), ``store`` (the typed statements of the jobs table), ``watch`` (LISTEN for
+triggers), ``wakeups`` (NOTIFY channels and advisory-lock keys), ``transient`` (which errors pass),
+``schema_versions`` with ``migrations/`` (the migration engine and its numbered files) and ``schema`` (its
+command line). Every statement the engine sends is in ``queries.sql``, ``monitor.sql`` or
+``schema_versions.sql`` here.
+
+May import: the vocabulary at the top of ``core`` (errors, states, records, clock, durations, metrics) and
+psycopg; nothing from ``declare``, ``plan``, ``run`` or ``ops``.
+"""
