@@ -134,7 +134,7 @@ def state_uses(where: str, text: str) -> list[Use]:
 
 def queries() -> dict[str, str]:
     """The statements of ``queries.sql`` by name, as written."""
-    text = resources.files("synclane_provider.core").joinpath("queries.sql").read_text(encoding="utf-8")
+    text = resources.files("synclane_provider.core.db").joinpath("queries.sql").read_text(encoding="utf-8")
     parts = re.split(r"^-- name: (\w+)\s*$", text, flags=re.M)
     return dict(zip(parts[1::2], parts[2::2], strict=True))
 
