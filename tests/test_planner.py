@@ -8,8 +8,9 @@ from datetime import datetime, timedelta, timezone
 import psycopg
 import pytest
 
-from synclane_provider.core import DeclarationError, Operations, Owner, UnknownOwnerError, WorkerSlot, planner
+from synclane_provider.core import DeclarationError, Operations, Owner, UnknownOwnerError, WorkerSlot
 from synclane_provider.core.errors import OwnerSourceError
+from synclane_provider.core.plan import planner
 from tests.support.helpers import declare, execute, orders, owners, products, race, rows
 
 DAY = timedelta(days=1)
