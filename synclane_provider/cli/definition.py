@@ -1,9 +1,12 @@
 """The ``airflow synclane`` command group: arguments only. Airflow builds its parser from this at every
-``airflow`` call, so nothing here imports more than Airflow's CLI config; the commands are loaded lazily."""
+``airflow`` call, so nothing here imports more than Airflow's CLI config and the engine's states (which import nothing); the
+commands are loaded lazily."""
 
 from __future__ import annotations
 
 from airflow.cli.cli_config import ARG_OUTPUT, ARG_VERBOSE, ActionCommand, Arg, GroupCommand, lazy_load_command
+
+from synclane_provider.core.states import JobMode, JobStatus
 
 COMMANDS = "synclane_provider.cli.commands"
 
@@ -19,10 +22,10 @@ ARG_OWNER = Arg(("--owner",), help="only this owner")
 ARG_TYPE = Arg(("--type",), help="only this job type")
 ARG_STATUS = Arg(
     ("--status",),
-    choices=("pending", "running", "completed", "failed", "deferred", "abandoned"),
+    choices=tuple(status.value for status in JobStatus),
     help="only jobs in this status",
 )
-ARG_MODE = Arg(("--mode",), choices=("initial", "recurring", "manual"), help="only jobs of this mode")
+ARG_MODE = Arg(("--mode",), choices=tuple(mode.value for mode in JobMode), help="only jobs of this mode")
 ARG_BEFORE = Arg(("--before",), type=int, help="only jobs with a smaller id (the next page after that id)")
 ARG_AFTER = Arg(("--after",), help="start after this name (the next page)")
 ARG_LIMIT = Arg(("--limit",), type=int, default=50, help="at most this many rows (default 50, at most 500)")

@@ -13,17 +13,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 from typing import Protocol
 
 
-class Kind(str, Enum):
+class Kind(StrEnum):
     COUNTER = "counter"
     TIMER = "timer"
     GAUGE = "gauge"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any, Mapping
 
 from synclane_provider.core.errors import HandlerResultError
+from synclane_provider.core.numbers import whole
 from synclane_provider.core.states import JobMode, JobStatus
 
 
@@ -144,7 +145,7 @@ class Page:
                 f"handler of job type {job_type!r} returned a next_cursor that is not valid unicode "
                 f"(a lone surrogate): {_short(value.next_cursor)}"
             )
-        if isinstance(value.count, bool) or not isinstance(value.count, int) or value.count < 0:
+        if not whole(value.count, 0):
             raise HandlerResultError(
                 f"handler of job type {job_type!r} returned count {_short(value.count)}, expected an integer of zero or more"
             )

@@ -38,10 +38,10 @@ Adding a status (a mode likewise):
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import StrEnum
 
 
-class JobStatus(str, Enum):
+class JobStatus(StrEnum):
     PENDING = "pending"
     RUNNING = "running"
     COMPLETED = "completed"
@@ -49,17 +49,11 @@ class JobStatus(str, Enum):
     DEFERRED = "deferred"
     ABANDONED = "abandoned"
 
-    def __str__(self) -> str:
-        return self.value
 
-
-class JobMode(str, Enum):
+class JobMode(StrEnum):
     INITIAL = "initial"  # a history slice, or a snapshot's first load
     RECURRING = "recurring"  # the periodic refresh
     MANUAL = "manual"  # enqueued by hand
-
-    def __str__(self) -> str:
-        return self.value
 
 
 ALLOWED_TRANSITIONS: dict[JobStatus, frozenset[JobStatus]] = {

@@ -11,22 +11,31 @@ from typing import Any
 
 from psycopg import sql
 
-_HEADER = re.compile(r"^-- name: (?P<name>\w+)\s*$", re.MULTILINE)
+_HEADER = re.compile(r"^-- (?P<kind>name|fragment): (?P<name>\w+)\s*$", re.MULTILINE)
 
 
 def named_statements(package: str, source: str) -> dict[str, str]:
     """The statements of a file ``source`` in ``package``, each under its ``-- name: <name>`` header.
 
-    A name given twice is an error: the second would silently win. The demo's own tables use the same format.
+    A part the file repeats in several statements is written once under a ``-- fragment: <name>`` header and
+    stands as ``{<name>}`` where it is used; each statement is given back with its fragments in place, so what
+    is sent is what a statement written out whole would be. A name given twice is an error (the second would
+    silently win), and so is a fragment no statement uses. The demo's own tables use the same format.
     """
     text = resources.files(package).joinpath(source).read_text(encoding="utf-8")
     parts = _HEADER.split(text)
-    # parts: [preamble, name1, body1, name2, body2, ...]
+    # parts: [preamble, kind1, name1, body1, kind2, name2, body2, ...]
     statements: dict[str, str] = {}
-    for name, body in zip(parts[1::2], parts[2::2], strict=True):
-        if name in statements:
+    fragments: dict[str, str] = {}
+    for kind, name, body in zip(parts[1::3], parts[2::3], parts[3::3], strict=True):
+        if name in statements or name in fragments:
             raise RuntimeError(f"{source} names {name!r} twice")
-        statements[name] = body.strip().rstrip(";")
+        (fragments if kind == "fragment" else statements)[name] = body.strip().rstrip(";")
+    for name, fragment in fragments.items():
+        placeholder = "{" + name + "}"
+        if not any(placeholder in body for body in statements.values()):
+            raise RuntimeError(f"{source} defines the fragment {name!r} but no statement uses it")
+        statements = {key: body.replace(placeholder, fragment) for key, body in statements.items()}
     return statements
 
 

@@ -5,6 +5,41 @@
 -- database's own time, a value pins it (tests do this). Statements that must
 -- be atomic are one statement.
 
+-- fragment: lanes_with_waiting_work
+-- The CTE ``lanes``: each lane of the queue with waiting work (pending, failed or deferred), walked through
+-- the lane index one lane at a time (a loose index scan: one probe a lane, however many jobs wait in it), and
+-- a last row with lane NULL. Used by finish_and_take and worker_wakeup.
+lanes AS (
+    (
+        SELECT j.lane FROM {schema}.jobs AS j
+        WHERE j.queue = %(queue)s AND j.status IN ('pending', 'failed', 'deferred')
+        ORDER BY j.lane LIMIT 1
+    )
+    UNION ALL
+    SELECT (
+        SELECT j.lane FROM {schema}.jobs AS j
+        WHERE j.queue = %(queue)s AND j.status IN ('pending', 'failed', 'deferred') AND j.lane > lanes.lane
+        ORDER BY j.lane LIMIT 1
+    )
+    FROM lanes WHERE lanes.lane IS NOT NULL
+)
+
+-- fragment: free_lane_slot_of_j
+-- The lowest slot of job j's lane that no running job holds (a lane k wide has slots 0 to k-1), as
+-- free.lane_slot; no row when every slot is held. The job the statement is finishing (CTE ``finished``) holds
+-- none any more. Used twice by finish_and_take.
+CROSS JOIN LATERAL (
+    SELECT slot.n AS lane_slot FROM generate_series(0, j.lane_width - 1) AS slot(n)
+    WHERE NOT EXISTS (
+        SELECT 1 FROM {schema}.jobs AS busy
+        WHERE busy.queue = j.queue AND busy.lane = j.lane AND busy.status = 'running'
+          AND busy.lane_slot = slot.n
+          AND busy.id NOT IN (SELECT id FROM finished)
+    )
+    ORDER BY slot.n
+    LIMIT 1
+) AS free
+
 -- name: finish_and_take
 -- How a worker moves on, in one statement: write how its last job ended (when %(finished)s names one),
 -- then lease its next job (when %(take)s). Done together, other workers never see the lane free in
@@ -82,20 +117,7 @@ first_load_news AS (
     SELECT pg_notify(%(channel)s, %(payload)s) FROM finished
     WHERE finished.mode = 'initial' AND finished.status = 'completed'
 ),
-lanes AS (
-    (
-        SELECT j.lane FROM {schema}.jobs AS j
-        WHERE j.queue = %(queue)s AND j.status IN ('pending', 'failed', 'deferred')
-        ORDER BY j.lane LIMIT 1
-    )
-    UNION ALL
-    SELECT (
-        SELECT j.lane FROM {schema}.jobs AS j
-        WHERE j.queue = %(queue)s AND j.status IN ('pending', 'failed', 'deferred') AND j.lane > lanes.lane
-        ORDER BY j.lane LIMIT 1
-    )
-    FROM lanes WHERE lanes.lane IS NOT NULL
-),
+{lanes_with_waiting_work},
 candidate AS (
     SELECT id, lost_worker, lane_slot FROM (
         SELECT j.id, nullif(j.leased_by, %(worker)s) AS lost_worker, j.lane_slot
@@ -122,17 +144,7 @@ candidate AS (
             LIMIT 32
         ) AS first_due
         JOIN {schema}.jobs AS j ON j.id = first_due.id
-        CROSS JOIN LATERAL (
-            SELECT slot.n AS lane_slot FROM generate_series(0, j.lane_width - 1) AS slot(n)
-            WHERE NOT EXISTS (
-                SELECT 1 FROM {schema}.jobs AS busy
-                WHERE busy.queue = j.queue AND busy.lane = j.lane AND busy.status = 'running'
-                  AND busy.lane_slot = slot.n
-                  AND busy.id NOT IN (SELECT id FROM finished)
-            )
-            ORDER BY slot.n
-            LIMIT 1
-        ) AS free
+        {free_lane_slot_of_j}
         CROSS JOIN clock
         WHERE j.status IN ('pending', 'failed', 'deferred')
           AND j.next_run_at <= clock.now
@@ -170,17 +182,7 @@ candidate AS (
             ) AS head
         ) AS lane_head
         JOIN {schema}.jobs AS j ON j.id = lane_head.id
-        CROSS JOIN LATERAL (
-            SELECT slot.n AS lane_slot FROM generate_series(0, j.lane_width - 1) AS slot(n)
-            WHERE NOT EXISTS (
-                SELECT 1 FROM {schema}.jobs AS busy
-                WHERE busy.queue = j.queue AND busy.lane = j.lane AND busy.status = 'running'
-                  AND busy.lane_slot = slot.n
-                  AND busy.id NOT IN (SELECT id FROM finished)
-            )
-            ORDER BY slot.n
-            LIMIT 1
-        ) AS free
+        {free_lane_slot_of_j}
         CROSS JOIN clock
         WHERE %(take)s AND (SELECT n FROM finish_first) >= 0
           AND lanes.lane IS NOT NULL
@@ -678,20 +680,7 @@ me AS (
                         AND l.pid < pg_backend_pid())
            END::int AS rank
 ),
-lanes AS (
-    (
-        SELECT j.lane FROM {schema}.jobs AS j
-        WHERE j.queue = %(queue)s AND j.status IN ('pending', 'failed', 'deferred')
-        ORDER BY j.lane LIMIT 1
-    )
-    UNION ALL
-    SELECT (
-        SELECT j.lane FROM {schema}.jobs AS j
-        WHERE j.queue = %(queue)s AND j.status IN ('pending', 'failed', 'deferred') AND j.lane > lanes.lane
-        ORDER BY j.lane LIMIT 1
-    )
-    FROM lanes WHERE lanes.lane IS NOT NULL
-),
+{lanes_with_waiting_work},
 free_lanes AS (
     SELECT lane_units.n FROM lanes
     CROSS JOIN LATERAL (

@@ -17,6 +17,7 @@ from synclane_provider.core.declare.ratelimit import Rate
 from synclane_provider.core.declare.retry import RetryPolicy
 from synclane_provider.core.durations import duration_text
 from synclane_provider.core.errors import DeclarationError, UnknownJobTypeError, UnknownQueueError
+from synclane_provider.core.numbers import whole
 
 if TYPE_CHECKING:
     from synclane_provider.core.db.database import ConnectionFactory, Database
@@ -102,7 +103,7 @@ class Owner:
         if self.lane is not None:
             checked_name("owner lane", self.lane)
         _checked_rate(f"owner {self.id!r}", self.rate)
-        if isinstance(self.lane_width, bool) or not isinstance(self.lane_width, int) or self.lane_width < 1:
+        if not whole(self.lane_width, 1):
             raise DeclarationError(
                 f"lane_width of owner {self.id!r} must be a whole number of at least 1 (how many of its lane's jobs "
                 f"may run at once), got {self.lane_width!r}"
@@ -252,7 +253,7 @@ class Queue:
             if job_type.name in seen:
                 raise DeclarationError(f"job type {job_type.name!r} is declared twice in queue {self.name!r}")
             seen.add(job_type.name)
-        if isinstance(self.concurrency, bool) or not isinstance(self.concurrency, int) or self.concurrency < 1:
+        if not whole(self.concurrency, 1):
             raise DeclarationError(f"concurrency {label} must be a positive integer, got {self.concurrency!r}")
         _positive(f"lease {label}", self.lease)
         if self.retention is not None:

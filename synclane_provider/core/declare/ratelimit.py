@@ -18,6 +18,7 @@ from datetime import datetime, timedelta
 
 from synclane_provider.core.durations import duration_text
 from synclane_provider.core.errors import DeclarationError
+from synclane_provider.core.numbers import whole
 
 
 @dataclass(frozen=True)
@@ -49,13 +50,13 @@ class Rate:
     headroom: float = 0.05
 
     def __post_init__(self) -> None:
-        if isinstance(self.requests, bool) or not isinstance(self.requests, int) or self.requests < 1:
+        if not whole(self.requests, 1):
             raise DeclarationError(f"Rate requests must be a positive integer, got {self.requests!r}")
         if not isinstance(self.per, timedelta):
             raise DeclarationError(f"Rate per must be a timedelta, got {self.per!r}")
         if self.per <= timedelta(0):
             raise DeclarationError(f"Rate per must be positive, got {duration_text(self.per)}")
-        if isinstance(self.burst, bool) or not isinstance(self.burst, int) or self.burst < 0:
+        if not whole(self.burst, 0):
             raise DeclarationError(f"Rate burst must be an integer of zero or more, got {self.burst!r}")
         if isinstance(self.headroom, bool) or not isinstance(self.headroom, (int, float)) or not 0 <= self.headroom < 1:
             raise DeclarationError(

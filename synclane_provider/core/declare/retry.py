@@ -14,21 +14,19 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 from datetime import timedelta
-from enum import Enum
+from enum import StrEnum
 
 from synclane_provider.core.durations import duration_text
 from synclane_provider.core.errors import DeclarationError, JobAbandoned, JobThrottled
+from synclane_provider.core.numbers import whole
 from synclane_provider.core.states import JobStatus
 
 
-class Jitter(str, Enum):
+class Jitter(StrEnum):
     FULL = "full"
     """Each delay drawn uniformly from [0, the doubled delay]."""
     NONE = "none"
     """Each delay exactly the doubled delay."""
-
-    def __str__(self) -> str:
-        return self.value
 
 
 def backoff(attempt: int, base: timedelta, cap: timedelta) -> timedelta:
@@ -83,7 +81,7 @@ class RetryPolicy:
     _random: random.Random = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        if isinstance(self.max_attempts, bool) or not isinstance(self.max_attempts, int) or self.max_attempts < 1:
+        if not whole(self.max_attempts, 1):
             raise DeclarationError(f"max_attempts must be a positive integer, got {self.max_attempts!r}")
         for name in ("retry_delay", "retry_max_delay", "throttle_delay", "throttle_max_delay"):
             value = getattr(self, name)

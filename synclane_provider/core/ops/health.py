@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from enum import Enum
+from enum import StrEnum
 
 from synclane_provider.core.db.store import Store
 from synclane_provider.core.declare.declarations import Queue
@@ -33,13 +33,10 @@ MAX_FINDINGS = 50
 """Findings of each kind a check reports at most; more are summed up in one line (the message stays readable)."""
 
 
-class Problem(str, Enum):
+class Problem(StrEnum):
     ABANDONED = "abandoned"
     STUCK = "stuck"
     LAGGING = "lagging"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Generic, TypeVar
 
+from synclane_provider.core.numbers import whole
 from synclane_provider.core.ops.operations import Operations
 from synclane_provider.core.records import Job
 from synclane_provider.core.states import JobMode, JobStatus
@@ -272,7 +273,7 @@ def _running_job(row: dict[str, Any]) -> RunningJob:
 
 
 def _limit(limit: int) -> int:
-    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE:
+    if not whole(limit, 1, MAX_PAGE):
         raise ValueError(f"limit must be an integer from 1 to {MAX_PAGE}, got {limit!r}")
     return limit
 

@@ -14,6 +14,7 @@ from synclane_provider.core.db.transient import Backoff, passes_from_anywhere
 from synclane_provider.core.declare.declarations import Owner, SyncLane, WindowedType, checked_name
 from synclane_provider.core.declare.owners import resolve_owner
 from synclane_provider.core.errors import DeclarationError
+from synclane_provider.core.numbers import whole
 from synclane_provider.core.ops import health
 from synclane_provider.core.ops.health import HealthReport, QueueGauges
 from synclane_provider.core.plan import planner, retention
@@ -214,7 +215,7 @@ class Operations:
         mode; at most ``limit`` of them (1 to 10,000). ``before`` pages on: only jobs with a smaller id than it
         (the last id of the previous page)."""
         self.synclane.queue(queue)
-        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIST:
+        if not whole(limit, 1, MAX_LIST):
             raise ValueError(f"limit must be an integer from 1 to {MAX_LIST}, got {limit!r}")
         status_value = JobStatus(status).value if status is not None else None
         mode_value = JobMode(mode).value if mode is not None else None

@@ -30,6 +30,7 @@ from datetime import datetime, timedelta
 
 from synclane_provider.core.db.store import Store
 from synclane_provider.core.durations import duration_text
+from synclane_provider.core.numbers import whole
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +67,7 @@ def prune(
     if not isinstance(older_than, timedelta) or older_than <= timedelta(0):
         raise ValueError(f"older_than must be a positive timedelta, got {older_than!r}")
     for name, value in (("batch", batch), ("max_batches", max_batches)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        if not whole(value, 1):
             raise ValueError(f"{name} must be a positive integer, got {value!r}")
     deadline = time.monotonic() + time_budget.total_seconds() if time_budget is not None else None
     deleted = batches = 0

@@ -45,6 +45,7 @@ from synclane_provider.core.db.store import Store
 from synclane_provider.core.declare.declarations import Queue
 from synclane_provider.core.declare.owners import owners_of
 from synclane_provider.core.declare.ratelimit import Rate
+from synclane_provider.core.numbers import whole
 from synclane_provider.core.records import Job
 
 log = logging.getLogger(__name__)
@@ -137,7 +138,7 @@ class LaneGate:
     def spend(self, job: Job, units: int) -> timedelta:
         """Take ``units`` more of the job's lane's budget within a page and wait until they may be used (a turn
         missed meanwhile is taken again, see :meth:`keep_turn`)."""
-        if isinstance(units, bool) or not isinstance(units, int) or units < 1:
+        if not whole(units, 1):
             raise ValueError(f"spend() takes a positive number of units, got {units!r}")
         rate = self.rate_of(job)
         if rate is None:

@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
-from enum import Enum
+from enum import StrEnum
 from types import EllipsisType
 
 from synclane_provider.core.clock import Clock
@@ -38,7 +38,7 @@ FinalWrite = Callable[[Finish], Finish | None]
 lease was lost."""
 
 
-class Outcome(str, Enum):
+class Outcome(StrEnum):
     """How one run of a job ended, from the worker's point of view."""
 
     COMPLETED = "completed"
@@ -48,9 +48,6 @@ class Outcome(str, Enum):
     RELEASED = "released"  # handed back as pending on a graceful stop
     LEASE_LOST = "lease_lost"  # the job is no longer this worker's (taken over, handed back); nothing more was written
     LEFT_RUNNING = "left_running"  # stopping, the worker gave up waiting for a page: the job's lease lapses
-
-    def __str__(self) -> str:
-        return self.value
 
 
 @dataclass(frozen=True)
