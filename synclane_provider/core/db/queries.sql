@@ -40,6 +40,16 @@ CROSS JOIN LATERAL (
     LIMIT 1
 ) AS free
 
+-- fragment: coverage_merged
+-- A coverage row (alias c) written again for its owner and type: it keeps what it covered and takes in what the
+-- new jobs cover (the oldest start, the newest end). Its lane is kept: only move_lanes changes it.
+ON CONFLICT (queue, owner, type) DO UPDATE
+SET has_initial = c.has_initial OR excluded.has_initial,
+    initial_start = least(c.initial_start, excluded.initial_start),
+    covered_until = greatest(c.covered_until, excluded.covered_until),
+    first_created_at = least(c.first_created_at, excluded.first_created_at),
+    last_created_at = greatest(c.last_created_at, excluded.last_created_at)
+
 -- name: finish_and_take
 -- How a worker moves on, in one statement: write how its last job ended (when %(finished)s names one),
 -- then lease its next job (when %(take)s). Done together, other workers never see the lane free in
@@ -362,12 +372,7 @@ recorded AS (
     ) AS e
     WHERE NOT m.has_row AND e.jobs > 0
     ORDER BY m.owner, m.type
-    ON CONFLICT (queue, owner, type) DO UPDATE
-    SET has_initial = c.has_initial OR excluded.has_initial,
-        initial_start = least(c.initial_start, excluded.initial_start),
-        covered_until = greatest(c.covered_until, excluded.covered_until),
-        first_created_at = least(c.first_created_at, excluded.first_created_at),
-        last_created_at = greatest(c.last_created_at, excluded.last_created_at)
+    {coverage_merged}
     RETURNING c.owner, c.type, c.has_initial, c.initial_start, c.covered_until, c.first_created_at, c.last_created_at,
               c.lane, c.lane_width
 ),
@@ -446,12 +451,7 @@ covered AS (
     ORDER BY i.owner, i.type
     -- A new row records the lane its jobs were inserted in; an existing one keeps its own, which only
     -- move_lanes changes (it knows whether a job of the owner still runs in another lane).
-    ON CONFLICT (queue, owner, type) DO UPDATE
-    SET has_initial = c.has_initial OR excluded.has_initial,
-        initial_start = least(c.initial_start, excluded.initial_start),
-        covered_until = greatest(c.covered_until, excluded.covered_until),
-        first_created_at = least(c.first_created_at, excluded.first_created_at),
-        last_created_at = greatest(c.last_created_at, excluded.last_created_at)
+    {coverage_merged}
     RETURNING 1
 )
 SELECT type, count(*) AS inserted FROM inserted GROUP BY type;
