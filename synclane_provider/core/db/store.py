@@ -93,6 +93,12 @@ class Store:
         self.session = session
 
     @property
+    def repeats(self) -> int:
+        """How many statements the session has sent again after a broken connection (see Session.resent): a
+        write that finds its job moved on right after a repeat may have been made by us."""
+        return self.session.resent
+
+    @property
     def schema(self) -> str:
         return self.session.database.schema
 

@@ -14,7 +14,7 @@ from types import EllipsisType
 
 from synclane_provider.core.clock import Clock
 from synclane_provider.core.db.store import Finish, Store
-from synclane_provider.core.declare.declarations import Queue
+from synclane_provider.core.declare.declarations import JobType, Queue
 from synclane_provider.core.durations import duration_text
 from synclane_provider.core.errors import JobThrottled, UnknownJobTypeError
 from synclane_provider.core.metrics import NO_METRICS, PAGE_DURATION, PAGES, RECORDS, THROTTLES, Metrics
@@ -120,112 +120,25 @@ class JobRunner:
         the lane (``lane_wait``: what the take said was left of one); see :mod:`~synclane_provider.core.run.lane_gate`.
         """
         self._waited = 0.0
-        if lost_worker is not None and job.stop_reason is not None:  # cancelled, then its worker was lost
-            return self._finish(job, JobStatus.ABANDONED, job.processed_count, 0, 0, error=job.stop_reason)
         if lost_worker is not None:
-            lost = lost_attempt(job.error, worker=lost_worker, cursor=job.cursor)
-            failure = self._queue.retry.after_failure(max(job.attempt_count, 1), lost)
-            return self._finish(
-                job, failure.status, job.processed_count, 0, 0, error=describe_error(lost), delay=failure.delay
-            )
+            return self._after_lost_worker(job, lost_worker)
         try:
             job_type = self._queue.job_type(job.type)
         except UnknownJobTypeError as exc:
             return self._finish(job, JobStatus.ABANDONED, job.processed_count, 0, 0, error=describe_error(exc))
-
-        start_count = job.processed_count
-        current = job
-        pages = 0
-        tags = {"queue": self._queue.name, "type": job.type}
-        paused = lane_wait
         with self._lease.watch(job.id) as lease:
-            while True:
-                turn = Turn(None)
-                if not self._stop.is_set():
-                    turn = self._gate.before_page(current, paused=paused)
-                    self._waited += turn.waited
-                if self._stop.is_set():
-                    return self._release(current, pages, current.processed_count - start_count)
-                if lease.lost:
-                    return self._lost(current, pages, current.processed_count - start_count)
-                started = time.monotonic()
-                try:
-                    answer = self._pages.call(
-                        self._on_turn(job_type.handler, turn),
-                        current.with_spend(self._spender(current)),
-                        timeout=job_type.page_timeout.total_seconds(),
-                        describe=current.describe,
-                        lease_lost=lambda: lease.lost,
-                        stop=self._stop,
-                        stop_grace=self._stop_grace.total_seconds(),
-                        interrupted=self._interrupted,
-                        interrupt_grace=KILL_GRACE.total_seconds(),
-                    )
-                    page = Page.check(answer, job_type=job.type, counted=current.processed_count)
-                except PageNotSent:
-                    return self._release(current, pages, current.processed_count - start_count)
-                except PageLeftBehind as left:
-                    self._metrics.timing(PAGE_DURATION, tags, time.monotonic() - started)
-                    records = current.processed_count - start_count
-                    if lease.lost:
-                        return self._lost(current, pages, records)
-                    if self._interrupted is not None and self._interrupted.is_set():
-                        # The process dies in moments, and the page with it: the lane must not wait a lease.
-                        return self._release(current, pages, records)
-                    return self._left_running(current, pages, records, str(left))
-                except Exception as exc:  # noqa: BLE001 - any handler failure (or a page timeout) is recorded on the row
-                    self._metrics.timing(PAGE_DURATION, tags, time.monotonic() - started)
-                    if isinstance(exc, JobThrottled):
-                        self._metrics.incr(THROTTLES, tags)
-                    if lease.lost:
-                        return self._lost(current, pages, current.processed_count - start_count)
-                    if isinstance(exc, JobThrottled) and exc.retry_after:  # a named wait (zero is none)
-                        self._gate.pause(current, exc.retry_after)  # before the finish: its take must see it
-                    failure = self._queue.retry.after_failure(job.attempt_count, exc)
-                    return self._finish(
-                        current,
-                        failure.status,
-                        current.processed_count,
-                        pages,
-                        current.processed_count - start_count,
-                        error=describe_error(exc),
-                        delay=failure.delay,
-                    )
-                except BaseException:
-                    # An interrupt (Ctrl-C, SystemExit, a task timeout, raised by the handler or into this thread
-                    # while it waited): hand the job back with its cursor rather than leave it running until its
-                    # lease lapses -- once the page is over, so that no other worker runs beside it.
-                    if self._pages.finish_current(within=INTERRUPT_GRACE.total_seconds()):
-                        self._release(current, pages, current.processed_count - start_count)
-                    raise
-                self._metrics.timing(PAGE_DURATION, tags, time.monotonic() - started)
-                self._metrics.incr(PAGES, tags)
-                self._metrics.incr(RECORDS, tags, page.count)
-                pages += 1
-                processed = current.processed_count + page.count
-                if lease.lost:
-                    return self._lost(current, pages, processed - start_count)
-                if page.next_cursor is None:
-                    return self._finish(current, JobStatus.COMPLETED, processed, pages, processed - start_count)
-                saved = self._store.save_page(
-                    job.id,
-                    worker=self._worker,
-                    cursor=page.next_cursor,
-                    processed_count=processed,
-                    lease=self._queue.lease,
-                    now=self._clock(),
-                )
-                if saved is None:
-                    return self._lost(current, pages, processed - start_count)
-                lease.renewed()
-                paused = saved.lane_wait
-                current = dataclasses.replace(
-                    current, cursor=page.next_cursor, processed_count=processed, lease_expires_at=saved.lease_expires_at
-                )
-                if saved.stop_reason is not None:  # cancelled while this page ran
-                    return self._finish(
-                        current, JobStatus.ABANDONED, processed, pages, processed - start_count, error=saved.stop_reason
-                    )
+            return _Attempt(self, job, job_type, lease, paused=lane_wait).run()
+
+    def _after_lost_worker(self, job: Job, lost_worker: str) -> RunResult:
+        """Write down the attempt of a worker whose lease lapsed: abandoned when a cancel had asked it to stop,
+        else a failure retried after its delay."""
+        if job.stop_reason is not None:  # cancelled, then its worker was lost
+            return self._finish(job, JobStatus.ABANDONED, job.processed_count, 0, 0, error=job.stop_reason)
+        lost = lost_attempt(job.error, worker=lost_worker, cursor=job.cursor)
+        failure = self._queue.retry.after_failure(max(job.attempt_count, 1), lost)
+        return self._finish(
+            job, failure.status, job.processed_count, 0, 0, error=describe_error(lost), delay=failure.delay
+        )
 
     def _finish(
         self,
@@ -238,7 +151,7 @@ class JobRunner:
         error: str | None = None,
         delay: timedelta = timedelta(0),
     ) -> RunResult:
-        resent = self._store.session.resent
+        resent = self._store.repeats
         written = self._final_write(Finish(job.id, status, processed, error, delay))
         if written is not None:
             status, error = written.status, written.error
@@ -281,7 +194,7 @@ class JobRunner:
         return timedelta(seconds=self._waited)
 
     def _release(self, job: Job, pages: int, records: int) -> RunResult:
-        resent = self._store.session.resent
+        resent = self._store.repeats
         released = self._store.release(
             job.id, worker=self._worker, processed_count=job.processed_count, now=self._clock()
         )
@@ -321,7 +234,7 @@ class JobRunner:
         ``...``), or (``cancellable``) the abandonment our write became because
         a cancel had asked the job to stop.
         """
-        if self._store.session.resent == resent:
+        if self._store.repeats == resent:
             return None
         now = self._store.job(job.id)
         if now is None or now.leased_by is not None or now.processed_count != processed_count:
@@ -341,3 +254,153 @@ class JobRunner:
             "%s: %s; left running at cursor %r, to be taken over once its lease lapses", result, why, job.cursor
         )
         return result
+
+
+class _Attempt:
+    """One attempt at one job, page by page: where it stands (the job as last saved, the pages done and the
+    records they brought) and the steps of one page. A step that ends the attempt returns its RunResult."""
+
+    def __init__(self, runner: JobRunner, job: Job, job_type: JobType, lease: LeaseKeeper, *, paused: float) -> None:
+        self.runner = runner
+        self.taken = job
+        self.job_type = job_type
+        self.lease = lease
+        self.paused = paused
+        self.current = job
+        """The job as its last saved page left it (cursor, count, lease)."""
+        self.processed = job.processed_count
+        """The job's count, with the page that just landed (saved or not)."""
+        self.pages = 0
+        self.tags = {"queue": runner._queue.name, "type": job.type}
+
+    @property
+    def records(self) -> int:
+        """The records this attempt's pages brought."""
+        return self.processed - self.taken.processed_count
+
+    def run(self) -> RunResult:
+        while True:
+            ended = self.page()
+            if ended is not None:
+                return ended
+
+    def page(self) -> RunResult | None:
+        """One page: wait its turn, call the handler, write what came back; None when the next page follows."""
+        turn = self.wait_turn()
+        if self.runner._stop.is_set():
+            return self.release()
+        if self.lease.lost:
+            return self.lost()
+        started = time.monotonic()
+        try:
+            page = self.call(turn)
+        except PageNotSent:
+            return self.release()
+        except PageLeftBehind as left:
+            self.timed(started)
+            return self.left_behind(str(left))
+        except Exception as exc:  # noqa: BLE001 - any handler failure (or a page timeout) is recorded on the row
+            self.timed(started)
+            return self.failed(exc)
+        except BaseException:
+            # An interrupt (Ctrl-C, SystemExit, a task timeout, raised by the handler or into this thread
+            # while it waited): hand the job back with its cursor rather than leave it running until its
+            # lease lapses -- once the page is over, so that no other worker runs beside it.
+            if self.runner._pages.finish_current(within=INTERRUPT_GRACE.total_seconds()):
+                self.release()
+            raise
+        self.timed(started)
+        return self.landed(page)
+
+    def wait_turn(self) -> Turn:
+        """The page's turn in its lane's rate budget, and out of any pause on the lane (none when stopping)."""
+        if self.runner._stop.is_set():
+            return Turn(None)
+        turn = self.runner._gate.before_page(self.current, paused=self.paused)
+        self.runner._waited += turn.waited
+        return turn
+
+    def call(self, turn: Turn) -> Page:
+        """The handler's page, on the page thread, checked."""
+        runner = self.runner
+        answer = runner._pages.call(
+            runner._on_turn(self.job_type.handler, turn),
+            self.current.with_spend(runner._spender(self.current)),
+            timeout=self.job_type.page_timeout.total_seconds(),
+            describe=self.current.describe,
+            lease_lost=lambda: self.lease.lost,
+            stop=runner._stop,
+            stop_grace=runner._stop_grace.total_seconds(),
+            interrupted=runner._interrupted,
+            interrupt_grace=KILL_GRACE.total_seconds(),
+        )
+        return Page.check(answer, job_type=self.taken.type, counted=self.current.processed_count)
+
+    def timed(self, started: float) -> None:
+        self.runner._metrics.timing(PAGE_DURATION, self.tags, time.monotonic() - started)
+
+    def landed(self, page: Page) -> RunResult | None:
+        """Save the page's cursor and count: the job completes on the last page, ends abandoned when a cancel
+        came meanwhile, else goes on."""
+        runner = self.runner
+        runner._metrics.incr(PAGES, self.tags)
+        runner._metrics.incr(RECORDS, self.tags, page.count)
+        self.pages += 1
+        self.processed = self.current.processed_count + page.count
+        if self.lease.lost:
+            return self.lost()
+        if page.next_cursor is None:
+            return self.finish(JobStatus.COMPLETED)
+        saved = runner._store.save_page(
+            self.taken.id,
+            worker=runner._worker,
+            cursor=page.next_cursor,
+            processed_count=self.processed,
+            lease=runner._queue.lease,
+            now=runner._clock(),
+        )
+        if saved is None:
+            return self.lost()
+        self.lease.renewed()
+        self.paused = saved.lane_wait
+        self.current = dataclasses.replace(
+            self.current,
+            cursor=page.next_cursor,
+            processed_count=self.processed,
+            lease_expires_at=saved.lease_expires_at,
+        )
+        if saved.stop_reason is not None:  # cancelled while this page ran
+            return self.finish(JobStatus.ABANDONED, error=saved.stop_reason)
+        return None
+
+    def failed(self, exc: Exception) -> RunResult:
+        """The page raised: a throttle pauses the lane when it names a wait; the retry policy says what next."""
+        runner = self.runner
+        if isinstance(exc, JobThrottled):
+            runner._metrics.incr(THROTTLES, self.tags)
+        if self.lease.lost:
+            return self.lost()
+        if isinstance(exc, JobThrottled) and exc.retry_after:  # a named wait (zero is none)
+            runner._gate.pause(self.current, exc.retry_after)  # before the finish: its take must see it
+        failure = runner._queue.retry.after_failure(self.taken.attempt_count, exc)
+        return self.finish(failure.status, error=describe_error(exc), delay=failure.delay)
+
+    def left_behind(self, why: str) -> RunResult:
+        """A stopping worker gave up waiting for the page in flight."""
+        if self.lease.lost:
+            return self.lost()
+        if self.runner._interrupted is not None and self.runner._interrupted.is_set():
+            # The process dies in moments, and the page with it: the lane must not wait a lease.
+            return self.release()
+        return self.runner._left_running(self.current, self.pages, self.records, why)
+
+    def finish(self, status: JobStatus, *, error: str | None = None, delay: timedelta = timedelta(0)) -> RunResult:
+        return self.runner._finish(
+            self.current, status, self.processed, self.pages, self.records, error=error, delay=delay
+        )
+
+    def release(self) -> RunResult:
+        return self.runner._release(self.current, self.pages, self.records)
+
+    def lost(self) -> RunResult:
+        return self.runner._lost(self.current, self.pages, self.records)
