@@ -1,9 +1,10 @@
 """Every statement the engine runs against the jobs table, as a typed method returning frozen records.
 
-This is the one place that names statements of ``queries.sql``: the worker, the runner, the planner and the
-operations call these methods, never a statement by its name. A :class:`Store` runs on one
-:class:`~synclane_provider.core.db.database.Session` (one connection, reopened with backoff when it breaks);
-:mod:`~synclane_provider.core.db.watch` is its async counterpart for triggers.
+This is the one place the synchronous engine names statements of ``queries.sql`` and ``monitor.sql``: the
+worker, the runner, the planner, the operations and the monitor call these methods, never a statement by its
+name. A :class:`Store` runs on one :class:`~synclane_provider.core.db.database.Session` (one connection,
+reopened with backoff when it breaks). :mod:`~synclane_provider.core.db.watch`, its async counterpart for
+triggers, names the few statements it runs itself; the migration engine runs ``schema_versions.sql``.
 """
 
 from __future__ import annotations
@@ -18,6 +19,9 @@ from synclane_provider.core.db.database import Session
 from synclane_provider.core.db.wakeups import channel, payload, planning_key
 from synclane_provider.core.records import Activity, Cancelled, Coverage, Freshness, Job, Progress, QueueCounts, Wakeup
 from synclane_provider.core.states import JobStatus
+
+MONITOR_VIEWS = "monitor.sql"
+"""The file of the monitor's views, one statement each."""
 
 
 @dataclass(frozen=True)
@@ -91,6 +95,11 @@ class Store:
 
     def __init__(self, session: Session) -> None:
         self.session = session
+
+    def view(self, name: str, **params: Any) -> list[dict[str, Any]]:
+        """The rows of the monitor's view ``name`` in ``monitor.sql``, unprepared: its optional filters must be
+        planned for their values every time."""
+        return self.session.run(name, source=MONITOR_VIEWS, prepare=False, **params)
 
     @property
     def repeats(self) -> int:

@@ -23,7 +23,6 @@ from synclane_provider.core.ops.operations import Operations
 from synclane_provider.core.records import Job
 from synclane_provider.core.states import JobMode, JobStatus
 
-SOURCE = "monitor.sql"
 MAX_PAGE = 500
 """The most lanes, owners or jobs one page holds."""
 COUNT_CAP = 10_000
@@ -129,12 +128,10 @@ class Monitor:
 
     def __init__(self, operations: Operations, *, count_cap: int = COUNT_CAP) -> None:
         self.operations = operations
-        self.session = operations.session
         self.count_cap = count_cap
 
     def _rows(self, name: str, **params: Any) -> list[dict[str, Any]]:
-        # Unprepared: the optional filters must be planned for their values every time.
-        return self.session.run(name, source=SOURCE, prepare=False, **params)
+        return self.operations.store.view(name, **params)
 
     def queue_names(self) -> list[str]:
         return [queue.name for queue in self.operations.synclane.queues]
@@ -150,7 +147,7 @@ class Monitor:
             counts[status] = min(counted[status], self.count_cap)
             if counted[status] > self.count_cap:
                 more_than.append(status)
-        recent = self._rows("queue_recent", queue=queue, now=self.operations._now(now))[0]
+        recent = self._rows("queue_recent", queue=queue, now=self.operations.at(now))[0]
         due_since = recent["due_since"]
         return QueueSummary(
             queue=queue,
@@ -171,7 +168,7 @@ class Monitor:
     ) -> Page[Lane]:
         """The queue's busy lanes (a job running or waiting) by name, ``limit`` at a time after ``after``."""
         self.operations.synclane.queue(queue)
-        rows = self._rows("lanes", queue=queue, after=after, limit=_limit(limit), now=self.operations._now(now))
+        rows = self._rows("lanes", queue=queue, after=after, limit=_limit(limit), now=self.operations.at(now))
         lanes = []
         for name, lane_rows in itertools.groupby(rows, key=lambda row: row["lane"]):
             group = list(lane_rows)
@@ -209,7 +206,7 @@ class Monitor:
             owner=owner,
             troubled=bool(troubled),
             limit=_limit(limit),
-            now=self.operations._now(now),
+            now=self.operations.at(now),
         )
         owners = [
             OwnerState(

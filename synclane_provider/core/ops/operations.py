@@ -45,7 +45,8 @@ class Operations:
         self.store = Store(self.session)
         self.clock = clock
 
-    def _now(self, now: datetime | None) -> datetime | None:
+    def at(self, now: datetime | None) -> datetime | None:
+        """The time a statement is to use: ``now`` when given, else the clock's (None: the database's own)."""
         return now if now is not None else self.clock()
 
     def plan(
@@ -69,7 +70,7 @@ class Operations:
         while True:
             try:
                 with self.session.giving_up_after(limit):
-                    return planner.plan(self.store, declared, now=self._now(now), owner=owner)
+                    return planner.plan(self.store, declared, now=self.at(now), owner=owner)
             except Exception as exc:
                 wait = backoff.next() if passes_from_anywhere(exc) else None
                 if wait is None:
@@ -100,7 +101,7 @@ class Operations:
         declared = self.synclane.queue(queue)
         priority = declared.priority_of(type)
         listed = resolve_owner(declared, owner, lane=lane)
-        now = self._now(now)
+        now = self.at(now)
         for name, value in (
             ("window_start", window_start),
             ("window_end", window_end),
@@ -157,7 +158,7 @@ class Operations:
         """Give failed, deferred and abandoned jobs (all, or of one owner, type or ``job_id``) fresh attempts from
         their cursors. Returns how many."""
         self.synclane.queue(queue)
-        requeued = self.store.requeue(queue, owner=owner, type=type, job_id=job_id, now=self._now(now))
+        requeued = self.store.requeue(queue, owner=owner, type=type, job_id=job_id, now=self.at(now))
         if requeued:
             self.store.notify(queue)
         return requeued
@@ -176,9 +177,7 @@ class Operations:
         declared = self.synclane.queue(queue)
         if type is not None:
             declared.job_type(type)
-        return self.store.cancel(
-            queue, owner, type=type, error=storable_text(f"{CANCELLED}{reason}"), now=self._now(now)
-        )
+        return self.store.cancel(queue, owner, type=type, error=storable_text(f"{CANCELLED}{reason}"), now=self.at(now))
 
     def release(self, queue: str, job_id: int, *, now: datetime | None = None) -> bool:
         """Hand a running job back now: pending at its cursor, due at once, the attempt not counted.
@@ -188,7 +187,7 @@ class Operations:
         run on beside the job's next run. Returns False when the job was not running.
         """
         self.synclane.queue(queue)
-        released = self.store.release_running(queue, job_id, now=self._now(now))
+        released = self.store.release_running(queue, job_id, now=self.at(now))
         if released:
             self.store.notify(queue)
         return released
@@ -198,7 +197,7 @@ class Operations:
         its error, until a :meth:`requeue`. A worker running it stops at its next write. False when the job was
         already completed or abandoned."""
         self.synclane.queue(queue)
-        return self.store.abandon_job(queue, job_id, error=storable_text(f"Abandoned: {reason}"), now=self._now(None))
+        return self.store.abandon_job(queue, job_id, error=storable_text(f"Abandoned: {reason}"), now=self.at(None))
 
     def list_jobs(
         self,
@@ -269,7 +268,7 @@ class Operations:
             self.store,
             queue,
             older_than=limit,
-            now=self._now(now),
+            now=self.at(now),
             batch=batch,
             max_batches=max_batches,
             time_budget=time_budget,
@@ -288,7 +287,7 @@ class Operations:
     def activity(self, queue: str, *, lane: str | None = None, now: datetime | None = None) -> Activity:
         """Whether the queue (or lane) has work running or due, and when the next waiting job is due."""
         self.synclane.queue(queue)
-        return self.store.activity(queue, lane=lane, now=self._now(now))
+        return self.store.activity(queue, lane=lane, now=self.at(now))
 
     def check_health(
         self,
@@ -306,12 +305,12 @@ class Operations:
             self.synclane.queue(queue),
             abandoned_since=abandoned_since,
             abandoned_until=abandoned_until,
-            now=self._now(now),
+            now=self.at(now),
         )
 
     def gauges(self, queue: str, *, now: datetime | None = None) -> QueueGauges:
         """Jobs waiting, running and abandoned in ``queue``, and its listed owners' largest freshness lag."""
-        return health.gauges(self.store, self.synclane.queue(queue), now=self._now(now))
+        return health.gauges(self.store, self.synclane.queue(queue), now=self.at(now))
 
     def close(self) -> None:
         self.session.close()
