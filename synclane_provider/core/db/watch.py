@@ -7,8 +7,8 @@ are judged and waited out exactly as a worker's session does (:mod:`~synclane_pr
 a broken connection is reopened (and LISTEN issued again), a passing server error (a cancelled statement,
 a lock timeout, a deadlock) is retried on the same connection, anything else is raised. The caller looks
 at the table again after every wake-up, so a notification lost while reconnecting costs nothing. A schema
-without its jobs table (dropped to start afresh, not made yet) is waited for the same way, until whoever
-plans next makes it again.
+without its jobs table (dropped to start afresh, not made yet, or between two of its migrations) is waited
+for the same way, until whoever plans next has made it whole.
 """
 
 from __future__ import annotations
@@ -29,8 +29,10 @@ from synclane_provider.core.db.wakeups import channel, concerns
 from synclane_provider.core.errors import DatabaseUnavailableError
 from synclane_provider.core.records import Activity, Wakeup
 
-SCHEMA_MISSING = (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName)
-"""What a look at a schema that is not there (yet, or any more) raises: waited for like a database that is away."""
+SCHEMA_NOT_READY = (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName, psycopg.errors.UndefinedColumn)
+"""What a look at a schema that is not there (yet, or any more), or is being made, raises: waited for like a
+database that is away. Each migration commits on its own, so a look between two of them finds a jobs table
+without the columns of the later ones."""
 
 AsyncConnect = Callable[[], Awaitable["psycopg.AsyncConnection[Any]"]]
 """Opens a new autocommit async connection to the database of the jobs table."""
@@ -109,9 +111,9 @@ class TableWatch:
                 cur = await conn.execute(query.text, arguments)
                 return cast(list[dict[str, Any]], await cur.fetchall())
             except psycopg.Error as exc:
-                if isinstance(exc, SCHEMA_MISSING) and not conn.closed:
-                    # Dropped to start afresh, or not made yet: whoever plans next makes it again.
-                    await self._pause(backoff, exc, f"{name} (schema {self._schema!r} has no jobs table yet)")
+                if isinstance(exc, SCHEMA_NOT_READY) and not conn.closed:
+                    # Dropped to start afresh, or not made yet (or not whole yet): whoever plans next makes it.
+                    await self._pause(backoff, exc, f"{name} (schema {self._schema!r} has no whole jobs table yet)")
                     continue
                 if not passes(exc, connection_closed=conn.closed):
                     raise
