@@ -135,7 +135,8 @@ def test_a_lingering_slot_wakes_on_notify_and_stops_when_airflow_stops_it(provid
         running = pool.submit(operator.execute, {})
         wait_for(lambda: operator._worker is not None)
         plan()  # jobs inserted while the slot lingers: the NOTIFY wakes it
-        wait_for(lambda: statuses(admin, provider_schema).get("completed", 0) >= decl.shop_jobs() - 1)
+        wait_for(lambda: running.done() or statuses(admin, provider_schema).get("completed", 0) >= decl.shop_jobs() - 1)
+        assert not running.done(), running.exception()  # still lingering: its failure shows here, not as a timeout
         operator.on_kill()
         with pytest.raises(AirflowException, match="stopped by Airflow"):
             running.result(timeout=10)
@@ -152,7 +153,8 @@ def test_a_lingering_slot_waits_for_a_dropped_schema_and_runs_the_jobs_of_the_ne
         assert not running.done(), running.result()
         create_schema(admin, provider_schema)  # as the next planning run does
         plan()
-        wait_for(lambda: statuses(admin, provider_schema).get("completed", 0) >= decl.shop_jobs() - 1)
+        wait_for(lambda: running.done() or statuses(admin, provider_schema).get("completed", 0) >= decl.shop_jobs() - 1)
+        assert not running.done(), running.exception()  # still lingering: its failure shows here, not as a timeout
         operator.on_kill()
         with pytest.raises(AirflowException, match="stopped by Airflow"):
             running.result(timeout=10)
