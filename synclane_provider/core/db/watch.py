@@ -24,15 +24,19 @@ from psycopg import sql
 from psycopg.rows import dict_row
 
 from synclane_provider.core.db.queries import statement
+from synclane_provider.core.db.schema_versions import VERSION_TABLE, shipped_migrations
 from synclane_provider.core.db.transient import CONNECTION_ERRORS, Backoff, passes
 from synclane_provider.core.db.wakeups import channel, concerns
 from synclane_provider.core.errors import DatabaseUnavailableError
 from synclane_provider.core.records import Activity, Wakeup
 
-SCHEMA_NOT_READY = (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName, psycopg.errors.UndefinedColumn)
-"""What a look at a schema that is not there (yet, or any more), or is being made, raises: waited for like a
-database that is away. Each migration commits on its own, so a look between two of them finds a jobs table
-without the columns of the later ones."""
+SCHEMA_NOT_READY = (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName)
+"""What a look at a schema that is not there (yet, or any more) raises: waited for like a database that is away."""
+
+SCHEMA_BEING_MADE = psycopg.errors.UndefinedColumn
+"""What a look between two migrations raises (each commits on its own, so the jobs table lacks the later ones'
+columns): waited for only while the schema records fewer migrations than this release ships; on a whole schema
+a missing column is a statement refused for what it is, and fails at once."""
 
 AsyncConnect = Callable[[], Awaitable["psycopg.AsyncConnection[Any]"]]
 """Opens a new autocommit async connection to the database of the jobs table."""
@@ -111,7 +115,10 @@ class TableWatch:
                 cur = await conn.execute(query.text, arguments)
                 return cast(list[dict[str, Any]], await cur.fetchall())
             except psycopg.Error as exc:
-                if isinstance(exc, SCHEMA_NOT_READY) and not conn.closed:
+                if not conn.closed and (
+                    isinstance(exc, SCHEMA_NOT_READY)
+                    or (isinstance(exc, SCHEMA_BEING_MADE) and await self._being_migrated(conn))
+                ):
                     # Dropped to start afresh, or not made yet (or not whole yet): whoever plans next makes it.
                     await self._pause(backoff, exc, f"{name} (schema {self._schema!r} has no whole jobs table yet)")
                     continue
@@ -120,6 +127,19 @@ class TableWatch:
                 await self._pause(backoff, exc, name)
                 if conn.closed:
                     await self._open(backoff)
+
+    async def _being_migrated(self, conn: psycopg.AsyncConnection[Any]) -> bool:
+        """Whether the schema records fewer migrations than this release ships (or no version table yet)."""
+        try:
+            cur = await conn.execute(
+                sql.SQL("SELECT count(*) AS applied FROM {}.{}").format(
+                    sql.Identifier(self._schema), sql.Identifier(VERSION_TABLE)
+                )
+            )
+            row = await cur.fetchone()
+        except (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName):
+            return True
+        return row is not None and int(row["applied"]) < len(shipped_migrations())
 
     async def wait(self, seconds: float) -> bool:
         """Wait up to ``seconds`` for a notification about this queue. True if one came (or the connection was renewed).
