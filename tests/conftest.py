@@ -50,7 +50,7 @@ def admin(database_url: str) -> Iterator[psycopg.Connection]:
 
 @pytest.fixture
 def schema(run_schema: str, admin: psycopg.Connection) -> str:
-    """The run's schema with an empty jobs table and no lane budgets or pauses (created on first use by the engine)."""
+    """The run's schema with its tables empty (created on first use by the engine)."""
     admin.execute(
         sql.SQL("DO $$ BEGIN IF to_regclass({}) IS NOT NULL THEN EXECUTE {}; END IF; END $$").format(
             sql.Literal(f'"{run_schema}".lane_budgets'),
@@ -61,7 +61,7 @@ def schema(run_schema: str, admin: psycopg.Connection) -> str:
         sql.SQL("DO $$ BEGIN IF to_regclass({}) IS NOT NULL THEN EXECUTE {}; END IF; END $$").format(
             sql.Literal(f'"{run_schema}".jobs'),
             sql.Literal(
-                sql.SQL("TRUNCATE {0}.jobs, {0}.coverage RESTART IDENTITY")
+                sql.SQL("TRUNCATE {0}.jobs, {0}.coverage, {0}.owners RESTART IDENTITY")
                 .format(sql.Identifier(run_schema))
                 .as_string(admin)
             ),

@@ -50,8 +50,8 @@ def test_creating_the_schema_is_idempotent_and_safe_to_race(admin, database_url,
         thread.join()
     assert errors == []
     assert (
-        len(indexes(admin, fresh_schema)) == 17
-    )  # 14 on jobs, the primary keys of the version table, lane_budgets and coverage
+        len(indexes(admin, fresh_schema)) == 18
+    )  # 14 on jobs, the primary keys of the version table, lane_budgets, coverage and owners
     assert read_status(admin, fresh_schema).ready
 
 

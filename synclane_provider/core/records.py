@@ -9,7 +9,7 @@ from typing import Any, Mapping
 
 from synclane_provider.core.errors import HandlerResultError
 from synclane_provider.core.numbers import whole
-from synclane_provider.core.states import JobMode, JobStatus
+from synclane_provider.core.states import JobMode, JobStatus, OwnerHealth
 
 
 @dataclass(frozen=True)
@@ -283,3 +283,46 @@ class Freshness:
     type: str
     fresh_until: datetime
     lag: timedelta
+
+
+@dataclass(frozen=True)
+class OwnerState:
+    """One row of the owners table: how an owner of a queue is doing as a whole, and whether it is paused.
+
+    An owner without a row is healthy and not paused (``OwnerState(queue, owner)``).
+    """
+
+    queue: str
+    owner: str
+    health: OwnerHealth = OwnerHealth.HEALTHY
+    consecutive_failures: int = 0
+    last_error: str | None = None
+    failing_since: datetime | None = None
+    paused_at: datetime | None = None
+    """When it was paused; None: it is not paused. No job of a paused owner is taken."""
+    paused_reason: str | None = None
+    paused_by: str | None = None
+    """Who paused it: ``handler`` (its handler raised ``OwnerPaused``) or the name an operator gave."""
+    last_clean_at: datetime | None = None
+    """When a job of the owner last completed without a failed attempt."""
+    alerted_at: datetime | None = None
+    alerted_for: str | None = None
+    """What the health check last alerted about this owner (at ``alerted_at``): it alerts once per event."""
+    updated_at: datetime | None = None
+
+    @property
+    def paused(self) -> bool:
+        return self.paused_at is not None
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> "OwnerState":
+        """From a row of the owners table; times in UTC."""
+        values = {f.name: row[f.name] for f in fields(cls)}
+        values["health"] = OwnerHealth(values["health"])
+        for name in _OWNER_TIMES:
+            if values[name] is not None:
+                values[name] = values[name].astimezone(timezone.utc)
+        return cls(**values)
+
+
+_OWNER_TIMES = ("failing_since", "paused_at", "last_clean_at", "alerted_at", "updated_at")

@@ -50,6 +50,16 @@ class JobStatus(StrEnum):
     ABANDONED = "abandoned"
 
 
+class OwnerHealth(StrEnum):
+    """How an owner's attempts have been ending (``owners.health``): healthy, then degraded and failing as its
+    consecutive failures grow, healthy again on its first clean completion. A pause is not a health: a paused
+    owner keeps the health it had."""
+
+    HEALTHY = "healthy"
+    DEGRADED = "degraded"
+    FAILING = "failing"
+
+
 class JobMode(StrEnum):
     INITIAL = "initial"  # a history slice, or a snapshot's first load
     RECURRING = "recurring"  # the periodic refresh

@@ -923,3 +923,30 @@ WHERE queue = %(queue)s
   AND heartbeat_at < coalesce(%(now)s::timestamptz, statement_timestamp()) - %(lease)s::interval
 ORDER BY heartbeat_at, id
 LIMIT %(limit)s;
+
+-- name: get_owner
+-- One owner's state (its row in the owners table); no row: healthy and not paused.
+SELECT * FROM {schema}.owners WHERE queue = %(queue)s AND owner = %(owner)s;
+
+-- name: upsert_owner
+-- Write one owner's whole state, creating its row when it has none; stamps updated_at. Safe to repeat: it
+-- writes the same values again. (Changes made by the engine as things happen, such as a pause, have their own
+-- statements that touch only their columns, so that two writers of different columns never undo each other.)
+INSERT INTO {schema}.owners AS o (queue, owner, health, consecutive_failures, last_error, failing_since, paused_at,
+                                  paused_reason, paused_by, last_clean_at, alerted_at, alerted_for, updated_at)
+VALUES (%(queue)s, %(owner)s, %(health)s, %(consecutive_failures)s, %(last_error)s, %(failing_since)s,
+        %(paused_at)s, %(paused_reason)s, %(paused_by)s, %(last_clean_at)s, %(alerted_at)s, %(alerted_for)s,
+        coalesce(%(now)s, now()))
+ON CONFLICT (queue, owner) DO UPDATE
+SET health = excluded.health,
+    consecutive_failures = excluded.consecutive_failures,
+    last_error = excluded.last_error,
+    failing_since = excluded.failing_since,
+    paused_at = excluded.paused_at,
+    paused_reason = excluded.paused_reason,
+    paused_by = excluded.paused_by,
+    last_clean_at = excluded.last_clean_at,
+    alerted_at = excluded.alerted_at,
+    alerted_for = excluded.alerted_for,
+    updated_at = excluded.updated_at
+RETURNING *;

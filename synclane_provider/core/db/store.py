@@ -17,7 +17,17 @@ from typing import Any
 
 from synclane_provider.core.db.database import Session
 from synclane_provider.core.db.wakeups import channel, payload, planning_key
-from synclane_provider.core.records import Activity, Cancelled, Coverage, Freshness, Job, Progress, QueueCounts, Wakeup
+from synclane_provider.core.records import (
+    Activity,
+    Cancelled,
+    Coverage,
+    Freshness,
+    Job,
+    OwnerState,
+    Progress,
+    QueueCounts,
+    Wakeup,
+)
 from synclane_provider.core.states import JobStatus
 
 MONITOR_VIEWS = "monitor.sql"
@@ -342,6 +352,34 @@ class Store:
         """Per type, the newest completion of the owner's jobs, counting those retention deleted."""
         rows = self.session.run("freshness", queue=queue, owner=owner, types=list(types))
         return {row["type"]: row["completed_at"] for row in rows}
+
+    # -- owners ---------------------------------------------------------------------------------------------
+
+    def owner(self, queue: str, owner: str) -> OwnerState:
+        """The owner's state; a healthy owner that is not paused when it has no row yet."""
+        row = self.session.one("get_owner", queue=queue, owner=owner)
+        return OwnerState.from_row(row) if row else OwnerState(queue, owner)
+
+    def upsert_owner(self, state: OwnerState, *, now: datetime | None = None) -> OwnerState:
+        """Write the owner's whole state (its row made when missing), ``updated_at`` stamped now; returns the row."""
+        row = self.session.one(
+            "upsert_owner",
+            queue=state.queue,
+            owner=state.owner,
+            health=state.health.value,
+            consecutive_failures=state.consecutive_failures,
+            last_error=state.last_error,
+            failing_since=state.failing_since,
+            paused_at=state.paused_at,
+            paused_reason=state.paused_reason,
+            paused_by=state.paused_by,
+            last_clean_at=state.last_clean_at,
+            alerted_at=state.alerted_at,
+            alerted_for=state.alerted_for,
+            now=now,
+        )
+        assert row is not None
+        return OwnerState.from_row(row)
 
     # -- health -------------------------------------------------------------------------------------------------
 
