@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from synclane_provider.core.clock import PinnedClock
     from synclane_provider.core.db.database import Database, Session
+    from synclane_provider.core.db.landing import Destination, LandCounts
     from synclane_provider.core.declare.declarations import Owner, Queue, SnapshotType, SyncLane, WindowedType
     from synclane_provider.core.declare.ratelimit import Rate
     from synclane_provider.core.declare.retry import Jitter, RetryPolicy
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
         HandlerResultError,
         JobAbandoned,
         JobThrottled,
+        LandingError,
         LeaseLostError,
         MigrationPrivilegeError,
         OwnerSourceError,
@@ -47,6 +49,7 @@ _HOMES = {
     "Database": "synclane_provider.core.db.database",
     "DatabaseUnavailableError": "synclane_provider.core.errors",
     "DeclarationError": "synclane_provider.core.errors",
+    "Destination": "synclane_provider.core.db.landing",
     "HandlerResultError": "synclane_provider.core.errors",
     "Jitter": "synclane_provider.core.declare.retry",
     "Job": "synclane_provider.core.records",
@@ -54,6 +57,8 @@ _HOMES = {
     "JobMode": "synclane_provider.core.states",
     "JobStatus": "synclane_provider.core.states",
     "JobThrottled": "synclane_provider.core.errors",
+    "LandCounts": "synclane_provider.core.db.landing",
+    "LandingError": "synclane_provider.core.errors",
     "LeaseLostError": "synclane_provider.core.errors",
     "MigrationPrivilegeError": "synclane_provider.core.errors",
     "Operations": "synclane_provider.core.ops.operations",
@@ -102,6 +107,7 @@ __all__ = [
     "Database",
     "DatabaseUnavailableError",
     "DeclarationError",
+    "Destination",
     "HandlerResultError",
     "Job",
     "JobAbandoned",
@@ -109,6 +115,8 @@ __all__ = [
     "JobStatus",
     "JobThrottled",
     "Jitter",
+    "LandCounts",
+    "LandingError",
     "LeaseLostError",
     "MigrationPrivilegeError",
     "Operations",

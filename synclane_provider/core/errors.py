@@ -34,6 +34,11 @@ class LeaseLostError(SyncLaneError):
     """This worker's lease on a job was taken over; it must stop writing to the job."""
 
 
+class LandingError(SyncLaneError, ValueError):
+    """Records cannot be landed as declared: the table lacks what the declaration needs, or a page's rows do
+    not fit it (a column the table lacks, a version left empty)."""
+
+
 class DatabaseUnavailableError(SyncLaneError):
     """The database stayed unreachable for longer than the caller was willing to wait."""
 

@@ -4,8 +4,8 @@ Lives here: ``database`` (connections and sessions), ``queries`` (the loader for
 ``.sql`` files beside it), ``store`` (the typed statements of the jobs table), ``watch`` (LISTEN for
 triggers), ``wakeups`` (NOTIFY channels and advisory-lock keys), ``transient`` (which errors pass),
 ``schema_versions`` with ``migrations/`` (the migration engine and its numbered files) and ``schema`` (its
-command line). Every statement the engine sends is in ``queries.sql``, ``monitor.sql`` or
-``schema_versions.sql`` here.
+command line), ``landing`` (landing a handler's records in a PostgreSQL table). Every statement the engine
+sends is in ``queries.sql``, ``monitor.sql``, ``schema_versions.sql`` or ``landing.sql`` here.
 
 May import: the vocabulary at the top of ``core`` (errors, states, records, clock, durations, metrics) and
 psycopg; nothing from ``declare``, ``plan``, ``run`` or ``ops``.

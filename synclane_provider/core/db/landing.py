@@ -1,0 +1,290 @@
+"""Landing a handler's records in a PostgreSQL table: one page, one statement, written once.
+
+A :class:`Destination` is declared once per table: the key its rows are matched on, an optional version column
+(a row older than the stored one is refused, and counted as stale), whether to compare content (a row equal to
+the stored one writes nothing: no new tuple, so no trigger fires and nothing goes to replicas), and the owner
+column that :meth:`Destination.land` fills with the job's owner. A handler lands a page in one line::
+
+    orders = Destination("shop.orders", key=("account", "id"), owner="account", version="updated_at")
+
+    def handler(job):
+        page = client.orders(job.owner, job.cursor)
+        orders.land(job, page.items)
+        return Page(page.next_cursor, len(page.items))
+
+Each page is copied into a temporary staging table (COPY, one round trip) and moved into the table by one
+``INSERT … ON CONFLICT … DO UPDATE … WHERE`` whose ``WHERE`` is the guard: that statement is ``landing.sql``'s
+``land_page``. The table must have a unique index on the key (ON CONFLICT needs it); the first page checks
+that, and that every column named exists, and refuses with a :class:`~synclane_provider.core.errors.LandingError`
+naming what is missing.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+import weakref
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, fields
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from synclane_provider.core.db.queries import named_statements
+from synclane_provider.core.errors import DeclarationError, LandingError
+from synclane_provider.core.records import Job
+
+Row = Mapping[str, Any]
+
+
+@functools.cache
+def _texts() -> dict[str, str]:
+    return named_statements(__package__, "landing.sql")
+
+
+@dataclass(frozen=True)
+class LandCounts:
+    """What landing some records did to the table, row by row.
+
+    ``stale``: rows older (by the version column) than the row stored, or than another row of the same key
+    in the same page; none of them was written. ``unchanged``: rows equal to the row stored (content compared),
+    none written either.
+
+    >>> LandCounts(inserted=2, unchanged=1) + LandCounts(updated=1, stale=3)
+    LandCounts(inserted=2, updated=1, unchanged=1, stale=3, deleted=0)
+    """
+
+    inserted: int = 0
+    updated: int = 0
+    unchanged: int = 0
+    stale: int = 0
+    deleted: int = 0
+
+    def __add__(self, other: LandCounts) -> LandCounts:
+        return LandCounts(*(getattr(self, f.name) + getattr(other, f.name) for f in fields(self)))
+
+    @property
+    def written(self) -> int:
+        """Rows written: inserted, updated or deleted."""
+        return self.inserted + self.updated + self.deleted
+
+
+def _column_list(names: Iterable[str], prefix: str | None = None) -> sql.Composable:
+    return sql.SQL(", ").join(sql.Identifier(prefix, n) if prefix else sql.Identifier(n) for n in names)
+
+
+class Destination:
+    """A PostgreSQL table that pages of records land in, matched on ``key``.
+
+    ``table`` is ``"name"`` or ``"schema.name"``. ``version`` names a column whose larger value is the newer
+    row; ``compare`` (default on) leaves a row equal to the stored one unwritten; ``owner`` names the column that
+    holds the job's owner, filled by :meth:`land` (a row may leave it out). ``conninfo`` (or ``connect``, a
+    function returning a new psycopg connection) is the database the table is in; each thread keeps one
+    connection of its own, opened at its first page, never at declaration.
+    """
+
+    def __init__(
+        self,
+        table: str,
+        *,
+        key: Sequence[str],
+        version: str | None = None,
+        compare: bool = True,
+        owner: str | None = None,
+        conninfo: str | None = None,
+        connect: Callable[[], psycopg.Connection[Any]] | None = None,
+    ) -> None:
+        parts = table.split(".") if isinstance(table, str) else []
+        if not 1 <= len(parts) <= 2 or not all(parts):
+            raise DeclarationError(f"table must be 'name' or 'schema.name', not {table!r}")
+        if isinstance(key, str):
+            key = (key,)
+        key = tuple(key)
+        if not key or not all(isinstance(k, str) and k for k in key) or len(set(key)) != len(key):
+            raise DeclarationError(f"key must be one or more distinct column names, not {key!r}")
+        for what, name in (("version", version), ("owner", owner)):
+            if name is not None and (not isinstance(name, str) or not name):
+                raise DeclarationError(f"{what} must be a column name, not {name!r}")
+        if version is not None and version in key:
+            raise DeclarationError(f"the version column {version!r} cannot be part of the key {key!r}")
+        if conninfo is not None and connect is not None:
+            raise DeclarationError("give at most one of conninfo or connect")
+        self.table = table
+        self.key = key
+        self.version = version
+        self.compare = compare
+        self.owner = owner
+        self._conninfo = conninfo
+        self._connect = connect
+        self._name = sql.Identifier(*parts)
+        self._stage = sql.Identifier(f"synclane_land_{'_'.join(parts)}"[:63])
+        self._table_columns: frozenset[str] | None = None
+        self._statements: dict[tuple[str, ...], tuple[sql.Composed, sql.Composed]] = {}
+        self._staged: weakref.WeakKeyDictionary[psycopg.Connection[Any], bool] = weakref.WeakKeyDictionary()
+        self._lock = threading.Lock()
+        self._local = threading.local()
+        self._opened: list[psycopg.Connection[Any]] = []
+
+    def __repr__(self) -> str:
+        return f"Destination({self.table!r}, key={self.key!r}, version={self.version!r}, compare={self.compare!r})"
+
+    def land(self, job: Job, rows: Iterable[Row]) -> LandCounts:
+        """Land one page of ``job``'s records (mappings of column to value) and commit; what it did."""
+        conn = self._connection()
+        try:
+            with conn.transaction():
+                return self.write(conn, rows, owner=job.owner)
+        except (psycopg.OperationalError, psycopg.InterfaceError):
+            self._local.conn = None
+            conn.close()
+            raise
+
+    def write(self, conn: psycopg.Connection[Any], rows: Iterable[Row], *, owner: str | None) -> LandCounts:
+        """Land ``rows`` on ``conn`` inside the caller's transaction, which commits or rolls back with them.
+
+        Rows of the same key in one page are landed once: the newest by the version column (the last one when
+        there is none or they tie); the others count as stale.
+        """
+        page, superseded = self._page(rows, owner)
+        if not page:
+            return LandCounts(stale=superseded)
+        columns = tuple(page[0])
+        self._check(conn, columns)
+        copy_page, land_page = self._statements_for(columns)
+        if conn not in self._staged:
+            conn.execute(sql.SQL(_texts()["create_stage"]).format(stage=self._stage, table=self._name))
+        self._staged[conn] = True
+        try:
+            with conn.cursor() as cur:
+                with cur.copy(copy_page) as copy:
+                    for row in page:
+                        copy.write_row(tuple(row.values()))
+                counted = cur.execute(land_page).fetchone()
+        except BaseException:
+            self._staged.pop(conn, None)  # the stage may have been made in this very transaction
+            raise
+        assert counted is not None
+        inserted, updated, stale = (int(n) for n in (counted[0], counted[1], counted[2]))
+        return LandCounts(
+            inserted=inserted,
+            updated=updated,
+            unchanged=len(page) - inserted - updated - stale,
+            stale=stale + superseded,
+        )
+
+    def close(self) -> None:
+        """Close every thread's connection (each reopens at its next page)."""
+        with self._lock:
+            opened, self._opened = self._opened, []
+        for conn in opened:
+            conn.close()
+
+    def _page(self, rows: Iterable[Row], owner: str | None) -> tuple[list[dict[str, Any]], int]:
+        """The page's rows, one per key, with the owner column filled; and how many were superseded."""
+        newest: dict[tuple[Any, ...], dict[str, Any]] = {}
+        shape: tuple[str, ...] | None = None
+        seen = 0
+        for number, given in enumerate(rows, 1):
+            seen += 1
+            row = dict(given)
+            if self.owner is not None:
+                if owner is None:
+                    raise LandingError(f"{self.table}: the owner column {self.owner!r} needs the job's owner")
+                if row.setdefault(self.owner, owner) != owner:
+                    raise LandingError(
+                        f"{self.table}: row {number} has {self.owner}={row[self.owner]!r}, not the job's owner {owner!r}"
+                    )
+            if shape is None:
+                shape = tuple(row)
+            elif tuple(row) != shape and set(row) != set(shape):
+                raise LandingError(
+                    f"{self.table}: row {number} has columns {sorted(row)}, the first row {sorted(shape)}"
+                )
+            else:
+                row = {name: row[name] for name in shape}
+            try:
+                key = tuple(row[k] for k in self.key)
+            except KeyError as missing:
+                raise LandingError(f"{self.table}: row {number} has no key column {missing.args[0]!r}") from None
+            if self.version is not None:
+                if row.get(self.version) is None:
+                    raise LandingError(
+                        f"{self.table}: row {number} (key {key!r}) has no {self.version!r} (the version column)"
+                    )
+                kept = newest.get(key)
+                if kept is not None and kept[self.version] > row[self.version]:
+                    continue
+            newest[key] = row
+        return list(newest.values()), seen - len(newest)
+
+    def _check(self, conn: psycopg.Connection[Any], columns: Sequence[str]) -> None:
+        """At the first page: the table, its columns and a unique index on the key; then each page's columns."""
+        if self._table_columns is None:
+            found = conn.execute(sql.SQL(_texts()["unique_indexes"]), {"table": self._name.as_string(conn)}).fetchone()
+            if found is None:
+                raise LandingError(f"table {self.table} does not exist")
+            table_columns, unique_keys = frozenset(found[0]), {frozenset(k.split(",")) for k in found[1]}
+            named = [*self.key, *filter(None, (self.version, self.owner))]
+            missing = [name for name in named if name not in table_columns]
+            if missing:
+                raise LandingError(f"table {self.table} has no column {', '.join(map(repr, missing))}")
+            if frozenset(self.key) not in unique_keys:
+                raise LandingError(
+                    f"table {self.table} has no unique index on the key ({', '.join(self.key)}): "
+                    f"ON CONFLICT needs one (CREATE UNIQUE INDEX ON {self.table} ({', '.join(self.key)}))"
+                )
+            self._table_columns = table_columns
+        unknown = [name for name in columns if name not in self._table_columns]
+        if unknown:
+            raise LandingError(f"table {self.table} has no column {', '.join(map(repr, unknown))} (named by a row)")
+
+    def _statements_for(self, columns: tuple[str, ...]) -> tuple[sql.Composed, sql.Composed]:
+        """``copy_page`` and ``land_page`` for a page of these columns, composed once."""
+        made = self._statements.get(columns)
+        if made is not None:
+            return made
+        content = [c for c in columns if c not in self.key]
+        guard: list[sql.Composable] = []
+        if self.version is not None:
+            version = sql.Identifier(self.version)
+            guard.append(sql.SQL("(target.{0} IS NULL OR target.{0} <= excluded.{0})").format(version))
+            older: sql.Composable = sql.SQL("target.{0} > page.{0}").format(version)
+        else:
+            older = sql.SQL("false")
+        if self.compare and content:
+            guard.append(
+                sql.SQL("ROW({}) IS DISTINCT FROM ROW({})").format(
+                    _column_list(content, "target"), _column_list(content, "excluded")
+                )
+            )
+        if content:
+            on_conflict: sql.Composable = sql.SQL("DO UPDATE SET {}").format(
+                sql.SQL(", ").join(sql.SQL("{0} = excluded.{0}").format(sql.Identifier(c)) for c in content)
+            )
+            if guard:
+                on_conflict = sql.SQL("{} WHERE {}").format(on_conflict, sql.SQL(" AND ").join(guard))
+        else:
+            on_conflict = sql.SQL("DO NOTHING")
+        names = dict(stage=self._stage, table=self._name, columns=_column_list(columns), key=_column_list(self.key))
+        made = (
+            sql.SQL(_texts()["copy_page"]).format(**names),
+            sql.SQL(_texts()["land_page"]).format(**names, on_conflict=on_conflict, older=older),
+        )
+        self._statements[columns] = made
+        return made
+
+    def _connection(self) -> psycopg.Connection[Any]:
+        conn: psycopg.Connection[Any] | None = getattr(self._local, "conn", None)
+        if conn is None or conn.closed:
+            if self._connect is not None:
+                conn = self._connect()
+                conn.autocommit = True
+            elif self._conninfo is not None:
+                conn = psycopg.connect(self._conninfo, autocommit=True, application_name="synclane-landing")
+            else:
+                raise LandingError(f"{self.table}: no database to land in (give conninfo or connect)")
+            self._local.conn = conn
+            with self._lock:
+                self._opened = [c for c in self._opened if not c.closed] + [conn]
+        return conn

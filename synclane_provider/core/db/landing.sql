@@ -1,0 +1,47 @@
+-- Landing a page of records into a user's PostgreSQL table (see landing.py).
+--
+-- Identifiers are composed by landing.py with psycopg.sql (the table, its columns, the staging table's
+-- name); values are always parameters or COPY data. Placeholders in braces are those composables.
+
+-- name: unique_indexes
+-- The table's columns, and the column sets of its unique indexes that ON CONFLICT can infer (valid, whole
+-- table, plain columns). Read once per destination, at its first page.
+SELECT (SELECT array_agg(a.attname::text ORDER BY a.attnum)
+        FROM pg_attribute AS a
+        WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped) AS columns,
+       (SELECT coalesce(array_agg(array_to_string(ARRAY(
+                   SELECT a.attname::text FROM unnest(i.indkey) AS k(n)
+                   JOIN pg_attribute AS a ON a.attrelid = c.oid AND a.attnum = k.n
+                   ORDER BY a.attname), ',')), ARRAY[]::text[])
+        FROM pg_index AS i
+        WHERE i.indrelid = c.oid AND i.indisunique AND i.indisvalid AND i.indpred IS NULL
+          AND i.indexprs IS NULL) AS unique_keys
+FROM pg_class AS c
+WHERE c.oid = to_regclass(%(table)s);
+
+-- name: create_stage
+-- The page's staging table, one per destination and connection: the target's columns, no constraints, and
+-- emptied at every commit, so a page that failed or was rolled back leaves nothing for the next one.
+CREATE TEMPORARY TABLE IF NOT EXISTS {stage} ON COMMIT DELETE ROWS AS SELECT * FROM {table} WITH NO DATA;
+
+-- name: copy_page
+-- The page's rows into the staging table (COPY: one round trip whatever the page's size).
+COPY {stage} ({columns}) FROM STDIN;
+
+-- name: land_page
+-- The staged page into the table, in one statement. A new key is inserted; an existing row is rewritten
+-- only when the guard allows it: not older than the stored row by the version column, and (when content is
+-- compared) different from it. A row the guard refuses writes no tuple at all (no dead row, no trigger, nothing
+-- for replicas). Every part of the statement sees the table as it was before it, so the stale count (staged
+-- rows older than the stored ones) is taken from the rows as they stood. Safe to repeat: a page landed twice
+-- finds its rows stored and, when content is compared, writes nothing the second time.
+WITH written AS (
+    INSERT INTO {table} AS target ({columns})
+    SELECT {columns} FROM {stage}
+    ON CONFLICT ({key}) {on_conflict}
+    RETURNING (target.xmax = 0) AS inserted
+)
+SELECT count(*) FILTER (WHERE written.inserted)::int AS inserted,
+       count(*) FILTER (WHERE NOT written.inserted)::int AS updated,
+       (SELECT count(*) FROM {stage} AS page JOIN {table} AS target USING ({key}) WHERE {older})::int AS stale
+FROM written;

@@ -1,0 +1,216 @@
+"""Landing pages of records in a PostgreSQL table: the version guard, change detection, and the checks at first use.
+
+Every write to the target table is counted by a trigger (one row per tuple written), so "writes nothing" is
+seen, not inferred from the counts the landing reports.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import psycopg
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from psycopg import sql
+
+from synclane_provider.core.db.landing import Destination, LandCounts
+from synclane_provider.core.errors import DeclarationError, LandingError
+from synclane_provider.core.records import Job
+from synclane_provider.core.states import JobMode, JobStatus
+
+T0 = datetime(2026, 12, 1, tzinfo=timezone.utc)
+
+TABLE = """
+CREATE TABLE {schema}.items (
+    account text NOT NULL, id integer NOT NULL, updated_at timestamptz NOT NULL, name text, price integer,
+    PRIMARY KEY (account, id)
+);
+CREATE TABLE {schema}.writes (op text NOT NULL, id integer);
+CREATE FUNCTION {schema}.count_write() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO {schema}.writes VALUES (TG_OP, coalesce(NEW.id, OLD.id));
+    RETURN NULL;
+END $$;
+CREATE TRIGGER count_write AFTER INSERT OR UPDATE OR DELETE ON {schema}.items
+    FOR EACH ROW EXECUTE FUNCTION {schema}.count_write();
+"""
+
+
+def job_of(owner: str) -> Job:
+    return Job(
+        id=1, queue="q", owner=owner, lane=owner, type="items", mode=JobMode.RECURRING, status=JobStatus.RUNNING,
+        priority=0, window_start=None, window_end=None, dedup_key="k", cursor=None, processed_count=0,
+        attempt_count=1, error=None, next_run_at=T0, leased_by="w", lease_expires_at=None, created_at=T0,
+        started_at=T0, heartbeat_at=None, completed_at=None, stop_reason=None,
+    )  # fmt: skip
+
+
+ACME = job_of("acme")
+
+
+@pytest.fixture
+def landing_schema(schemas: Callable[[], str], admin: psycopg.Connection) -> str:
+    name = schemas()
+    admin.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(name)))
+    admin.execute(sql.SQL(TABLE).format(schema=sql.Identifier(name)).as_string(admin).encode())
+    return name
+
+
+@pytest.fixture
+def items(landing_schema: str, database_url: str) -> Iterator[Destination]:
+    dest = Destination(
+        f"{landing_schema}.items", key=("account", "id"), owner="account", version="updated_at", conninfo=database_url
+    )
+    yield dest
+    dest.close()
+
+
+def item(id: int, version: int, name: str = "n", price: int = 1) -> dict[str, Any]:
+    return {"id": id, "updated_at": T0 + timedelta(minutes=version), "name": name, "price": price}
+
+
+def stored(admin: psycopg.Connection, schema: str) -> dict[int, tuple[int, str, int]]:
+    rows = admin.execute(
+        sql.SQL("SELECT id, updated_at, name, price FROM {}.items").format(sql.Identifier(schema))
+    ).fetchall()
+    return {r["id"]: (int((r["updated_at"] - T0) / timedelta(minutes=1)), r["name"], r["price"]) for r in rows}
+
+
+def writes(admin: psycopg.Connection, schema: str) -> int:
+    found = admin.execute(sql.SQL("SELECT count(*) AS n FROM {}.writes").format(sql.Identifier(schema))).fetchone()
+    assert found is not None
+    return int(found["n"])
+
+
+def test_a_page_landed_again_writes_nothing(items, admin, landing_schema):
+    page = [item(i, 1) for i in range(50)]
+    assert items.land(ACME, page) == LandCounts(inserted=50)
+    assert writes(admin, landing_schema) == 50
+    assert items.land(ACME, page) == LandCounts(unchanged=50)
+    assert writes(admin, landing_schema) == 50  # no tuple written: no trigger fired
+    assert items.land(ACME, [item(0, 2, name="renamed"), item(1, 1)]) == LandCounts(updated=1, unchanged=1)
+    assert writes(admin, landing_schema) == 51
+
+
+def test_an_older_row_is_not_written_and_counted_stale(items, admin, landing_schema):
+    items.land(ACME, [item(1, 5, name="new"), item(2, 5)])
+    counts = items.land(ACME, [item(1, 4, name="old"), item(2, 6, name="newer"), item(3, 1)])
+    assert counts == LandCounts(inserted=1, updated=1, stale=1)
+    assert stored(admin, landing_schema) == {1: (5, "new", 1), 2: (6, "newer", 1), 3: (1, "n", 1)}
+
+
+def test_of_one_key_twice_in_a_page_the_newest_lands_and_the_other_is_stale(items, admin, landing_schema):
+    counts = items.land(ACME, [item(1, 3, name="newest"), item(1, 2, name="older"), item(1, 1)])
+    assert counts == LandCounts(inserted=1, stale=2)
+    assert stored(admin, landing_schema) == {1: (3, "newest", 1)}
+
+
+def test_the_owner_column_is_the_jobs_owner(items, admin, landing_schema):
+    items.land(job_of("globex"), [item(1, 1)])
+    items.land(ACME, [item(1, 1)])
+    owners = admin.execute(sql.SQL("SELECT account FROM {}.items ORDER BY 1").format(sql.Identifier(landing_schema)))
+    assert [r["account"] for r in owners] == ["acme", "globex"]
+    with pytest.raises(LandingError, match="row 1 has account='globex', not the job's owner 'acme'"):
+        items.land(ACME, [{**item(1, 1), "account": "globex"}])
+
+
+def test_without_content_comparison_an_equal_row_is_written_again(landing_schema, database_url, admin):
+    dest = Destination(f"{landing_schema}.items", key=("account", "id"), owner="account", compare=False,
+                       conninfo=database_url)  # fmt: skip
+    try:
+        dest.land(ACME, [item(1, 1)])
+        assert dest.land(ACME, [item(1, 1)]) == LandCounts(updated=1)
+        assert writes(admin, landing_schema) == 2
+    finally:
+        dest.close()
+
+
+@pytest.mark.parametrize(
+    ("ddl", "complaint"),
+    [
+        ("ALTER TABLE {t} DROP CONSTRAINT items_pkey", r"has no unique index on the key \(account, id\)"),
+        ("ALTER TABLE {t} DROP COLUMN updated_at", r"has no column 'updated_at'"),
+        ("DROP TABLE {t}", r"table .*items does not exist"),
+    ],
+)
+def test_the_first_page_refuses_a_table_without_what_the_declaration_needs(
+    items, admin, landing_schema, ddl, complaint
+):
+    admin.execute(sql.SQL(ddl).format(t=sql.Identifier(landing_schema, "items")))
+    with pytest.raises(LandingError, match=complaint):
+        items.land(ACME, [item(1, 1)])
+
+
+def test_a_unique_index_on_other_columns_or_a_partial_one_is_not_enough(items, admin, landing_schema):
+    t = sql.Identifier(landing_schema, "items")
+    admin.execute(sql.SQL("ALTER TABLE {} DROP CONSTRAINT items_pkey").format(t))
+    admin.execute(sql.SQL("CREATE UNIQUE INDEX ON {} (id)").format(t))
+    admin.execute(sql.SQL("CREATE UNIQUE INDEX ON {} (account, id) WHERE price > 0").format(t))
+    with pytest.raises(LandingError, match="no unique index on the key"):
+        items.land(ACME, [item(1, 1)])
+
+
+def test_a_row_naming_a_column_the_table_lacks_or_without_a_version_is_refused(items):
+    with pytest.raises(LandingError, match="has no column 'colour'"):
+        items.land(ACME, [{**item(1, 1), "colour": "red"}])
+    with pytest.raises(LandingError, match=r"row 2 \(key \('acme', 2\)\) has no 'updated_at'"):
+        items.land(ACME, [item(1, 1), {**item(2, 1), "updated_at": None}])
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "complaint"),
+    [
+        ({"table": "a.b.c", "key": ("id",)}, "table must be 'name' or 'schema.name', not 'a.b.c'"),
+        ({"table": "t", "key": ()}, "key must be one or more distinct column names"),
+        ({"table": "t", "key": ("id", "id")}, "key must be one or more distinct column names"),
+        ({"table": "t", "key": ("id",), "version": "id"}, "the version column 'id' cannot be part of the key"),
+    ],
+)
+def test_a_declaration_that_cannot_work_is_refused_when_made(kwargs, complaint):
+    with pytest.raises(DeclarationError, match=complaint):
+        Destination(**kwargs)
+
+
+# The property: whatever pages arrive in whatever order, the table holds per key the newest version seen (of
+# equal versions, the last one landed), every row the guard refused is counted and wrote nothing, and a row
+# equal to the one stored writes nothing.
+
+rows_strategy = st.fixed_dictionaries(
+    {"id": st.integers(0, 6), "version": st.integers(0, 3), "name": st.sampled_from(["a", "b"]),
+     "price": st.integers(0, 1)}
+)  # fmt: skip
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(pages=st.lists(st.lists(rows_strategy, max_size=6), min_size=1, max_size=5))
+def test_property_the_table_holds_the_newest_and_equal_rows_write_nothing(pages, items, admin, landing_schema):
+    admin.execute(sql.SQL("TRUNCATE {0}.items, {0}.writes").format(sql.Identifier(landing_schema)))
+    model: dict[int, tuple[int, str, int]] = {}
+    for page in pages:
+        expected = LandCounts()
+        newest: dict[int, dict[str, Any]] = {}
+        for row in page:  # within a page, the newest of a key (the later of a tie) is the one landed
+            if row["id"] not in newest or row["version"] >= newest[row["id"]]["version"]:
+                newest[row["id"]] = row
+        expected += LandCounts(stale=len(page) - len(newest))
+        for row in newest.values():
+            value = (row["version"], row["name"], row["price"])
+            if row["id"] not in model:
+                expected += LandCounts(inserted=1)
+            elif row["version"] < model[row["id"]][0]:
+                expected += LandCounts(stale=1)
+                continue
+            elif value == model[row["id"]]:
+                expected += LandCounts(unchanged=1)
+                continue
+            else:
+                expected += LandCounts(updated=1)
+            model[row["id"]] = value
+        before = writes(admin, landing_schema)
+        counts = items.land(ACME, [item(r["id"], r["version"], r["name"], r["price"]) for r in page])
+        assert counts == expected
+        assert writes(admin, landing_schema) - before == counts.inserted + counts.updated
+    assert stored(admin, landing_schema) == model
