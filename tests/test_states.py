@@ -248,8 +248,10 @@ def test_the_table_checks_and_indexes_agree_with_the_python_sets(admin, database
     assert predicates["jobs_manual"] == {JobMode.MANUAL.value}
     # Freshness (migration 0008): completed jobs by how far they reach.
     assert predicates["jobs_completed_reach"] == {JobStatus.COMPLETED.value}
+    # A re-sync request's jobs (migration 0012): by the request's key, whatever their state.
+    assert predicates["jobs_by_request"] == set()
     retention = {"jobs_completed_by_age", "jobs_abandoned", "jobs_initial_by_owner"}
-    views = {"jobs_completed_recently", "jobs_manual", "jobs_completed_reach"}
+    views = {"jobs_completed_recently", "jobs_manual", "jobs_completed_reach", "jobs_by_request"}
     assert set(predicates) == set(waiting) | {"jobs_one_running_per_lane_slot"} | retention | views
 
 

@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from synclane_provider.core.ops.operations import Operations
     from synclane_provider.core.plan.planner import PlanSummary
     from synclane_provider.core.plan.retention import Pruned
-    from synclane_provider.core.records import Activity, Cancelled, Job, Page, Progress
+    from synclane_provider.core.records import Activity, Cancelled, Job, Page, Progress, ResyncRequest
     from synclane_provider.core.run.runner import Outcome, RunResult
     from synclane_provider.core.run.worker import Summary, WorkerPool, WorkerSlot
     from synclane_provider.core.states import JobMode, JobStatus
@@ -70,6 +70,7 @@ _HOMES = {
     "PlanSummary": "synclane_provider.core.plan.planner",
     "Progress": "synclane_provider.core.records",
     "Pruned": "synclane_provider.core.plan.retention",
+    "ResyncRequest": "synclane_provider.core.records",
     "Queue": "synclane_provider.core.declare.declarations",
     "Rate": "synclane_provider.core.declare.ratelimit",
     "RetryPolicy": "synclane_provider.core.declare.retry",
@@ -130,6 +131,7 @@ __all__ = [
     "Pruned",
     "Queue",
     "Rate",
+    "ResyncRequest",
     "RetryPolicy",
     "RunResult",
     "SchemaNotReadyError",

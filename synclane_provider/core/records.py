@@ -56,6 +56,8 @@ class Job:
     """How many jobs of the lane may run at once (the owner source's ``Owner.lane_width``)."""
     lane_slot: int = 0
     """Which of the lane's slots (0 … lane_width - 1) the job holds while it runs; the last one it held after."""
+    request_key: str | None = None
+    """The key of the re-sync request that made the job (see :class:`ResyncRequest`); None for any other job."""
 
     def spend(self, units: int = 1) -> timedelta:
         """Take ``units`` more of the lane's rate budget before making that many more requests in this page.
@@ -211,6 +213,37 @@ class Cancelled:
     @property
     def total(self) -> int:
         return self.abandoned + self.stopping
+
+
+@dataclass(frozen=True)
+class ResyncRequest:
+    """A range of one type asked to be synced again: who asked, why and when, and the jobs it made."""
+
+    queue: str
+    key: str
+    type: str
+    window_start: datetime
+    window_end: datetime
+    owners: tuple[str, ...] | None
+    """The owners named; None: every owner the source listed when it was asked."""
+    reason: str
+    requested_by: str | None
+    requested_at: datetime
+    jobs: int
+    """How many jobs the request made (windows times owners; one per owner for a snapshot type)."""
+    cancelled_at: datetime | None = None
+    cancelled_by: str | None = None
+    made: int = 0
+    """The jobs this very call made: ``jobs`` for the call that created the request, 0 for a repeat of its key."""
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> "ResyncRequest":
+        values = {f.name: row[f.name] for f in fields(cls) if f.name in row}
+        values["owners"] = tuple(row["owners"]) if row["owners"] is not None else None
+        for name in ("window_start", "window_end", "requested_at", "cancelled_at"):
+            if values.get(name) is not None:
+                values[name] = values[name].astimezone(timezone.utc)
+        return cls(**values)
 
 
 @dataclass(frozen=True)

@@ -520,6 +520,41 @@ VALUES (%(queue)s, %(owner)s, %(lane)s, %(lane_width)s, %(type)s, %(mode)s, %(pr
 ON CONFLICT (queue, owner, type, dedup_key) DO NOTHING
 RETURNING *;
 
+-- name: insert_resync
+-- A re-sync request and its jobs, in one statement: the request's row, then -- only when that row was new --
+-- its jobs (manual, carrying the request's key, each in its owner's lane and width). A second call with the same
+-- key inserts no row, hence no jobs; two calls racing with one key meet at the primary key, where the second
+-- waits for the first to commit and then inserts nothing. The jobs' own keys (resync:<key>:<window start>) are
+-- unique as well. Returns the request's row with made (the jobs inserted) when it was new; no row otherwise.
+WITH request AS (
+    INSERT INTO {schema}.resync_requests
+        (queue, key, type, window_start, window_end, owners, reason, requested_by, requested_at, jobs)
+    VALUES (%(queue)s, %(key)s, %(type)s, %(window_start)s, %(window_end)s, %(owners)s::text[], %(reason)s,
+            %(requested_by)s, coalesce(%(now)s::timestamptz, statement_timestamp()), %(jobs)s)
+    ON CONFLICT (queue, key) DO NOTHING
+    RETURNING *
+),
+inserted AS (
+    INSERT INTO {schema}.jobs
+        (queue, owner, lane, lane_width, type, mode, priority, window_start, window_end, dedup_key, request_key,
+         next_run_at, created_at)
+    SELECT %(queue)s, p.owner, p.lane, p.lane_width, %(type)s, %(mode)s, %(priority)s, p.window_start, p.window_end,
+           p.dedup_key, request.key,
+           coalesce(%(now)s::timestamptz, statement_timestamp()),
+           coalesce(%(now)s::timestamptz, statement_timestamp())
+    FROM request
+    CROSS JOIN json_to_recordset(%(rows)s::json)
+         AS p(owner text, lane text, lane_width int, window_start timestamptz, window_end timestamptz, dedup_key text)
+    ON CONFLICT (queue, owner, type, dedup_key) DO NOTHING
+    RETURNING 1
+)
+SELECT request.*, (SELECT count(*) FROM inserted)::int AS made
+FROM request;
+
+-- name: resync_request
+-- One re-sync request by its key, as recorded.
+SELECT *, 0 AS made FROM {schema}.resync_requests WHERE queue = %(queue)s AND key = %(key)s;
+
 -- name: requeue
 -- Give failed, deferred and abandoned jobs (of one owner, type or job, or all) fresh attempts, due now;
 -- cursors and counts are kept. A pending job set to run later (by hand, or enqueued with run_at) is brought
@@ -768,7 +803,7 @@ ORDER BY o.owner;
 -- deferred and other abandoned jobs (they wait for a person). Rows locked by anyone are skipped, never waited
 -- on, so a worker is never held up; a job of an owner-type without a coverage row is skipped too, so that
 -- nothing the planner needs is ever deleted. Each deleted job's owner-type records the newest completion among
--- them (freshness) and the newest reach of the completed planned ones (window end, or completion for a
+-- them but a re-sync's (freshness) and the newest reach of the completed planned ones (window end, or completion for a
 -- snapshot: what lag is read from), widened only, in the same statement (a manual job's owner-type may have
 -- no row: its pruning is then not recorded). Returns how many were deleted.
 WITH clock AS (
@@ -801,7 +836,7 @@ deleted AS (
       AND (j.mode = 'manual' OR EXISTS (
           SELECT 1 FROM {schema}.coverage AS c WHERE c.queue = j.queue AND c.owner = j.owner AND c.type = j.type
       ))
-    RETURNING j.owner, j.type, j.status, j.mode, j.completed_at, j.window_end
+    RETURNING j.owner, j.type, j.status, j.mode, j.completed_at, j.window_end, j.request_key
 ),
 noted AS (
     UPDATE {schema}.coverage AS c
@@ -809,7 +844,7 @@ noted AS (
         last_pruned_reach = greatest(c.last_pruned_reach, d.last_reach)
     FROM (
         SELECT d.owner, d.type,
-               max(d.completed_at) FILTER (WHERE d.status = 'completed') AS last_completion,
+               max(d.completed_at) FILTER (WHERE d.status = 'completed' AND d.request_key IS NULL) AS last_completion,
                max(coalesce(d.window_end, d.completed_at))
                    FILTER (WHERE d.status = 'completed' AND d.mode <> 'manual') AS last_reach
         FROM deleted AS d
@@ -823,10 +858,12 @@ SELECT (SELECT count(*) FROM deleted)::int AS deleted, (SELECT count(*) FROM doo
 -- name: freshness
 -- When an owner's data was last brought up to date, per job type: the newest completion among its jobs, or
 -- among those retention deleted (recorded on its coverage row), whichever is later; NULL when none completed.
+-- A re-sync's jobs (request_key set) fetch an old range again: they bring nothing up to date and are left out.
 SELECT t.type,
        greatest(
            (SELECT max(j.completed_at) FROM {schema}.jobs AS j
-            WHERE j.queue = %(queue)s AND j.owner = %(owner)s AND j.type = t.type AND j.status = 'completed'),
+            WHERE j.queue = %(queue)s AND j.owner = %(owner)s AND j.type = t.type AND j.status = 'completed'
+              AND j.request_key IS NULL),
            (SELECT c.last_pruned_completion FROM {schema}.coverage AS c
             WHERE c.queue = %(queue)s AND c.owner = %(owner)s AND c.type = t.type)
        ) AS completed_at

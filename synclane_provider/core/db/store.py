@@ -26,6 +26,7 @@ from synclane_provider.core.records import (
     OwnerState,
     Progress,
     QueueCounts,
+    ResyncRequest,
     Wakeup,
 )
 from synclane_provider.core.states import JobStatus
@@ -277,6 +278,15 @@ class Store:
         """Insert one job by hand (columns as in queries.sql); None when a job with its key exists."""
         row = self.session.one("enqueue", **values)
         return Job.from_row(row) if row else None
+
+    def insert_resync(self, *, queue: str, key: str, rows_json: str, **request: Any) -> ResyncRequest:
+        """Record a re-sync request and insert its jobs (given as a JSON array), unless its key is recorded
+        already: then the recorded request, with nothing made."""
+        row = self.session.one("insert_resync", queue=queue, key=key, rows=rows_json, prepare=False, **request)
+        if row is None:
+            row = self.session.one("resync_request", queue=queue, key=key)
+        assert row is not None
+        return ResyncRequest.from_row(row)
 
     def requeue(
         self, queue: str, *, owner: str | None, type: str | None, job_id: int | None = None, now: datetime | None

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import time
+import uuid
 from collections.abc import Sequence
 from datetime import datetime, timedelta, timezone
 
@@ -12,16 +14,17 @@ from synclane_provider.core.db.database import Database, Session
 from synclane_provider.core.db.store import Store
 from synclane_provider.core.db.transient import Backoff, passes_from_anywhere
 from synclane_provider.core.declare.declarations import Owner, SyncLane, WindowedType, checked_name
-from synclane_provider.core.declare.owners import resolve_owner
+from synclane_provider.core.declare.owners import owners_of, resolve_owner
 from synclane_provider.core.errors import DeclarationError
 from synclane_provider.core.numbers import whole
 from synclane_provider.core.ops import health
 from synclane_provider.core.ops.health import HealthReport, QueueGauges
 from synclane_provider.core.plan import planner, retention
 from synclane_provider.core.plan.planner import PlanSummary
+from synclane_provider.core.plan.resync import MAX_JOBS, checked_range, resync_key, resync_priority, resync_windows
 from synclane_provider.core.plan.retention import Pruned
 from synclane_provider.core.plan.rule import instant_key, instant_text
-from synclane_provider.core.records import Activity, Cancelled, Job, Progress
+from synclane_provider.core.records import Activity, Cancelled, Job, Progress, ResyncRequest
 from synclane_provider.core.run.outcomes import CANCELLED, storable_text
 from synclane_provider.core.states import JobMode, JobStatus
 
@@ -145,6 +148,89 @@ class Operations:
         if job is not None:
             self.store.notify(queue)
         return job
+
+    def resync(
+        self,
+        queue: str,
+        type: str,
+        start: datetime,
+        end: datetime,
+        *,
+        owners: Sequence[str] | None = None,
+        reason: str,
+        key: str | None = None,
+        by: str | None = None,
+        now: datetime | None = None,
+    ) -> ResyncRequest:
+        """Sync ``[start, end)`` of ``type`` again for ``owners`` (None: every owner the source lists), as one
+        request; returns it, with ``made`` the jobs this call inserted.
+
+        The range is cut like history (see :mod:`~synclane_provider.core.plan.resync`): newest window first,
+        each job in its owner's lane and under its lane's budget and width; a snapshot type gets one snapshot
+        job per owner. The planner never reads these jobs (no coverage, lag, progress or freshness moves), and a
+        due planned job of the lane goes before them. Calling again with the same ``key`` makes nothing new,
+        even when two calls race (a key already used for another range, type or owners is refused); without a
+        key each call is a request of its own. ``by`` and ``reason`` say who asked and why.
+
+        Refused with the bad value named: an unknown type, ``start`` not before ``end``, an owner the source
+        does not list (any more), an empty reason.
+        """
+        declared = self.synclane.queue(queue)
+        job_type = declared.job_type(type)
+        windows: Sequence[tuple[datetime | None, datetime | None]] = resync_windows(job_type, start, end) or [
+            (None, None)
+        ]
+        start, end = checked_range(start, end)
+        checked_name("reason", reason)
+        if by is not None:
+            checked_name("by", by)
+        key = checked_name("key", key) if key is not None else uuid.uuid4().hex[:16]
+        listed = owners_of(declared) if owners is None else [resolve_owner(declared, owner) for owner in owners]
+        if len(listed) * len(windows) > MAX_JOBS:
+            raise DeclarationError(
+                f"a re-sync of {len(listed)} owner(s) x {len(windows)} window(s) of {type!r} would make "
+                f"{len(listed) * len(windows)} jobs, more than {MAX_JOBS}: ask for a shorter range or fewer owners"
+            )
+        rows = json.dumps(
+            [
+                {
+                    "owner": owner.id,
+                    "lane": owner.lane_or_id,
+                    "lane_width": owner.lane_width,
+                    "window_start": window_start.isoformat() if window_start is not None else None,
+                    "window_end": window_end.isoformat() if window_end is not None else None,
+                    "dedup_key": resync_key(key, window_start),
+                }
+                for owner in listed
+                for window_start, window_end in windows
+            ]
+        )
+        request = self.store.insert_resync(
+            queue=queue,
+            key=key,
+            rows_json=rows,
+            type=type,
+            window_start=start,
+            window_end=end,
+            owners=None if owners is None else [owner.id for owner in listed],
+            reason=reason,
+            requested_by=by,
+            mode=JobMode.MANUAL.value,
+            priority=resync_priority(declared.priority_of(type)),
+            jobs=len(listed) * len(windows),
+            now=self.at(now),
+        )
+        asked = (type, start, end, None if owners is None else tuple(owner.id for owner in listed))
+        recorded = (request.type, request.window_start, request.window_end, request.owners)
+        if asked != recorded:
+            raise DeclarationError(
+                f"re-sync key {key!r} of queue {queue!r} was used for {_described(*recorded)}; "
+                f"this call asks for {_described(*asked)}: give another key"
+            )
+        if request.made:
+            self.store.notify(queue)
+            log.info("queue %s: re-sync %s of %s made %s job(s): %s", queue, key, type, request.made, reason)
+        return request
 
     def requeue(
         self,
@@ -320,3 +406,8 @@ class Operations:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _described(type: str, start: datetime, end: datetime, owners: tuple[str, ...] | None) -> str:
+    who = "every owner" if owners is None else "owner(s) " + ", ".join(owners)
+    return f"{type} [{instant_text(start)}, {instant_text(end)}) of {who}"

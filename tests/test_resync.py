@@ -1,0 +1,147 @@
+"""Re-syncing a range: one request, its jobs cut like history, idempotent per key, refused when it cannot be."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from synclane_provider.core import DeclarationError, Operations, Owner, UnknownOwnerError, WorkerSlot
+from synclane_provider.core.errors import UnknownJobTypeError
+from synclane_provider.core.plan.resync import resync_windows
+from tests.support.helpers import declare, execute, orders, owners, paged, products, race, rows
+
+UTC = timezone.utc
+MARCH = datetime(2026, 3, 1, tzinfo=UTC)
+APRIL = datetime(2026, 4, 1, tzinfo=UTC)
+
+
+@pytest.fixture
+def declaration(schema):
+    return declare(
+        schema,
+        products(paged(0)),
+        orders(paged(0), slice=timedelta(days=10)),
+        owner_source=owners("acme", Owner("globex", lane="shared"), Owner("initech", lane="shared")),
+    )
+
+
+@pytest.fixture
+def ops(declaration, database_url):
+    with Operations(declaration, declaration.database(database_url)) as operations:
+        yield operations
+
+
+def test_a_range_is_cut_on_slice_boundaries_from_midnight_newest_first_in_each_owners_lane(ops, admin, schema, clock):
+    start, end = MARCH + timedelta(hours=6), APRIL + timedelta(hours=12)
+    request = ops.resync("shops", "orders", start, end, owners=["acme", "globex"], reason="bad totals", now=clock.now)
+
+    assert (request.made, request.jobs, request.owners, request.reason) == (10, 10, ("acme", "globex"), "bad totals")
+    jobs = rows(admin, schema, order="owner, id")
+    assert {(j["owner"], j["lane"]) for j in jobs} == {("acme", "acme"), ("globex", "shared")}
+    acme = [(j["window_start"], j["window_end"]) for j in jobs if j["owner"] == "acme"]
+    assert acme == [
+        (APRIL, APRIL + timedelta(hours=12)),
+        (APRIL - timedelta(days=10), APRIL),
+        (APRIL - timedelta(days=20), APRIL - timedelta(days=10)),
+        (APRIL - timedelta(days=30), APRIL - timedelta(days=20)),
+        (start, APRIL - timedelta(days=30)),
+    ]
+    assert {(j["mode"], j["status"], j["request_key"]) for j in jobs} == {("manual", "pending", request.key)}
+
+
+def test_windows_cover_exactly_the_range_without_gap_or_overlap():
+    job_type = orders(slice=timedelta(hours=7))
+    start, end = datetime(2026, 3, 2, 5, 13, tzinfo=UTC), datetime(2026, 3, 9, 17, 2, 1, tzinfo=UTC)
+    windows = resync_windows(job_type, start, end)
+    assert windows[0][1] == end and windows[-1][0] == start
+    assert all(newer[0] == older[1] for newer, older in zip(windows, windows[1:]))
+    assert all(a < b and b - a <= timedelta(hours=7) for a, b in windows)
+    midnight = datetime(2026, 3, 9, tzinfo=UTC)
+    assert {b for _, b in windows[1:]} <= {midnight + n * timedelta(hours=7) for n in range(-30, 4)}
+
+
+def test_a_snapshot_type_gets_one_snapshot_job_per_owner(ops, admin, schema, clock):
+    request = ops.resync("shops", "products", MARCH, APRIL, reason="catalog was wrong", now=clock.now)
+    assert (request.made, request.owners) == (3, None)
+    jobs = rows(admin, schema, order="owner")
+    assert [(j["owner"], j["window_start"], j["dedup_key"]) for j in jobs] == [
+        (owner, None, f"resync:{request.key}") for owner in ("acme", "globex", "initech")
+    ]
+
+
+def test_the_same_key_again_makes_nothing_and_without_a_key_each_call_is_its_own(ops, admin, schema, clock):
+    first = ops.resync("shops", "orders", MARCH, APRIL, owners=["acme"], reason="r", key="march-fix", now=clock.now)
+    again = ops.resync("shops", "orders", MARCH, APRIL, owners=["acme"], reason="r", key="march-fix", now=clock.now)
+    assert (first.made, again.made, again.key, again.jobs) == (4, 0, "march-fix", 4)
+    assert len(rows(admin, schema)) == 4
+
+    one = ops.resync("shops", "orders", MARCH, APRIL, owners=["acme"], reason="r", now=clock.now)
+    other = ops.resync("shops", "orders", MARCH, APRIL, owners=["acme"], reason="r", now=clock.now)
+    assert one.key != other.key and (one.made, other.made) == (4, 4)
+    assert len(rows(admin, schema)) == 12
+
+
+def test_a_key_used_for_another_range_is_refused_naming_both(ops, clock):
+    ops.resync("shops", "orders", MARCH, APRIL, owners=["acme"], reason="r", key="k1", now=clock.now)
+    with pytest.raises(DeclarationError, match=r"'k1'.*2026-03-01.*2026-03-02"):
+        ops.resync("shops", "orders", MARCH + timedelta(days=1), APRIL, owners=["acme"], reason="r", key="k1")
+
+
+def test_two_racing_calls_with_one_key_make_the_jobs_once(declaration, database_url, admin, schema, clock):
+    def call():
+        with Operations(declaration, declaration.database(database_url)) as mine:
+            return mine.resync("shops", "orders", MARCH, APRIL, reason="race", key="same", now=clock.now)
+
+    for _ in range(5):
+        admin.execute(f'TRUNCATE "{schema}".jobs, "{schema}".resync_requests')
+        results = race([call, call, call])
+        assert sorted(r.made for r in results) == [0, 0, 12]
+        assert len(rows(admin, schema)) == 12
+
+
+@pytest.mark.parametrize(
+    ("args", "error", "message"),
+    [
+        (dict(type="orders", owners=["gone"]), UnknownOwnerError, "'gone' is not listed"),
+        (dict(type="refunds"), UnknownJobTypeError, "no job type 'refunds'"),
+        (dict(type="orders", start=APRIL, end=MARCH), DeclarationError, r"start \(2026-04-01.*before its end"),
+        (dict(type="orders", start=APRIL, end=APRIL), DeclarationError, "must be before"),
+        (dict(type="orders", start=datetime(2026, 3, 1)), DeclarationError, "timezone-aware"),
+        (dict(type="orders", reason=" "), DeclarationError, "reason must be a non-empty string"),
+        (dict(type="orders", end=MARCH + timedelta(days=400_000)), DeclarationError, "more than 100000"),
+    ],
+)
+def test_what_cannot_be_re_synced_is_refused_naming_the_bad_value(ops, admin, schema, args, error, message):
+    call = dict(type="orders", start=MARCH, end=APRIL, reason="why")
+    call.update(args)
+    with pytest.raises(error, match=message):
+        ops.resync("shops", call.pop("type"), call.pop("start"), call.pop("end"), **call)
+    assert rows(admin, schema) == []
+
+
+def test_every_due_planned_job_of_the_lane_goes_before_re_sync_work(declaration, database_url, ops, clock):
+    earlier = clock.now - timedelta(hours=1)
+    ops.resync("shops", "products", MARCH, APRIL, owners=["acme"], reason="r", now=earlier)
+    ops.resync("shops", "orders", MARCH, APRIL, owners=["acme"], reason="r", now=earlier)
+    ops.plan("shops", owner="acme", now=clock.now)
+    order = []
+    with WorkerSlot(declaration, declaration.database(database_url), "shops", clock=clock) as slot:
+        while (result := slot.run_one(then_continue=False)) is not None and result.job.owner == "acme":
+            order.append((result.job.request_key is not None, result.job.type))
+    planned = [(False, "products")] + [(False, "orders")] * 7  # the first snapshot, the recurring window, 6 slices
+    assert order == planned + [(True, "products")] + [(True, "orders")] * 4
+
+
+def test_completed_re_sync_jobs_move_no_freshness_lag_or_progress(declaration, database_url, ops, admin, schema, clock):
+    ops.resync("shops", "orders", MARCH, APRIL, owners=["acme"], reason="r", now=clock.now)
+    with WorkerSlot(declaration, declaration.database(database_url), "shops", clock=clock) as slot:
+        assert slot.drain().jobs == 4
+    assert {j["status"] for j in rows(admin, schema)} == {"completed"}
+    assert ops.freshness("shops", "acme") == {"orders": None, "products": None}
+    assert ops.progress("shops", "acme").total == 0
+    assert ops.store.window_lags("shops", ["acme"], ["orders"], over=None, now=clock.now, limit=10) == []
+    execute(admin, schema, "INSERT INTO {coverage} (queue, owner, type) VALUES ('shops', 'acme', 'orders')")
+    assert ops.prune("shops", older_than=timedelta(hours=1), now=clock.now + timedelta(days=1)).deleted == 4
+    assert rows(admin, schema) == []
+    assert ops.freshness("shops", "acme") == {"orders": None, "products": None}
