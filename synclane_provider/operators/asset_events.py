@@ -5,17 +5,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from airflow.sdk import BaseOperator
-
 from synclane_provider.assets import alias, emit_landed
-from synclane_provider.configured import declaration_argument
 from synclane_provider.core.run.landed import Landed
+from synclane_provider.operators.base import QueueOperator
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
 
-class SyncLaneAssetsOperator(BaseOperator):
+class SyncLaneAssetsOperator(QueueOperator):
     """Emits what a worker DAG run's slots completed as Airflow asset events: one per job type, for all slots.
 
     Reads the slots' returned summaries (their ``landed``) from XCom, merges them per type and owner, and adds
@@ -29,31 +27,30 @@ class SyncLaneAssetsOperator(BaseOperator):
     What a slot's failed try completed is not announced (the table has it; the retry starts afresh): the
     events are a wake-up with a summary, and a downstream DAG that must see every record reads the data.
 
-    :param declaration: import path of the declaration, ``"package.module:attribute"``.
     :param synclane_queue: the queue the slots worked.
     :param worker_task_id: the task id of the (mapped) worker operator.
+    (The other parameters are :class:`~synclane_provider.operators.base.QueueOperator`'s; it reads XCom and
+    opens no connection of its own.)
     """
 
-    template_fields: Sequence[str] = ("declaration", "synclane_queue")
+    template_fields: Sequence[str] = QueueOperator.queue_fields
     ui_color = "#e8f4e1"
 
     def __init__(
         self,
         *,
-        declaration: str | None = None,
         synclane_queue: str,
         worker_task_id: str = "work",
-        synclane: str | None = None,
         **kwargs: Any,
     ) -> None:
         kwargs.setdefault("trigger_rule", "all_done")
         outlets = kwargs.pop("outlets", None) or []
         # Declared when the DAG is parsed: Airflow records the alias then, and events only for declared outlets.
         super().__init__(
-            outlets=[*(outlets if isinstance(outlets, list) else [outlets]), alias(synclane_queue)], **kwargs
+            synclane_queue=synclane_queue,
+            outlets=[*(outlets if isinstance(outlets, list) else [outlets]), alias(synclane_queue)],
+            **kwargs,
         )
-        self.declaration = declaration_argument(declaration, synclane)
-        self.synclane_queue = synclane_queue
         self.worker_task_id = worker_task_id
 
     def execute(self, context: Context) -> dict[str, Any]:

@@ -6,13 +6,10 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException
 
-from synclane_provider.configured import declaration_argument
-from synclane_provider.core import DeclarationError, Operations
-from synclane_provider.hooks.synclane import SyncLaneHook
-from synclane_provider.locate import locate_queue
+from synclane_provider.core import DeclarationError
+from synclane_provider.operators.base import QueueOperator
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -38,7 +35,7 @@ def _instant(name: str, value: object) -> datetime | None:
     return instant
 
 
-class SyncLaneHealthCheckOperator(BaseOperator):
+class SyncLaneHealthCheckOperator(QueueOperator):
     """Fails when a queue needs a person, with a message naming each owner, job and error; else succeeds.
 
     It fails on: a job abandoned since the last check; a running job whose
@@ -65,42 +62,26 @@ class SyncLaneHealthCheckOperator(BaseOperator):
 
     Returns ``{"queue", "healthy": True}`` (pushed to XCom) when it passes.
 
-    :param declaration: import path of the declaration, ``"package.module:attribute"``.
-    :param synclane_queue: name of the queue to check.
     :param abandoned_since: start of the range of abandonments to report (default: the data interval's start).
     :param abandoned_until: its end, excluded (default: the data interval's end).
-    :param synclane_conn_id: Airflow connection to the database of the jobs table.
+    (The queue to check and the other parameters are :class:`~synclane_provider.operators.base.QueueOperator`'s.)
     """
 
-    template_fields: Sequence[str] = (
-        "declaration",
-        "synclane_queue",
-        "abandoned_since",
-        "abandoned_until",
-        "synclane_conn_id",
-    )
+    template_fields: Sequence[str] = (*QueueOperator.queue_fields, "abandoned_since", "abandoned_until")
     ui_color = "#f7e1d9"
 
     def __init__(
         self,
         *,
-        declaration: str | None = None,
-        synclane_queue: str,
         abandoned_since: datetime | str | None = None,
         abandoned_until: datetime | str | None = None,
-        synclane_conn_id: str = SyncLaneHook.default_conn_name,
-        synclane: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        self.declaration = declaration_argument(declaration, synclane)
-        self.synclane_queue = synclane_queue
         self.abandoned_since = abandoned_since
         self.abandoned_until = abandoned_until
-        self.synclane_conn_id = synclane_conn_id
 
     def execute(self, context: Context) -> dict[str, Any]:
-        declaration, queue = locate_queue(self.declaration, self.synclane_queue)
         since = _instant("abandoned_since", self.abandoned_since or context.get("data_interval_start"))
         until = _instant("abandoned_until", self.abandoned_until or context.get("data_interval_end"))
         if not self.abandoned_since and since is not None:
@@ -115,8 +96,7 @@ class SyncLaneHealthCheckOperator(BaseOperator):
                 until.isoformat(),
             )
             since = until = None
-        database = SyncLaneHook(synclane_conn_id=self.synclane_conn_id).get_database(declaration)
-        with Operations(declaration, database) as operations:
+        with self.operations() as (operations, queue):
             report = operations.check_health(queue.name, abandoned_since=since, abandoned_until=until)
         self.log.info(
             "queue %s checked (abandoned from %s to %s): %s problem(s)",

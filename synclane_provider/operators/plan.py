@@ -6,13 +6,9 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from airflow.sdk import BaseOperator
-
-from synclane_provider.configured import declaration_argument
 from synclane_provider.core import Operations, SyncLane
 from synclane_provider.core.durations import duration_text
-from synclane_provider.hooks.synclane import SyncLaneHook
-from synclane_provider.locate import locate_queue
+from synclane_provider.operators.base import QueueOperator
 from synclane_provider.stats import AirflowStats
 
 if TYPE_CHECKING:
@@ -24,7 +20,7 @@ def retry_bound(declaration: SyncLane) -> timedelta:
     return max(declaration.plan_interval * 0.8, timedelta(seconds=10))
 
 
-class SyncLanePlanOperator(BaseOperator):
+class SyncLanePlanOperator(QueueOperator):
     """Plans one queue: every owner its owner source lists, or only ``owner_id``.
 
     Planning compares what should exist with what exists and inserts the
@@ -41,36 +37,21 @@ class SyncLanePlanOperator(BaseOperator):
     minute whatever the workers do. A failure to read them is logged, never
     fails the planning.
 
-    :param declaration: import path of the declaration, ``"package.module:attribute"``.
-    :param synclane_queue: name of the queue to plan (``queue`` is the executor's queue in Airflow).
     :param owner_id: plan only this owner (it must be listed by the owner source); ``owner`` is the task's
         owner in Airflow.
-    :param synclane_conn_id: Airflow connection to the database of the jobs table.
+    (The queue to plan and the other parameters are :class:`~synclane_provider.operators.base.QueueOperator`'s.)
     """
 
-    template_fields: Sequence[str] = ("declaration", "synclane_queue", "owner_id", "synclane_conn_id")
+    template_fields: Sequence[str] = (*QueueOperator.queue_fields, "owner_id")
     ui_color = "#e8f4d9"
 
-    def __init__(
-        self,
-        *,
-        declaration: str | None = None,
-        synclane_queue: str,
-        owner_id: str | None = None,
-        synclane_conn_id: str = SyncLaneHook.default_conn_name,
-        synclane: str | None = None,
-        **kwargs: Any,
-    ) -> None:
+    def __init__(self, *, owner_id: str | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.declaration = declaration_argument(declaration, synclane)
-        self.synclane_queue = synclane_queue
         self.owner_id = owner_id
-        self.synclane_conn_id = synclane_conn_id
 
     def execute(self, context: Context) -> dict[str, Any]:
-        declaration, queue = locate_queue(self.declaration, self.synclane_queue)
-        database = SyncLaneHook(synclane_conn_id=self.synclane_conn_id).get_database(declaration)
-        with Operations(declaration, database) as operations:
+        with self.operations() as (operations, queue):
+            declaration = operations.synclane
             # A passing database error is waited out, but never into the next run's time.
             summary = operations.plan(queue.name, owner=self.owner_id or None, give_up_after=retry_bound(declaration))
             pruned = (

@@ -9,17 +9,16 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
-from airflow.sdk import BaseOperator, conf
+from airflow.sdk import conf
 from airflow.sdk.exceptions import AirflowException
 
 from synclane_provider.assets import alias, emit_landed
-from synclane_provider.configured import declaration_argument
 from synclane_provider.core import Summary, SyncLane, WorkerSlot
 from synclane_provider.core.durations import duration_text, parse_duration
 from synclane_provider.core.run.landed import Landed
 from synclane_provider.core.run.worker import new_worker_id
 from synclane_provider.hooks.synclane import SyncLaneHook
-from synclane_provider.locate import locate_queue
+from synclane_provider.operators.base import QueueOperator
 from synclane_provider.stats import AirflowStats
 from synclane_provider.triggers.due import JobDueTrigger
 
@@ -78,7 +77,7 @@ class WorkState:
         )
 
 
-class SyncLaneWorkOperator(BaseOperator):
+class SyncLaneWorkOperator(QueueOperator):
     """One worker slot of a queue: takes and runs jobs until nothing is due, then waits for more.
 
     Each job is logged on one line (owner, type, window, pages, records,
@@ -114,11 +113,9 @@ class SyncLaneWorkOperator(BaseOperator):
     cursor after the current page, and the task fails. Prefer ``max_run_time``
     to ``execution_timeout``: the latter interrupts a page in flight.
 
-    :param declaration: import path of the declaration, ``"package.module:attribute"``.
     :param synclane_queue: name of the queue to work (``queue`` is the executor's queue in Airflow).
     :param slot: which concurrency slot this task is (names the worker in ``leased_by`` and the UI);
         map over ``range(queue.concurrency)`` to run every slot.
-    :param synclane_conn_id: Airflow connection to the database of the jobs table.
     :param idle_timeout: end after this long with nothing to do (timedelta or seconds).
     :param max_run_time: end after this long in all (timedelta or seconds).
     :param give_up_after: how long the database may stay unreachable before the task fails.
@@ -136,12 +133,11 @@ class SyncLaneWorkOperator(BaseOperator):
         (the returned ``landed`` is what it reads). Several tasks emitting through one alias at the same
         moment fail in Airflow 3.3 (both create the alias or the asset row: a unique violation that fails
         the task), and a mapped task's outlets are not known when the DAG is parsed.
+    (The other parameters are :class:`~synclane_provider.operators.base.QueueOperator`'s.)
     """
 
     template_fields: Sequence[str] = (
-        "declaration",
-        "synclane_queue",
-        "synclane_conn_id",
+        *QueueOperator.queue_fields,
         "idle_timeout",
         "max_run_time",
         "linger",
@@ -152,10 +148,8 @@ class SyncLaneWorkOperator(BaseOperator):
     def __init__(
         self,
         *,
-        declaration: str | None = None,
         synclane_queue: str,
         slot: int = 0,
-        synclane_conn_id: str = SyncLaneHook.default_conn_name,
         idle_timeout: timedelta | float | str = timedelta(minutes=10),
         max_run_time: timedelta | float | str = timedelta(hours=1),
         give_up_after: timedelta = timedelta(minutes=5),
@@ -163,7 +157,6 @@ class SyncLaneWorkOperator(BaseOperator):
         settle: timedelta | float | str = SETTLE,
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
         emit_assets: bool = False,
-        synclane: str | None = None,
         **kwargs: Any,
     ) -> None:
         kwargs.setdefault("map_index_template", "{{ task.synclane_queue }} slot {{ task.slot }}")
@@ -171,17 +164,14 @@ class SyncLaneWorkOperator(BaseOperator):
             # Declared when the DAG is parsed: Airflow records events only for a task's declared outlets.
             outlets = kwargs.get("outlets") or []
             kwargs["outlets"] = [*(outlets if isinstance(outlets, list) else [outlets]), alias(synclane_queue)]
-        super().__init__(**kwargs)
+        super().__init__(synclane_queue=synclane_queue, **kwargs)
         for name, value in (("idle_timeout", idle_timeout), ("max_run_time", max_run_time)):
             if not _templated(value):
                 parse_duration(name, value)  # a bad value fails when the DAG is parsed, not hours later
         for name, value in (("linger", linger), ("settle", settle)):
             if not _templated(value):
                 parse_duration(name, value, positive=False)
-        self.declaration = declaration_argument(declaration, synclane)
-        self.synclane_queue = synclane_queue
         self.slot = slot
-        self.synclane_conn_id = synclane_conn_id
         self.idle_timeout = idle_timeout
         self.max_run_time = max_run_time
         self.give_up_after = parse_duration("give_up_after", give_up_after)
@@ -226,7 +216,7 @@ class SyncLaneWorkOperator(BaseOperator):
         self.log.warning("stop requested: the running job, if any, is handed back after its current page")
 
     def _work(self, state: WorkState) -> dict[str, Any]:
-        declaration, queue = locate_queue(self.declaration, self.synclane_queue)
+        declaration, queue = self.located()
         idle_timeout = parse_duration("idle_timeout", self.idle_timeout)
         linger = parse_duration("linger", self.linger, positive=False)
         settle = parse_duration("settle", self.settle, positive=False)

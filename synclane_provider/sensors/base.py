@@ -2,33 +2,27 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseSensorOperator, conf
 from airflow.sdk.exceptions import AirflowException
 
-from synclane_provider.configured import declaration_argument
-from synclane_provider.core import Operations, Queue, SyncLane
-from synclane_provider.hooks.synclane import SyncLaneHook
-from synclane_provider.locate import locate_queue
+from synclane_provider.core import Queue, SyncLane
+from synclane_provider.operators.base import QueueOperator
 from synclane_provider.triggers.base import TableTrigger
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
 
-class TableSensor(BaseSensorOperator):
+class TableSensor(QueueOperator, BaseSensorOperator):
     """A sensor on the jobs table: :meth:`poke` looks once; with ``deferrable`` it returns at once when the
     condition already holds and otherwise defers to the trigger of :meth:`trigger` (never holding a worker
     slot while waiting), else it pokes every ``poke_interval``.
 
-    :param declaration: import path of the declaration, ``"package.module:attribute"``.
-    :param synclane_queue: the queue (``queue`` is the executor's queue in Airflow).
-    :param synclane_conn_id: Airflow connection to the database of the jobs table.
     :param deferrable: wait on the triggerer; defaults to ``[operators] default_deferrable``.
+    (The other parameters are :class:`~synclane_provider.operators.base.QueueOperator`'s.)
     """
 
     ui_color = "#f2e6d9"
@@ -36,17 +30,10 @@ class TableSensor(BaseSensorOperator):
     def __init__(
         self,
         *,
-        declaration: str | None = None,
-        synclane_queue: str,
-        synclane_conn_id: str = SyncLaneHook.default_conn_name,
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
-        synclane: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        self.declaration = declaration_argument(declaration, synclane)
-        self.synclane_queue = synclane_queue
-        self.synclane_conn_id = synclane_conn_id
         self.deferrable = deferrable
 
     def waiting_for(self) -> str:
@@ -65,19 +52,11 @@ class TableSensor(BaseSensorOperator):
             "poll_interval": self.poke_interval,
         }
 
-    @contextmanager
-    def operations(self) -> Iterator[tuple[Operations, Queue]]:
-        """The engine's operations on the table, opened when a task runs (never at parse time)."""
-        declaration, queue = locate_queue(self.declaration, self.synclane_queue)
-        database = SyncLaneHook(synclane_conn_id=self.synclane_conn_id).get_database(declaration)
-        with Operations(declaration, database) as operations:
-            yield operations, queue
-
     def execute(self, context: Context) -> None:
         if not self.deferrable:
             super().execute(context=context)
         elif not self.poke(context):
-            declaration, queue = locate_queue(self.declaration, self.synclane_queue)
+            declaration, queue = self.located()
             self.defer(
                 trigger=self.trigger(declaration, queue),
                 method_name="execute_complete",

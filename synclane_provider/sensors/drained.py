@@ -25,7 +25,7 @@ class SyncLaneDrainedSensor(TableSensor):
     (The other parameters are :class:`~synclane_provider.sensors.base.TableSensor`'s.)
     """
 
-    template_fields: Sequence[str] = ("declaration", "synclane_queue", "lane", "synclane_conn_id")
+    template_fields: Sequence[str] = (*TableSensor.queue_fields, "lane")
 
     def __init__(self, *, lane: str | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)

@@ -32,7 +32,7 @@ class SyncLaneInitialLoadSensor(TableSensor):
     (The other parameters are :class:`~synclane_provider.sensors.base.TableSensor`'s.)
     """
 
-    template_fields: Sequence[str] = ("declaration", "synclane_queue", "owner_id", "job_type", "synclane_conn_id")
+    template_fields: Sequence[str] = (*TableSensor.queue_fields, "owner_id", "job_type")
 
     def __init__(
         self,

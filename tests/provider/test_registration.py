@@ -53,3 +53,25 @@ def test_airflow_discovers_the_provider_its_connection_type_and_its_hook():
     assert ProvidersManager().providers["airflow-provider-synclane"].version == "0.1.0"
     runtime = ProvidersManagerTaskRuntime()
     assert runtime.hooks["synclane"].hook_class_name == "synclane_provider.hooks.synclane.SyncLaneHook"
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        (
+            "synclane_provider.triggers.initial_loads.InitialLoadsTrigger",
+            "synclane_provider.triggers.initial_load_watcher.InitialLoadsTrigger",
+        ),
+        (
+            "synclane_provider.operators.assets.SyncLaneAssetsOperator",
+            "synclane_provider.operators.asset_events.SyncLaneAssetsOperator",
+        ),
+    ],
+)
+def test_the_classpaths_of_the_previous_release_still_import_the_same_class(old, new):
+    # Airflow keeps a deferred task's trigger classpath in its database and imports it when the trigger resumes.
+    def imported(classpath: str) -> type:
+        module, _, name = classpath.rpartition(".")
+        return getattr(importlib.import_module(module), name)
+
+    assert imported(old) is imported(new)
