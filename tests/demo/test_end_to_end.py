@@ -42,6 +42,7 @@ from synclane_demo.local import PROJECT, airflow_environment, airflow_service, w
 from synclane_demo.processes import Service, wait_for_http
 from synclane_demo.shop.catalogue import Catalogue
 from synclane_demo.store import Store
+from synclane_provider.cli.commands import NARROW_JOB
 from tests.support.database import drop_schemas
 from tests.support.real_airflow import AirflowApi, Sampler, clean_environment, free_port, wait_until
 from tests.support.statsd import Listener
@@ -358,22 +359,9 @@ def report(run: Scenario, logs: Path) -> str:
         f"every slot working {run.slots_back_after} s after the third restart",
         "final rows:",
     ]
-    columns = (
-        "id",
-        "owner",
-        "lane",
-        "type",
-        "mode",
-        "status",
-        "window_start",
-        "cursor",
-        "processed_count",
-        "attempt_count",
-        "error",
-    )
     for row in run.final or run.rows():
         values = {**row, "window_start": row["window_start"].date() if row["window_start"] else None}
-        lines.append(" | ".join(str(values[c]) if values[c] is not None else "" for c in columns))
+        lines.append(" | ".join(str(values[c]) if values[c] is not None else "" for c in NARROW_JOB))
     worker_logs = {path: operator_lines(path) for path in logs.glob("dag_id=synclane_work/**/attempt=*.log")}
     if worker_logs:
         busiest = max(worker_logs, key=lambda path: len(worker_logs[path]))

@@ -9,6 +9,8 @@ every time.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
@@ -233,13 +235,11 @@ def declaration(schema: str, current: dict) -> SyncLane:
     )
 
 
-@AGAINST_POSTGRES
-@given(first=instants, initial=windowed_settings(), plan=steps)
-def test_the_planner_against_the_table_covers_every_owner_and_replanning_inserts_nothing(
-    database_url, schema, admin, first, initial, plan
-):
+@contextmanager
+def redeclared(database_url: str, schema: str, admin, initial: dict) -> Iterator[Callable[[dict], Operations]]:
+    """Operations on one emptied table declared differently over time: one per declaration met, closed after."""
     made: dict[tuple, Operations] = {}
-    database = declaration(schema, initial).database(database_url)  # one table, declared differently over time
+    database = declaration(schema, initial).database(database_url)
 
     def operations(current: dict) -> Operations:
         key = tuple(sorted(current.items()))
@@ -247,17 +247,26 @@ def test_the_planner_against_the_table_covers_every_owner_and_replanning_inserts
             made[key] = Operations(declaration(schema, current), database)
         return made[key]
 
-    current = initial
-    operations(current).activity("shops")  # creates the table on first use
+    operations(initial).activity("shops")  # creates the table on first use
     admin.execute(sql.SQL("TRUNCATE {0}.jobs, {0}.coverage").format(sql.Identifier(schema)))
     try:
+        yield operations
+    finally:
+        for ops in made.values():
+            ops.close()
+
+
+@AGAINST_POSTGRES
+@given(first=instants, initial=windowed_settings(), plan=steps)
+def test_the_planner_against_the_table_covers_every_owner_and_replanning_inserts_nothing(
+    database_url, schema, admin, first, initial, plan
+):
+    current = initial
+    with redeclared(database_url, schema, admin, initial) as operations:
         for now, step in zip(nows(first, plan), plan):
             current = step.redeclared or current
             operations(current).plan("shops", now=now)
             assert operations(current).plan("shops", now=now).total == 0, "planning again at once inserts nothing"
-    finally:
-        for ops in made.values():
-            ops.close()
 
     start, end = expected_span(first, plan, initial)
     found = rows(admin, schema)
@@ -286,21 +295,10 @@ def test_plan_complete_prune_plan_again_never_plans_a_completed_window_again(
     pruned (recurring and manual ones; initial ones are kept by design). No key is ever inserted twice -- a
     second insert of a key would be a completed job planned again -- coverage has no hole, and an owner's
     progress and freshness read the same before and after each prune."""
-    made: dict[tuple, Operations] = {}
-    database = declaration(schema, initial).database(database_url)
-
-    def operations(current: dict) -> Operations:
-        key = tuple(sorted(current.items()))
-        if key not in made:
-            made[key] = Operations(declaration(schema, current), database)
-        return made[key]
-
     current = initial
-    operations(current).activity("shops")
-    admin.execute(sql.SQL("TRUNCATE {0}.jobs, {0}.coverage").format(sql.Identifier(schema)))
     ever: dict[tuple, tuple] = {}
     pruned = 0
-    try:
+    with redeclared(database_url, schema, admin, initial) as operations:
         for number, (now, step) in enumerate(zip(nows(first, plan), plan)):
             current = step.redeclared or current
             ops = operations(current)
@@ -325,9 +323,6 @@ def test_plan_complete_prune_plan_again_never_plans_a_completed_window_again(
                 pruned += result.deleted
                 assert _progress_and_freshness(ops) == before, "progress and freshness survive pruning"
                 assert ops.plan("shops", now=now).total == 0, "planning again right after a prune inserts nothing"
-    finally:
-        for ops in made.values():
-            ops.close()
 
     start, end = expected_span(first, plan, initial)
     for owner in OWNERS:
