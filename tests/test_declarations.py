@@ -6,7 +6,15 @@ from datetime import timedelta
 
 import pytest
 
-from synclane_provider.core import DeclarationError, Queue, SnapshotType, SyncLane, UnknownQueueError, WindowedType
+from synclane_provider.core import (
+    DeclarationError,
+    Owner,
+    Queue,
+    SnapshotType,
+    SyncLane,
+    UnknownQueueError,
+    WindowedType,
+)
 from synclane_provider.core.errors import UnknownJobTypeError
 from tests.support.helpers import orders, owners, paged, products
 
@@ -123,3 +131,30 @@ def test_types_keep_their_declared_order():
     queue = Queue("shops", owners=owners(), types=[products(), orders()])
     assert [queue.priority_of("products"), queue.priority_of("orders")] == [0, 1]
     assert isinstance(queue.job_type("orders"), WindowedType)
+
+
+@pytest.mark.parametrize(
+    ("every", "message"),
+    [
+        ([("orders", timedelta(minutes=1))], r"every of owner 'acme' must map job type names to periods"),
+        ({"orders": 60}, r"every of owner 'acme' for job type 'orders' must be a timedelta, got 60"),
+        ({"orders": timedelta(0)}, r"every of owner 'acme' for job type 'orders' must be positive, got 0 s"),
+        ({"": timedelta(minutes=1)}, r"job type name in every of owner 'acme' must be a non-empty string"),
+    ],
+)
+def test_an_owners_own_period_is_checked_when_the_owner_is_made(every, message):
+    with pytest.raises(DeclarationError, match=message):
+        Owner("acme", every=every)
+
+
+def test_an_owners_own_periods_are_read_only_and_compare_by_value():
+    periods = {"orders": timedelta(minutes=1)}
+    owner = Owner("acme", every=periods)
+    periods["orders"] = timedelta(hours=1)
+    assert owner.every["orders"] == timedelta(minutes=1)
+    with pytest.raises(TypeError):
+        owner.every["orders"] = timedelta(hours=1)  # type: ignore[index]
+    assert owner == Owner("acme", every={"orders": timedelta(minutes=1)})
+    assert hash(owner) == hash(Owner("acme"))
+    assert owner.period_of(orders()) == timedelta(minutes=1)
+    assert Owner("acme").period_of(orders()) == orders().every

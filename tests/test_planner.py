@@ -310,3 +310,46 @@ def test_a_planning_run_that_starts_while_another_runs_does_nothing_and_says_so(
     finally:
         running.store.planning_unlock("shops")
     assert late.plan("shops", now=clock.now + DAY).total > 0
+
+
+def test_an_owner_with_its_own_period_is_planned_at_it_beside_owners_at_the_types(ops, admin, schema, clock):
+    """orders every 15 minutes; premium every minute. A minute later only premium gets a window, from where its
+    coverage ended; when its period goes to an hour, nothing is planned for it until the hour has passed its
+    coverage, and then one window follows on from it."""
+    minute, overlap = timedelta(minutes=1), timedelta(seconds=30)
+    listed = {"premium": Owner("premium", every={"orders": minute}), "plain": Owner("plain")}
+    operations = ops(orders(overlap=overlap), owner_source=lambda queue: list(listed.values()))
+    operations.plan("shops", now=clock.now)  # 10:20
+    recurring = "type = 'orders' AND mode = 'recurring' AND owner = %s"
+    at = datetime(2026, 11, 30, 10, 20, tzinfo=UTC)
+    assert [r["window_end"] for r in rows(admin, schema, recurring, ["premium"])] == [at]
+    assert [r["window_end"] for r in rows(admin, schema, recurring, ["plain"])] == [at - 5 * minute]
+
+    assert operations.plan("shops", now=clock.now + minute).inserted == {"orders": 1}
+    [newest] = rows(admin, schema, recurring + " AND window_end > %s", ["premium", at])
+    assert (newest["window_start"], newest["window_end"]) == (at - overlap, at + minute)
+
+    listed["premium"] = Owner("premium", every={"orders": timedelta(hours=1)})
+    assert operations.plan("shops", now=clock.now + 30 * minute).inserted == {"orders": 1}  # plain's 10:45
+    assert len(rows(admin, schema, recurring, ["premium"])) == 2
+    operations.plan("shops", now=clock.now + 40 * minute)  # 11:00
+    windows = sorted((r["window_start"], r["window_end"]) for r in rows(admin, schema, recurring, ["premium"]))
+    assert windows[-1] == (at + minute - overlap, at + 40 * minute)
+
+
+def test_an_owners_own_period_the_queue_cannot_plan_is_refused_naming_it(ops, clock):
+    minute = timedelta(minutes=1)
+    with pytest.raises(OwnerSourceError, match=r"every of owner 'acme': queue 'shops' has no job type 'order'"):
+        ops(orders(), owner_source=owners(Owner("acme", every={"order": minute}))).plan("shops", now=clock.now)
+    with pytest.raises(
+        OwnerSourceError, match=r"for job type 'orders' \(1 min\) must be longer than the type's overlap"
+    ):
+        ops(orders(overlap=minute), owner_source=owners(Owner("acme", every={"orders": minute}))).plan(
+            "shops", now=clock.now
+        )
+    with pytest.raises(OwnerSourceError, match=r"must be shorter than max_lag of queue 'shops' \(2 h\)"):
+        ops(orders(), owner_source=owners(Owner("acme", every={"orders": 2 * DAY})), max_lag=timedelta(hours=2)).plan(
+            "shops", now=clock.now
+        )
+    with pytest.raises(DeclarationError, match=r"every of owner 'new': queue 'shops' has no job type 'order'"):
+        ops(orders()).plan("shops", now=clock.now, owner=Owner("new", lane="new", every={"order": minute}))

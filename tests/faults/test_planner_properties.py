@@ -329,3 +329,105 @@ def test_plan_complete_prune_plan_again_never_plans_a_completed_window_again(
         windows = [w for (o, t, _), w in ever.items() if o == owner.id and t == "orders"]
         assert_covered(windows, start, end)
         assert [k for (o, t, k) in ever if o == owner.id and t == "products"].count("initial") == 1
+
+
+# --- an owner's own period, changed at any time --------------------------------------------------------------
+
+periods = st.one_of(
+    st.none(),  # the type's period
+    st.sampled_from([timedelta(minutes=1), timedelta(minutes=5), timedelta(hours=1), DAY]),
+    seconds(1, 2 * 86400),
+    st.timedeltas(min_value=timedelta(microseconds=1), max_value=timedelta(hours=2)),
+)
+period_steps = st.lists(st.tuples(advances, periods), min_size=1, max_size=10)
+
+
+def assert_recurring_chain(windows: list[tuple[datetime, datetime]], first_end: datetime, overlap: timedelta) -> None:
+    """Recurring windows, oldest first, each starting where the one before ended minus the overlap: no instant
+    between them is left out, and none is fetched twice beyond the overlap."""
+    reach = first_end
+    for window_start, window_end in sorted(windows, key=lambda w: w[1]):
+        assert window_start == reach - overlap, f"window {window_start}..{window_end} does not follow {reach}"
+        assert window_end > reach, f"window {window_start}..{window_end} ends inside what was covered"
+        reach = window_end
+
+
+@PURE
+@given(first=instants, declared=windowed_settings(), plan=period_steps)
+def test_an_owners_own_period_changing_at_any_time_leaves_no_gap_and_plans_no_window_twice(first, declared, plan):
+    job_type = windowed(declared)
+    table = Table()
+    now, reach = first, None
+    plan = [(timedelta(0), plan[0][1]), *plan[1:]]  # the first plan is at ``first``
+    for advance, every in plan:
+        now += advance
+        if every is not None and every <= job_type.overlap:
+            every = None  # refused at declaration: the owner keeps the type's period
+        planned = plan_type(job_type, table.coverage(), now, every)
+        table.insert(planned, now)
+        wanted = period_start(now, every or job_type.every)
+        reach = wanted if reach is None else max(reach, wanted)
+        assert table.coverage().covered_until >= wanted, "coverage reaches the owner's current period"
+        assert table.insert(plan_type(job_type, table.coverage(), now, every), now) == []
+    recurring = [(job.window_start, job.window_end) for job, _ in table.rows.values() if job.mode is JobMode.RECURRING]
+    assert_recurring_chain(recurring, midnight(first), job_type.overlap)
+    assert max([midnight(first)] + [end for _, end in recurring]) == max(reach, midnight(first)), (
+        "coverage ends at the latest period any plan wanted, not beyond"
+    )
+
+
+def declaration_with_periods(schema: str, declared: dict, own: timedelta | None) -> SyncLane:
+    every = {} if own is None else {"orders": own, "products": own}
+    listed = [Owner("premium", every=every), Owner("plain")]
+    return SyncLane(
+        queues=[
+            Queue(
+                "shops",
+                owners=owners(*listed),
+                types=[SnapshotType("products", paged(0), every=declared["every"]), windowed(declared)],
+            )
+        ],
+        schema=schema,
+    )
+
+
+@AGAINST_POSTGRES
+@given(first=instants, declared=windowed_settings(), plan=period_steps)
+def test_the_planner_follows_an_owners_own_period_as_it_changes_without_gaps_or_repeats(
+    database_url, schema, admin, first, declared, plan
+):
+    database = declaration_with_periods(schema, declared, None).database(database_url)
+    made: dict[timedelta | None, Operations] = {}
+    Operations(declaration_with_periods(schema, declared, None), database).activity("shops")
+    admin.execute(sql.SQL("TRUNCATE {0}.jobs, {0}.coverage").format(sql.Identifier(schema)))
+    now, reach, refreshes = first, {}, set()
+    try:
+        for advance, every in [(timedelta(0), plan[0][1]), *plan[1:]]:  # the first plan is at ``first``
+            now += advance
+            if every is not None and every <= declared["overlap"]:
+                every = None
+            if every not in made:
+                made[every] = Operations(declaration_with_periods(schema, declared, every), database)
+            made[every].plan("shops", now=now)
+            assert made[every].plan("shops", now=now).total == 0, "planning again at once inserts nothing"
+            for owner, period in (("premium", every or declared["every"]), ("plain", declared["every"])):
+                reach[owner] = max(reach.get(owner, midnight(first)), period_start(now, period))
+            refreshes.add(period_start(now, every or declared["every"]))
+    finally:
+        for ops in made.values():
+            ops.close()
+
+    found = rows(admin, schema)
+    assert len(found) == len({(r["owner"], r["type"], r["dedup_key"]) for r in found})
+    for owner in ("premium", "plain"):
+        recurring = [
+            (r["window_start"], r["window_end"])
+            for r in found
+            if r["owner"] == owner and r["type"] == "orders" and r["mode"] == "recurring"
+        ]
+        assert_recurring_chain(recurring, midnight(first), declared["overlap"])
+        assert max([midnight(first)] + [end for _, end in recurring]) == max(reach[owner], midnight(first))
+    premium_refreshes = [
+        r for r in found if r["owner"] == "premium" and r["type"] == "products" and r["mode"] == "recurring"
+    ]
+    assert {r["dedup_key"] for r in premium_refreshes} <= {instant_key(JobMode.RECURRING, p) for p in refreshes}

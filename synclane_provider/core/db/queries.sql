@@ -325,6 +325,9 @@ RETURNING *;
 -- period are left out, so a repeated plan reads next to nothing; the planning rule itself (planning.py)
 -- decides what is missing for the rest, in the order of the owners and types given.
 --
+-- The current period comes per type (%(period_starts)s), and per owner and type for the owners with a period
+-- of their own (%(own_owners)s, %(own_types)s, %(own_period_starts)s, pairwise; Owner.every).
+--
 -- Each owner's lane and lane width as the owner source gives them now come along (%(lanes)s, %(lane_widths)s,
 -- pairwise with %(owners)s; sent as array literals, see store.array_literal). A row whose coverage records
 -- another lane or width (or none) comes back too, with moved set, so that the run moves that owner's waiting
@@ -339,12 +342,16 @@ RETURNING *;
 -- the planner forget) gets its row here, computed once from its jobs; an upsert that merges, so two planners
 -- doing it at once agree, and the row it returns is the one the planner goes on with.
 WITH wanted AS (
-    SELECT o.owner, o.lane, o.lane_width, t.type, t.horizon_start, t.period_start, o.position AS owner_position,
+    SELECT o.owner, o.lane, o.lane_width, t.type, t.horizon_start,
+           coalesce(own.period_start, t.period_start) AS period_start, o.position AS owner_position,
            t.position AS type_position
     FROM unnest(%(owners)s::text[], %(lanes)s::text[], %(lane_widths)s::int[])
          WITH ORDINALITY AS o(owner, lane, lane_width, position)
     CROSS JOIN unnest(%(types)s::text[], %(horizon_starts)s::timestamptz[], %(period_starts)s::timestamptz[])
          WITH ORDINALITY AS t(type, horizon_start, period_start, position)
+    -- The current period of the owner-types whose owner has a period of its own (usually none).
+    LEFT JOIN unnest(%(own_owners)s::text[], %(own_types)s::text[], %(own_period_starts)s::timestamptz[])
+         AS own(owner, type, period_start) ON own.owner = o.owner AND own.type = t.type
 ),
 known AS (
     -- Each wanted owner-type with its coverage row, if it has one.

@@ -227,9 +227,11 @@ class Store:
         types: Sequence[str],
         horizon_starts: Sequence[datetime | None],
         period_starts: Sequence[datetime],
+        own_periods: Sequence[tuple[str, str, datetime]] = (),
     ) -> list[CoverageRow]:
         """What exists per owner and type, for the owner-types that may lack something or whose owner has
-        moved to another lane than ``lanes``/``lane_widths`` (pairwise with ``owners``; see queries.sql)."""
+        moved to another lane than ``lanes``/``lane_widths`` (pairwise with ``owners``; see queries.sql).
+        ``own_periods``: (owner, type, period start) for the owner-types whose current period is not the type's."""
         rows = self.session.run(
             "read_coverage",
             queue=queue,
@@ -239,6 +241,9 @@ class Store:
             types=list(types),
             horizon_starts=list(horizon_starts),
             period_starts=list(period_starts),
+            own_owners=array_literal(owner for owner, _, _ in own_periods),
+            own_types=array_literal(type_name for _, type_name, _ in own_periods),
+            own_period_starts=[start for _, _, start in own_periods],
             prepare=False,
         )
         return [

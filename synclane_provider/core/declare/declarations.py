@@ -8,9 +8,10 @@ the middle of a sync.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Union
 
 from synclane_provider.core.declare.ratelimit import Rate
@@ -91,12 +92,18 @@ class Owner:
     account); 1, the default, is one job at a time. It is the lane's, so owners sharing a lane must name the
     same width (the owner source is refused otherwise). The width travels with every job of the lane into the
     table, where a unique index over running jobs' slots holds it (see migration 0005).
+    ``every``: the owner's own period per job type, by type name, in place of the type's ``every`` (a premium
+    account refreshed every minute beside free ones refreshed hourly). Its periods are anchored to the clock
+    like the type's; the queue refuses a type it does not declare and a period not longer than the type's
+    ``overlap`` when it reads the owner source (see :func:`~synclane_provider.core.declare.owners.owners_of`).
+    Changing it loses no window and plans none twice: the next recurring window starts where coverage ends.
     """
 
     id: str
     lane: str | None = None
     rate: Rate | None = None
     lane_width: int = 1
+    every: Mapping[str, timedelta] = field(default_factory=dict, hash=False)
 
     def __post_init__(self) -> None:
         checked_name("owner id", self.id)
@@ -112,6 +119,19 @@ class Owner:
             raise DeclarationError(
                 f"lane_width of owner {self.id!r} must be at most {MAX_LANE_WIDTH}, got {self.lane_width!r}"
             )
+        if not isinstance(self.every, Mapping):
+            raise DeclarationError(
+                f"every of owner {self.id!r} must map job type names to periods "
+                f"(e.g. {{'orders': timedelta(minutes=1)}}), got {_clipped(self.every)}"
+            )
+        for type_name, period in self.every.items():
+            checked_name(f"job type name in every of owner {self.id!r}", type_name)
+            _positive(f"every of owner {self.id!r} for job type {type_name!r}", period)
+        object.__setattr__(self, "every", MappingProxyType(dict(self.every)))
+
+    def period_of(self, job_type: JobType) -> timedelta:
+        """The period of the owner's recurring jobs of ``job_type``: its own, else the type's."""
+        return self.every.get(job_type.name, job_type.every)
 
     @property
     def lane_or_id(self) -> str:
@@ -299,6 +319,25 @@ class Queue:
             return RetryPolicy(**given)
         except DeclarationError as exc:
             raise DeclarationError(f"queue {self.name!r}: {exc}") from None
+
+    def check_owner(self, owner: Owner) -> None:
+        """Refuse an owner whose own periods (``Owner.every``) this queue cannot plan: a type it does not
+        declare, a period not longer than the type's overlap, or one the queue's ``max_lag`` could not wait for."""
+        for type_name, period in owner.every.items():
+            try:
+                job_type = self.job_type(type_name)
+            except UnknownJobTypeError as exc:
+                raise DeclarationError(f"every of owner {owner.id!r}: {exc}") from None
+            label = f"every of owner {owner.id!r} for job type {type_name!r} ({duration_text(period)})"
+            if isinstance(job_type, WindowedType) and job_type.overlap >= period:
+                raise DeclarationError(
+                    f"{label} must be longer than the type's overlap ({duration_text(job_type.overlap)})"
+                )
+            if isinstance(job_type, WindowedType) and self.max_lag is not None and self.max_lag <= period:
+                raise DeclarationError(
+                    f"{label} must be shorter than max_lag of queue {self.name!r} ({duration_text(self.max_lag)}): "
+                    f"its windows are that far behind between runs"
+                )
 
     def job_type(self, name: str) -> JobType:
         for job_type in self.types:

@@ -17,7 +17,8 @@ def owners_of(queue: Queue) -> list[Owner]:
     An owner listed twice keeps its first entry. Owners sharing a lane must name one rate and one width: the
     lane is one API account, with one rate budget and one concurrency limit, so which rate or width holds would
     otherwise depend on which job ran (two widths would let its jobs take slots up to the larger one). Such a
-    source is refused with both owners named.
+    source is refused with both owners named, as is an owner whose own periods the queue cannot plan
+    (:meth:`Queue.check_owner`).
     """
     owners: dict[str, Owner] = {}
     rates: dict[str, Owner] = {}
@@ -30,6 +31,10 @@ def owners_of(queue: Queue) -> list[Owner]:
             )
         if owners.setdefault(owner.id, owner) is not owner:
             continue
+        try:
+            queue.check_owner(owner)
+        except DeclarationError as exc:
+            raise OwnerSourceError(f"owner source of queue {queue.name!r}: {exc}") from None
         first = rates.setdefault(owner.lane_or_id, owner)
         if first.rate != owner.rate:
             raise OwnerSourceError(
@@ -78,6 +83,7 @@ def resolve_owner(queue: Queue, owner: str | Owner, *, lane: str | None = None) 
             f"owner {owner_id!r} is not listed by the owner source of queue {queue.name!r}; "
             f"to add a job for it anyway, name its lane (lane={owner_id!r} for a lane of its own)"
         )
+    queue.check_owner(checked)
     for neighbour in listed_owners:  # a lane the source knows keeps the source's width
         if neighbour.lane_or_id == checked.lane_or_id and neighbour.lane_width != checked.lane_width:
             return Owner(checked.id, checked.lane, lane_width=neighbour.lane_width)

@@ -7,13 +7,13 @@ import logging
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 from synclane_provider.core.clock import utc
 from synclane_provider.core.db.store import CoverageRow, Store
-from synclane_provider.core.declare.declarations import Owner, Queue
+from synclane_provider.core.declare.declarations import JobType, Owner, Queue
 from synclane_provider.core.declare.owners import owners_of, resolve_owner
-from synclane_provider.core.plan.rule import PlannedJob, coverage_wanted, plan_type
+from synclane_provider.core.plan.rule import PlannedJob, coverage_wanted, period_start, plan_type
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +92,12 @@ def _plan_owners(store: Store, queue: Queue, owners: Sequence[Owner], now: datet
 
 def _plan_batch(store: Store, queue: Queue, owners: Sequence[Owner], now: datetime) -> tuple[int, Counter[str]]:
     reach = [coverage_wanted(job_type, now) for job_type in queue.types]
+    own_every = {
+        (owner.id, job_type.name): every
+        for owner in owners
+        for job_type in queue.types
+        if (every := _own_every(owner, job_type)) is not None
+    }
     found = store.read_coverage(
         queue.name,
         [o.id for o in owners],
@@ -100,6 +106,7 @@ def _plan_batch(store: Store, queue: Queue, owners: Sequence[Owner], now: dateti
         [t.name for t in queue.types],
         [horizon_start for horizon_start, _ in reach],
         [period for _, period in reach],
+        [(name, type_name, period_start(now, every)) for (name, type_name), every in own_every.items()],
     )
     by_id = {owner.id: owner for owner in owners}
     moved = _move_lanes(store, queue, [by_id[name] for name in dict.fromkeys(row.owner for row in found if row.moved)])
@@ -115,11 +122,17 @@ def _plan_batch(store: Store, queue: Queue, owners: Sequence[Owner], now: dateti
             (by_id[name], priority[row.type], job)
             for name in names[start : start + INSERT_BATCH]
             for row in lacking[name]
-            for job in plan_type(queue.job_type(row.type), row.coverage, now)
+            for job in plan_type(queue.job_type(row.type), row.coverage, now, own_every.get((name, row.type)))
         ]
         if wanted:
             inserted.update(_insert(store, queue, wanted, now))
     return moved, inserted
+
+
+def _own_every(owner: Owner, job_type: JobType) -> timedelta | None:
+    """The owner's period for ``job_type`` when it is not the type's, else None."""
+    every = owner.period_of(job_type)
+    return every if every != job_type.every else None
 
 
 def _move_lanes(store: Store, queue: Queue, owners: Sequence[Owner]) -> int:

@@ -9,6 +9,10 @@ Three mistakes this rule exists to prevent:
 * **Gaps after downtime.** The recurring job's window starts where coverage ends
   (minus the overlap), not one period back from now, so a planner that was down
   for a day plans one job that covers the whole day.
+* **Gaps or repeats when a period changes.** The period (the type's ``every``, or the owner's own, see
+  ``Owner.every``) only says where the current window ends: periods are anchored to the Unix epoch, and the
+  window starts where coverage ends whatever period planned the one before. A shorter period plans its next
+  window at once, a longer one waits until its period has passed the coverage; no window is lost or repeated.
 * **Duplicates under races.** Every job has a key derived only from its window
   or period (``initial:<start>``, ``recurring:<period start>``); the table's unique
   index turns a second insert of the same key into nothing.
@@ -82,39 +86,43 @@ def slices_back(
     return tuple(windows)
 
 
-def coverage_wanted(job_type: JobType, now: datetime) -> tuple[datetime | None, datetime]:
-    """How far back (horizon start; None for a snapshot) and up to when (current period) a type should be covered.
+def coverage_wanted(
+    job_type: JobType, now: datetime, every: timedelta | None = None
+) -> tuple[datetime | None, datetime]:
+    """How far back (horizon start; None for a snapshot) and up to when (current period) a type should be covered;
+    ``every`` is the owner's period when it has its own (else the type's).
 
     The planner's read skips owner-types that already reach both, so that a
     repeated plan costs almost nothing; :func:`plan_type` decides the rest.
     """
     horizon_start = midnight(now) - job_type.horizon if isinstance(job_type, WindowedType) else None
-    return horizon_start, period_start(now, job_type.every)
+    return horizon_start, period_start(now, every or job_type.every)
 
 
-def plan_type(job_type: JobType, coverage: Coverage, now: datetime) -> list[PlannedJob]:
+def plan_type(job_type: JobType, coverage: Coverage, now: datetime, every: timedelta | None = None) -> list[PlannedJob]:
     """Every job of ``job_type`` one owner should have at ``now`` and may not have yet, newest first.
 
-    Jobs that already exist may be in the result (their keys make the insert a
-    no-op); jobs that are missing are always in it.
+    ``every`` is the owner's period for the type when it has its own (``Owner.every``), else None for the
+    type's. Jobs that already exist may be in the result (their keys make the insert a no-op); jobs that are
+    missing are always in it.
     """
+    period = period_start(now, every or job_type.every)
     if isinstance(job_type, WindowedType):
-        return _plan_windowed(job_type, coverage, now)
+        return _plan_windowed(job_type, coverage, now, period)
     if isinstance(job_type, SnapshotType):
-        return _plan_snapshot(job_type, coverage, now)
+        return _plan_snapshot(job_type, coverage, period)
     raise TypeError(f"cannot plan job type {job_type!r}")
 
 
-def _plan_snapshot(job_type: SnapshotType, coverage: Coverage, now: datetime) -> list[PlannedJob]:
+def _plan_snapshot(job_type: SnapshotType, coverage: Coverage, period: datetime) -> list[PlannedJob]:
     if not coverage.has_initial:
         return [PlannedJob(job_type.name, JobMode.INITIAL, None, None, JobMode.INITIAL.value)]
-    period = period_start(now, job_type.every)
     if coverage.first_created_at is not None and coverage.first_created_at < period:
         return [PlannedJob(job_type.name, JobMode.RECURRING, None, None, instant_key(JobMode.RECURRING, period))]
     return []
 
 
-def _plan_windowed(job_type: WindowedType, coverage: Coverage, now: datetime) -> list[PlannedJob]:
+def _plan_windowed(job_type: WindowedType, coverage: Coverage, now: datetime, period: datetime) -> list[PlannedJob]:
     anchor = midnight(now)
     horizon_start = anchor - job_type.horizon
     if coverage.has_initial and coverage.initial_start is not None:
@@ -125,7 +133,6 @@ def _plan_windowed(job_type: WindowedType, coverage: Coverage, now: datetime) ->
         covered_until = anchor
 
     planned = []
-    period = period_start(now, job_type.every)
     if covered_until is not None and covered_until < period:
         planned.append(
             PlannedJob(
