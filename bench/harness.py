@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT))
 from synclane_provider.core import Job, Page, Queue, SnapshotType, SyncLane, WorkerPool  # noqa: E402
 from synclane_provider.core.db.queries import statement  # noqa: E402
 from synclane_provider.core.db.wakeups import channel, payload  # noqa: E402
-from synclane_provider.core.run.worker import WORKER_SETTINGS  # noqa: E402
+from synclane_provider.core.run.slot import WORKER_SETTINGS  # noqa: E402
 from synclane_provider.core.schema import create_schema  # noqa: E402
 from tools.postgres import find_url  # noqa: E402
 

@@ -39,8 +39,10 @@ if TYPE_CHECKING:
     from synclane_provider.core.plan.planner import PlanSummary
     from synclane_provider.core.plan.retention import Pruned
     from synclane_provider.core.records import Activity, Cancelled, Job, Page, Progress, ResyncRequest
+    from synclane_provider.core.run.pool import WorkerPool
     from synclane_provider.core.run.runner import Outcome, RunResult
-    from synclane_provider.core.run.worker import Summary, WorkerPool, WorkerSlot
+    from synclane_provider.core.run.slot import WorkerSlot
+    from synclane_provider.core.run.summary import Summary
     from synclane_provider.core.states import JobMode, JobStatus
 
 _HOMES = {
@@ -78,7 +80,7 @@ _HOMES = {
     "SchemaNotReadyError": "synclane_provider.core.errors",
     "Session": "synclane_provider.core.db.database",
     "SnapshotType": "synclane_provider.core.declare.declarations",
-    "Summary": "synclane_provider.core.run.worker",
+    "Summary": "synclane_provider.core.run.summary",
     "SyncLane": "synclane_provider.core.declare.declarations",
     "SyncLaneError": "synclane_provider.core.errors",
     "UnknownJobTypeError": "synclane_provider.core.errors",
@@ -86,8 +88,8 @@ _HOMES = {
     "UnknownQueueError": "synclane_provider.core.errors",
     "WindowedType": "synclane_provider.core.declare.declarations",
     "WorkerLost": "synclane_provider.core.errors",
-    "WorkerPool": "synclane_provider.core.run.worker",
-    "WorkerSlot": "synclane_provider.core.run.worker",
+    "WorkerPool": "synclane_provider.core.run.pool",
+    "WorkerSlot": "synclane_provider.core.run.slot",
     "parse_retry_after": "synclane_provider.core.declare.retry_after",
 }
 """Where each public name lives."""

@@ -16,7 +16,7 @@ from synclane_provider.assets import alias, emit_landed
 from synclane_provider.core import Summary, SyncLane, WorkerSlot
 from synclane_provider.core.durations import duration_text, parse_duration
 from synclane_provider.core.run.landed import Landed
-from synclane_provider.core.run.worker import new_worker_id
+from synclane_provider.core.run.slot import new_worker_id
 from synclane_provider.hooks.synclane import SyncLaneHook
 from synclane_provider.operators.base import QueueOperator
 from synclane_provider.stats import AirflowStats

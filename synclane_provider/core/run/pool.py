@@ -1,0 +1,242 @@
+"""A pool of worker slots of one queue on threads, for use outside Airflow and in tests."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from datetime import timedelta
+
+from synclane_provider.core.clock import Clock, database_clock
+from synclane_provider.core.db.database import Database
+from synclane_provider.core.declare.declarations import SyncLane
+from synclane_provider.core.errors import DatabaseUnavailableError
+from synclane_provider.core.metrics import NO_METRICS, Metrics
+from synclane_provider.core.records import Wakeup
+from synclane_provider.core.run.runner import DEFAULT_STOP_GRACE
+from synclane_provider.core.run.slot import WorkerSlot, new_worker_id
+from synclane_provider.core.run.summary import Summary
+
+log = logging.getLogger("synclane_provider.core.run.worker")
+"""The pool's log, under the name logging configurations already give it."""
+
+MIN_IDLE_SECONDS = 0.01
+"""The shortest sleep of an idle pool slot: a job due "now" by the clock may still be a moment from due."""
+
+
+class WorkerPool:
+    """Several worker slots of one queue on threads, for use outside Airflow and in tests.
+
+    Three ways to run them, each returning the combined :class:`Summary` and closing the slots' connections:
+
+    * :meth:`drain` -- until nothing is due *now*: jobs waiting out a retry or a throttle stay waiting;
+    * :meth:`run_until_settled` -- until every job is settled (completed or abandoned), waiting through
+      retries, throttles and lapsed leases: "sync everything";
+    * :meth:`run` -- until :meth:`shutdown`.
+
+    Idle slots sleep until another slot leaves a lane that may still have work, until the next waiting job
+    is due (or a lease lapses), or at most one poll interval. They do not poll in a tight loop: with more
+    slots than lanes, most slots have nothing to do, and a due job whose lane is full is not theirs to take.
+    An idle slot keeps its connection while jobs are due (it will be busy again soon) and closes it when
+    nothing is, so that an idle pool does not hold the server's connections.
+    """
+
+    def __init__(
+        self,
+        synclane: SyncLane,
+        database: Database,
+        queue: str,
+        *,
+        slots: int | None = None,
+        clock: Clock = database_clock,
+        poll_interval: timedelta | None = None,
+        stop_grace: timedelta = DEFAULT_STOP_GRACE,
+        metrics: Metrics = NO_METRICS,
+    ) -> None:
+        self.queue = synclane.queue(queue)
+        self.slots = slots if slots is not None else self.queue.concurrency
+        if self.slots < 1:
+            raise ValueError(f"slots must be at least 1, got {self.slots}")
+        self.poll_interval = poll_interval or synclane.poll_interval
+        self.clock = clock
+        self.stop = threading.Event()
+        self._finished = threading.Event()
+        """Set when a slot saw the pool's work done: slots still trying to connect then give up."""
+        self._idle = threading.Condition()
+        self._wakes = 0
+        """Wake-ups asked for so far: a slot that saw it change since its take does not wait (see :meth:`_work`)."""
+        self.idle_waits = 0
+        """Times a slot found nothing to take and waited: about none per job while every slot is busy."""
+        self._slots = [
+            WorkerSlot(
+                synclane,
+                database,
+                queue,
+                worker_id=new_worker_id(f"{queue}-{i}"),
+                clock=clock,
+                stop=self.stop,
+                stop_grace=stop_grace,
+                let_go=self._finished.is_set,
+                metrics=metrics,
+            )
+            for i in range(self.slots)
+        ]
+
+    def drain(self) -> Summary:
+        """Run until the queue has nothing running and nothing due now; returns the combined summary.
+
+        Jobs due later (a retry, a throttle, the next recurring window) stay waiting. The slots'
+        connections are closed when it returns.
+        """
+        return self._on_threads(lambda slot: self._work(slot, ends=lambda activity: activity.drained))
+
+    def run_until_settled(self) -> Summary:
+        """Run until no job of the queue is running or waiting: each one completed or abandoned.
+
+        Waits through retry and throttle delays, and for the leases of jobs whose workers were lost to
+        lapse, as long as that takes (a queue with a slow retry policy takes as long as its delays add up
+        to). It waits in real time, so it needs the database's clock: with a pinned clock, call
+        :meth:`drain` and move the clock yourself. The slots' connections are closed when it returns.
+        """
+        if self.clock() is not None:
+            raise ValueError(
+                "run_until_settled() waits for time to pass; with a pinned clock use drain() and advance it"
+            )
+        return self._on_threads(lambda slot: self._work(slot, ends=lambda activity: activity.settled))
+
+    def run(self) -> Summary:
+        """Keep running jobs until :meth:`shutdown` (running jobs are then handed back with their cursors).
+
+        The slots' connections are closed when it returns.
+        """
+        return self._on_threads(lambda slot: self._work(slot, ends=None))
+
+    def shutdown(self) -> None:
+        """Ask every slot to stop after its current page; safe to call from any thread.
+
+        A slot whose page is still running ``stop_grace`` later (30 s by default) stops waiting for it: the
+        job stays running until its lease lapses, and another worker then takes it over from its cursor. So
+        :meth:`run` returns within about ``stop_grace`` even when a page hangs.
+        """
+        self.stop.set()
+        self._wake(everyone=True)
+
+    def wake(self) -> None:
+        """Make every idle slot look at the table now rather than at its next poll; safe from any thread.
+
+        For an application that makes jobs due in the same process (an
+        enqueue, a requeue): its slots start on them at once, as deferred
+        Airflow workers do when a NOTIFY reaches their triggers.
+        """
+        self._wake(everyone=True)
+
+    def _work(self, slot: WorkerSlot, *, ends: Callable[[Wakeup], bool] | None) -> None:
+        idle = False  # the last wait ended with nothing to do
+        try:
+            while not self.stop.is_set():
+                woken = self._wakes  # a lane left after this instant ends the wait below before it starts
+                result = slot.run_one()
+                if result is not None:
+                    idle = False
+                    following = slot.next_job
+                    if following is None or following.lane != result.job.lane:
+                        self._wake()  # this slot left a lane that may still have work
+                    if following is not None or not slot.found_nothing:
+                        continue
+                look = slot.store.wakeup(self.queue.name, now=slot.clock())
+                if ends is not None and ends(look):
+                    self._finished.set()
+                    self._wake(everyone=True)
+                    return
+                if idle and not look.due:
+                    slot.session.close()  # nothing due: let others have the connection while it waits
+                with self._idle:
+                    if self.stop.is_set() or self._wakes != woken:
+                        idle = False
+                        continue
+                    self.idle_waits += 1
+                    idle = not self._idle.wait(self._idle_seconds(look))
+        except DatabaseUnavailableError:
+            if not self._finished.is_set():
+                raise  # a slot that never got a connection while the others finished the work just ends
+        finally:
+            slot.hand_back()
+            slot.session.close()
+
+    def _idle_seconds(self, look: Wakeup) -> float:
+        """How long an idle slot sleeps: not at all when a take would find a job now (a lane race lost, a row
+        locked a moment), else a poll interval, or less when a waiting job falls due or a lease lapses sooner.
+
+        A due job whose lane is full does not count, as for the triggers (``worker_wakeup``): the lane's own
+        slot takes it as its job ends, and a slot that leaves a lane wakes an idle one (:meth:`_wake`).
+        """
+        if look.takeable:
+            return MIN_IDLE_SECONDS
+        seconds = self.poll_interval.total_seconds()
+        if look.wake_at is not None:
+            seconds = min(seconds, (look.wake_at - look.now).total_seconds())
+        return max(seconds, MIN_IDLE_SECONDS)
+
+    def _warn_if_the_server_has_too_little_room(self) -> None:
+        """More slots than the server (or the role) has connections left for: some slots wait to connect."""
+        try:
+            room = self._slots[0].store.connection_room()
+        except DatabaseUnavailableError:
+            return  # the slots will say so themselves
+        if self.slots - 1 > room:
+            log.warning(
+                "pool of %s slot(s) for queue %s, but the server has room for %s more connection(s) "
+                "(max_connections, or the role's CONNECTION LIMIT): some slots will wait to connect",
+                self.slots,
+                self.queue.name,
+                room,
+            )
+
+    def _wake(self, *, everyone: bool = False) -> None:
+        with self._idle:
+            self._wakes += 1
+            if everyone:
+                self._idle.notify_all()
+            else:
+                self._idle.notify()
+
+    def _on_threads(self, work: Callable[[WorkerSlot], None]) -> Summary:
+        errors: list[BaseException] = []
+        self._finished.clear()
+        self._warn_if_the_server_has_too_little_room()
+
+        def guarded(slot: WorkerSlot) -> None:
+            try:
+                work(slot)
+            except BaseException as exc:  # noqa: BLE001 - reported to the caller below
+                errors.append(exc)
+                self.shutdown()
+
+        threads = [threading.Thread(target=guarded, args=(slot,), name=slot.worker_id) for slot in self._slots]
+        try:
+            for thread in threads:
+                thread.start()
+        finally:
+            for thread in threads:
+                if thread.ident is not None:
+                    thread.join()
+            self.close()
+        if errors:
+            raise errors[0]
+        total = Summary()
+        for slot in self._slots:
+            total.merge(slot.summary)
+            slot.summary = Summary()
+        return total
+
+    def close(self) -> None:
+        """Close every slot's connection and lease thread (done by :meth:`drain` and :meth:`run` as they return)."""
+        for slot in self._slots:
+            slot.close()
+
+    def __enter__(self) -> "WorkerPool":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+        self.close()

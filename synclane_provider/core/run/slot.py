@@ -1,0 +1,298 @@
+"""A worker slot: take the next job whose lane is free, run it, repeat until nothing is due.
+
+A :class:`WorkerSlot` is one unit of concurrency with its own connection; the Airflow worker operator drives
+one slot per mapped task instance, and a :class:`~synclane_provider.core.run.pool.WorkerPool` runs several on
+threads.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from datetime import timedelta
+
+import psycopg.errors
+
+from synclane_provider.core.clock import Clock, database_clock
+from synclane_provider.core.db.database import Database, Session
+from synclane_provider.core.db.store import Finish, FinishAndTake, Store, Taken
+from synclane_provider.core.declare.declarations import SyncLane
+from synclane_provider.core.metrics import JOBS_FINISHED, LEASE_TAKEOVERS, NO_METRICS, TAKE_WAIT, Metrics
+from synclane_provider.core.records import Job
+from synclane_provider.core.run.lane_gate import LaneGate
+from synclane_provider.core.run.lease import LeaseKeeper
+from synclane_provider.core.run.pages import PageThread
+from synclane_provider.core.run.runner import DEFAULT_STOP_GRACE, JobRunner, RunResult
+from synclane_provider.core.run.summary import Summary
+from synclane_provider.core.states import JobStatus
+
+log = logging.getLogger("synclane_provider.core.run.worker")
+"""The slots' log (and their jobs' lines), under the name logging configurations already give it."""
+
+LANE_INDEX = "jobs_one_running_per_lane_slot"
+"""The unique index that keeps a lane at most its width: a take that loses a slot to another worker hits it."""
+MAX_LANE_RACES = 50
+"""Lane races lost in a row before a take gives up and reports nothing to do (the lanes are contended)."""
+
+
+def worker_settings(*, synchronous_commit: bool = False) -> dict[str, str]:
+    """The settings of a worker slot's session.
+
+    ``synchronous_commit`` comes from the declaration (see :attr:`SyncLane.synchronous_commit` for what
+    turning it off costs; measured by the chaos soak, docs/soak.md: 122 server crashes in 30 minutes ran 101
+    of 45,037 completed jobs again). A worker repeats the same few statements thousands of times, so each is planned
+    once per connection: their plans do not depend on the values (every search starts from the queue's
+    own indexes). JIT compilation is off, whatever the server estimates a statement's cost at on a large
+    queue: compiling costs more than the millisecond a take runs.
+    """
+    return {
+        "synchronous_commit": "on" if synchronous_commit else "off",
+        "plan_cache_mode": "force_generic_plan",
+        "jit": "off",
+    }
+
+
+WORKER_SETTINGS = worker_settings()
+"""The settings of a worker session under the default declaration (benchmarks' baselines use them too)."""
+
+
+def new_worker_id(label: str = "worker") -> str:
+    """A name unique to one worker slot's life, readable in ``leased_by``: ``host:pid:label:random``."""
+    return f"{socket.gethostname()}:{os.getpid()}:{label}:{uuid.uuid4().hex[:8]}"
+
+
+class WorkerSlot:
+    """One unit of concurrency of a queue: its own connection, one job at a time."""
+
+    def __init__(
+        self,
+        synclane: SyncLane,
+        database: Database,
+        queue: str,
+        *,
+        worker_id: str | None = None,
+        clock: Clock = database_clock,
+        stop: threading.Event | None = None,
+        logger: logging.Logger | logging.LoggerAdapter[logging.Logger] | None = None,
+        give_up_after: timedelta = timedelta(minutes=5),
+        stop_grace: timedelta = DEFAULT_STOP_GRACE,
+        let_go: Callable[[], bool] | None = None,
+        metrics: Metrics = NO_METRICS,
+    ) -> None:
+        self.queue = synclane.queue(queue)
+        self.metrics = metrics
+        self.worker_id = worker_id or new_worker_id(queue)
+        self.clock = clock
+        self.stop = stop or threading.Event()
+        self.interrupted = threading.Event()
+        """Set by :meth:`interrupt`: the process is about to be killed."""
+        self._let_go = let_go
+        self._busy = False
+        self.session = Session(
+            database,
+            stop=self.stop,
+            let_go=self._may_let_go,
+            give_up_after=give_up_after,
+            settings=worker_settings(synchronous_commit=synclane.synchronous_commit),
+            prepare_threshold=0,
+        )
+        self.store = Store(self.session)
+        self.lease = LeaseKeeper(self.store, worker=self.worker_id, lease=self.queue.lease, clock=clock)
+        self.pages = PageThread(self.worker_id, logger or log)
+        self.gate = LaneGate(
+            self.store, self.queue, clock=clock, stop=self.stop, refresh=synclane.plan_interval, log=logger or log
+        )
+        self.runner = JobRunner(
+            self.store,
+            self.queue,
+            worker=self.worker_id,
+            clock=clock,
+            stop=self.stop,
+            lease=self.lease,
+            pages=self.pages,
+            final_write=self._finish_and_take_next,
+            gate=self.gate,
+            log=logger or log,
+            stop_grace=stop_grace,
+            metrics=metrics,
+            interrupted=self.interrupted,
+        )
+        self.summary = Summary()
+        self._next: Taken | None = None
+        self._hand_over = True
+        self.found_nothing = False
+        """Whether the take that came with the last finish found nothing to do."""
+
+    def interrupt(self) -> None:
+        """Stop because this process is about to be killed (Airflow's SIGTERM, SIGKILL 5 s later); any thread.
+
+        Like setting :attr:`stop`, but a page still running ``KILL_GRACE`` (2 s) later is not waited for: the
+        job goes back to pending at the cursor that page started from, so its lane is free at once rather
+        than when the lease lapses. The page's work is done again by the next worker.
+        """
+        self.interrupted.set()
+        self.stop.set()
+
+    def _may_let_go(self) -> bool:
+        """Whether this slot may give up on an unreachable database early: only between jobs, when asked."""
+        return not self._busy and self._let_go is not None and self._let_go()
+
+    def _finish_and_take(self, finish: Finish | None, *, take: bool) -> FinishAndTake:
+        """Finish the last job (if any) and lease the next (if ``take``), in one statement."""
+        done = self.store.finish_and_take(
+            queue=self.queue.name,
+            worker=self.worker_id,
+            lease=self.queue.lease,
+            finish=finish,
+            take=take,
+            now=self.clock(),
+        )
+        if take and done.taken is None:
+            self.summary.empty_takes += 1
+        if done.taken is not None:
+            self._count_take(done.taken)
+        return done
+
+    def _count_take(self, taken: Taken) -> None:
+        """A take: a job taken over from a lost worker, or a waiting job and how long it waited once due."""
+        job = taken.job
+        tags = {"queue": self.queue.name, "type": job.type}
+        if taken.lost_worker is not None:
+            self.metrics.incr(LEASE_TAKEOVERS, tags)
+        elif job.heartbeat_at is not None and job.leased_by == self.worker_id:
+            # heartbeat_at is the take's own instant (the database's clock, like next_run_at).
+            self.metrics.timing(TAKE_WAIT, tags, max((job.heartbeat_at - job.next_run_at).total_seconds(), 0.0))
+
+    def _count(self, result: RunResult) -> None:
+        self.summary.add(result)
+        tags = {"queue": self.queue.name, "type": result.job.type, "outcome": result.outcome.value}
+        self.metrics.incr(JOBS_FINISHED, tags)
+
+    def _finish_and_take_next(self, finish: Finish) -> Finish | None:
+        """Write how a job ended and, unless the slot is stopping, take its next job in the same statement.
+
+        Other workers never see the lane free between the two, so a lane whose
+        next job is this worker's best choice passes straight to it instead of
+        being raced for by every idle worker. (The take still follows queue
+        order: when a job in another free lane comes first, that one is taken
+        and this lane is free for others.)
+        """
+        take = self._hand_over and not self.stop.is_set()
+        try:
+            done = self._finish_and_take(finish, take=take)
+        except psycopg.errors.UniqueViolation as exc:
+            if exc.diag.constraint_name != LANE_INDEX:
+                raise
+            self.summary.lane_races += 1  # the finish was undone too: finish alone, take again later
+            done = self._finish_and_take(finish, take=False)
+        if take:
+            self._next = done.taken
+        self.found_nothing = take and done.taken is None
+        return done.written
+
+    def take(self) -> Job | None:
+        """Lease the next job this slot should run, without running it; None when nothing is due in a free lane.
+
+        A low-level step (:meth:`run_one` takes and runs): the job stays leased to this slot until its lease
+        lapses, and a job taken over from a lost worker is returned as it is, its lost attempt not written down.
+        """
+        taken = self._take()
+        return taken.job if taken is not None else None
+
+    def _take(self) -> Taken | None:
+        for _ in range(MAX_LANE_RACES):
+            try:
+                return self._finish_and_take(None, take=True).taken
+            except psycopg.errors.UniqueViolation as exc:
+                if exc.diag.constraint_name != LANE_INDEX:
+                    raise
+                self.summary.lane_races += 1  # another worker took this lane first; ask again
+        return None
+
+    def run_one(self, *, then_continue: bool = True) -> RunResult | None:
+        """Run the next job to the end of this attempt; None when there was nothing to take.
+
+        With ``then_continue`` the next job is taken as this one finishes (see
+        :meth:`_finish_and_take_next`); a caller that will not run it must
+        call :meth:`hand_back`.
+        """
+        taken, self._next = self._next, None
+        self.found_nothing = False
+        if taken is None:
+            taken = self._take()
+        if taken is None:
+            return None
+        self._hand_over = then_continue
+        self._busy = True
+        try:
+            result = self.runner.run(taken.job, lost_worker=taken.lost_worker, lane_wait=taken.lane_wait)
+        finally:
+            self._busy = False
+        self._count(result)  # a completed initial job has woken the first loads' watchers as it finished
+        return result
+
+    @property
+    def next_job(self) -> Job | None:
+        """The job taken as the last one finished, to run next (None if none was taken)."""
+        return self._next.job if self._next is not None else None
+
+    def hand_back(self) -> None:
+        """Return a job taken for later, unstarted, as pending (its attempt does not count).
+
+        A job that a cancel asked to stop meanwhile is not returned to be run: it ends abandoned, as the cancel
+        promised.
+
+        A job taken over from a lost worker is not handed back as it was: the lost attempt is written down
+        first (see :meth:`JobRunner.run`), so that it counts.
+        """
+        taken, self._next = self._next, None
+        if taken is not None and taken.lost_worker is not None:
+            self._hand_over = False
+            self._count(self.runner.run(taken.job, lost_worker=taken.lost_worker))
+        elif taken is not None:
+            job = taken.job
+            left = self.store.release(
+                job.id, worker=self.worker_id, processed_count=job.processed_count, now=self.clock()
+            )
+            if left is not None and left.status is JobStatus.PENDING:
+                self.store.notify(self.queue.name)  # due again: wake an idle worker to take it
+
+    def drain(self, *, max_jobs: int | None = None, until: float | None = None) -> Summary:
+        """Run jobs until nothing is due, the slot is stopped, ``max_jobs`` ran or ``until`` (monotonic) passed."""
+        done = 0
+        try:
+            while not self.stop.is_set():
+                if until is not None and time.monotonic() >= until:
+                    break
+                last = max_jobs is not None and done + 1 >= max_jobs
+                if self.run_one(then_continue=not last) is None:
+                    break
+                done += 1
+                if last:
+                    break
+        finally:
+            self.hand_back()
+        return self.summary
+
+    def close(self) -> None:
+        """Hand back a job taken for later, stop renewing leases and close the connection.
+
+        The slot can be used again afterwards: it reconnects on its next take.
+        """
+        try:
+            self.hand_back()
+        finally:
+            self.pages.close()
+            self.lease.close()
+            self.session.close()
+
+    def __enter__(self) -> "WorkerSlot":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
