@@ -72,9 +72,22 @@ class Job:
     def with_spend(self, spend: Callable[[int], timedelta]) -> "Job":
         """A copy whose :meth:`spend` calls ``spend``: what a worker hands its handler. (An attribute of the copy,
         not a field: a job is a row, and equality, ``repr`` and ``dataclasses.replace`` ignore it.)"""
+        return self._with("_spend", spend)
+
+    @property
+    def page_transaction(self) -> object | None:
+        """The transaction a worker lands this page in when the destination is the jobs database (a
+        :class:`~synclane_provider.core.db.landing.PageTransaction`); None outside a worker."""
+        return self.__dict__.get("_page_transaction")
+
+    def with_page_transaction(self, transaction: object) -> "Job":
+        """A copy whose page lands in ``transaction``, committed with the cursor save (like :meth:`with_spend`)."""
+        return self._with("_page_transaction", transaction)
+
+    def _with(self, name: str, value: object) -> "Job":
         copy = object.__new__(Job)
         copy.__dict__.update(self.__dict__)
-        copy.__dict__["_spend"] = spend
+        copy.__dict__[name] = value
         return copy
 
     @classmethod

@@ -218,6 +218,8 @@ class Session:
         self._cursor: psycopg.Cursor[Any] | None = None
         """The connection's one cursor, used for every statement (a worker sends thousands: a cursor each
         would set up its adapters and row maker each time)."""
+        self._pinned = False
+        """On one connection that is never replaced (see :meth:`pinned`)."""
         self._lock = threading.RLock()
         self.reconnects = 0
         self.resent = 0
@@ -296,7 +298,17 @@ class Session:
         rows = self.run(name, **params)
         return rows[0] if rows else None
 
+    @classmethod
+    def pinned(cls, database: Database, conn: psycopg.Connection[Any]) -> "Session":
+        """A session on ``conn`` alone, inside whatever transaction it has open: a statement that fails is
+        raised at once, never sent again on another connection (what the transaction held would be lost)."""
+        session = cls(database, give_up_after=timedelta(0))
+        session._conn, session._cursor, session._pinned = conn, conn.cursor(), True
+        return session
+
     def _connection(self) -> psycopg.Connection[Any]:
+        if self._pinned and (self._conn is None or self._conn.closed):
+            raise psycopg.OperationalError("the pinned connection is closed")
         if self._conn is None or self._conn.closed:
             self.database._opened(self)
             conn = self.database.connect()

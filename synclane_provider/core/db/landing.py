@@ -26,16 +26,20 @@ import threading
 import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg import sql
+from psycopg.rows import tuple_row
 
+from synclane_provider.core.db.database import Database, Session
 from synclane_provider.core.db.queries import named_statements
+from synclane_provider.core.db.store import Finish, SavedPage, Store
 from synclane_provider.core.errors import DeclarationError, LandingError
 from synclane_provider.core.records import Job
 
 Row = Mapping[str, Any]
+T = TypeVar("T")
 
 
 @functools.cache
@@ -129,8 +133,23 @@ class Destination:
     def __repr__(self) -> str:
         return f"Destination({self.table!r}, key={self.key!r}, version={self.version!r}, compare={self.compare!r})"
 
+    @property
+    def in_jobs_database(self) -> bool:
+        """Declared without a database of its own: the table is in the jobs database, and a worker lands each page
+        in the transaction that saves the job's cursor (exactly once)."""
+        return self._conninfo is None and self._connect is None
+
     def land(self, job: Job, rows: Iterable[Row]) -> LandCounts:
-        """Land one page of ``job``'s records (mappings of column to value) and commit; what it did."""
+        """Land one page of ``job``'s records (mappings of column to value); what it did.
+
+        In the jobs database, run by a worker, the rows are written in the page's transaction, which commits with
+        the job's cursor and count, fenced on its lease: the page lands exactly once, and not at all when the
+        job was taken over meanwhile. In another database they are committed now: a page cut off before its
+        cursor is saved lands again, which the key, the version guard and the content comparison make harmless.
+        """
+        page_transaction = job.page_transaction
+        if self.in_jobs_database and isinstance(page_transaction, PageTransaction):
+            return self.write(page_transaction.connection(), rows, owner=job.owner)
         conn = self._connection()
         try:
             with conn.transaction():
@@ -152,11 +171,11 @@ class Destination:
         columns = tuple(page[0])
         self._check(conn, columns)
         copy_page, land_page = self._statements_for(columns)
-        if conn not in self._staged:
+        if conn not in self._staged or not conn.autocommit:  # a page transaction may be rolled back with it
             conn.execute(sql.SQL(_texts()["create_stage"]).format(stage=self._stage, table=self._name))
         self._staged[conn] = True
         try:
-            with conn.cursor() as cur:
+            with conn.cursor(row_factory=tuple_row) as cur:
                 with cur.copy(copy_page) as copy:
                     for row in page:
                         copy.write_row(tuple(row.values()))
@@ -221,7 +240,9 @@ class Destination:
     def _check(self, conn: psycopg.Connection[Any], columns: Sequence[str]) -> None:
         """At the first page: the table, its columns and a unique index on the key; then each page's columns."""
         if self._table_columns is None:
-            found = conn.execute(sql.SQL(_texts()["unique_indexes"]), {"table": self._name.as_string(conn)}).fetchone()
+            query = sql.SQL(_texts()["unique_indexes"]).format(table_name=sql.Literal(self._name.as_string(conn)))
+            with conn.cursor(row_factory=tuple_row) as cur:
+                found = cur.execute(query).fetchone()
             if found is None:
                 raise LandingError(f"table {self.table} does not exist")
             table_columns, unique_keys = frozenset(found[0]), {frozenset(k.split(",")) for k in found[1]}
@@ -283,8 +304,83 @@ class Destination:
             elif self._conninfo is not None:
                 conn = psycopg.connect(self._conninfo, autocommit=True, application_name="synclane-landing")
             else:
-                raise LandingError(f"{self.table}: no database to land in (give conninfo or connect)")
+                raise LandingError(
+                    f"{self.table}: declared in the jobs database, and landed outside a worker's page "
+                    "(give conninfo or connect to land elsewhere)"
+                )
             self._local.conn = conn
             with self._lock:
                 self._opened = [c for c in self._opened if not c.closed] + [conn]
         return conn
+
+
+class PageTransaction:
+    """A worker slot's connection to the jobs database for landing pages, and the transaction of the page in flight.
+
+    The first :meth:`Destination.land` of a page opens the transaction (and, the first time, the connection); the
+    worker then saves the job's cursor in it and commits (:meth:`save_page`, :meth:`finish`), or rolls it back
+    when the page failed or the lease was lost. The rows and the cursor commit together, or neither does.
+    """
+
+    def __init__(self, database: Database) -> None:
+        self._database = database
+        self._conn: psycopg.Connection[Any] | None = None
+        self.open = False
+        """Whether a page wrote in the transaction, which is still to commit or roll back."""
+
+    def connection(self) -> psycopg.Connection[Any]:
+        """The connection, in the page's transaction (opened by its first statement)."""
+        if self._conn is None or self._conn.closed:
+            self._conn = self._database.connect()
+            self._conn.autocommit = False
+        self.open = True
+        return self._conn
+
+    def store(self) -> Store:
+        """The jobs table inside the page's transaction: a statement that fails is never sent again on another
+        connection (the rows it should commit with would be lost), it fails the page."""
+        assert self._conn is not None
+        return Store(Session.pinned(self._database, self._conn))
+
+    def save_page(self, job_id: int, **values: Any) -> SavedPage | None:
+        """Save the cursor in the page's transaction and commit it; None (nothing committed) when the lease is lost."""
+        return self._ended(lambda: self.store().save_page(job_id, **values))
+
+    def finish(self, finish: Finish, **values: Any) -> Finish | None:
+        """Write how the job ended in the page's transaction and commit it; None (nothing committed) when the lease
+        is lost. Takes no next job: a lost race for a lane slot would undo the page."""
+        return self._ended(lambda: self.store().finish_and_take(finish=finish, take=False, **values).written)
+
+    def _ended(self, write: Callable[[], T | None]) -> T | None:
+        assert self._conn is not None
+        try:
+            written = write()
+        except BaseException:
+            self.rollback()
+            raise
+        if written is None:
+            self.rollback()
+        else:
+            self._conn.commit()
+            self.open = False
+        return written
+
+    def rollback(self) -> None:
+        """Undo the page's writes (a failed page, a lost lease); a broken connection is dropped."""
+        self.open = False
+        if self._conn is not None and not self._conn.closed:
+            try:
+                self._conn.rollback()
+            except psycopg.Error:
+                self._conn.close()
+
+    def abandon(self) -> None:
+        """Leave the connection to a page left behind, still running on it: it is never committed, and the next
+        page opens a connection of its own."""
+        self.open = False
+        self._conn = None
+
+    def close(self) -> None:
+        conn, self._conn, self.open = self._conn, None, False
+        if conn is not None:
+            conn.close()

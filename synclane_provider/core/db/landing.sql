@@ -17,7 +17,7 @@ SELECT (SELECT array_agg(a.attname::text ORDER BY a.attnum)
         WHERE i.indrelid = c.oid AND i.indisunique AND i.indisvalid AND i.indpred IS NULL
           AND i.indexprs IS NULL) AS unique_keys
 FROM pg_class AS c
-WHERE c.oid = to_regclass(%(table)s);
+WHERE c.oid = to_regclass({table_name});
 
 -- name: create_stage
 -- The page's staging table, one per destination and connection: the target's columns, no constraints, and

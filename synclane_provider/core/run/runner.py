@@ -13,10 +13,11 @@ from enum import StrEnum
 from types import EllipsisType
 
 from synclane_provider.core.clock import Clock
+from synclane_provider.core.db.landing import PageTransaction
 from synclane_provider.core.db.store import Finish, Store
 from synclane_provider.core.declare.declarations import JobType, Queue
 from synclane_provider.core.durations import duration_text
-from synclane_provider.core.errors import JobThrottled, UnknownJobTypeError
+from synclane_provider.core.errors import JobThrottled, PageTimeout, UnknownJobTypeError
 from synclane_provider.core.metrics import NO_METRICS, PAGE_DURATION, PAGES, RECORDS, THROTTLES, Metrics
 from synclane_provider.core.records import Job, Page
 from synclane_provider.core.run.lane_gate import LaneGate, PageNotSent, Turn
@@ -92,7 +93,10 @@ class JobRunner:
         log: logging.Logger | logging.LoggerAdapter[logging.Logger] | None = None,
         metrics: Metrics = NO_METRICS,
         interrupted: threading.Event | None = None,
+        page_transaction: PageTransaction | None = None,
     ) -> None:
+        self._page_transaction = page_transaction
+        """Where pages land in the jobs database, committed with their cursor (see core.db.landing)."""
         self._metrics = metrics
         self._interrupted = interrupted
         self._lease = lease
@@ -150,9 +154,10 @@ class JobRunner:
         *,
         error: str | None = None,
         delay: timedelta = timedelta(0),
+        write: FinalWrite | None = None,
     ) -> RunResult:
         resent = self._store.repeats
-        written = self._final_write(Finish(job.id, status, processed, error, delay))
+        written = (write or self._final_write)(Finish(job.id, status, processed, error, delay))
         if written is not None:
             status, error = written.status, written.error
         else:
@@ -298,11 +303,14 @@ class _Attempt:
             return self.release()
         except PageLeftBehind as left:
             self.timed(started)
+            self.undo_landing(left_behind=True)
             return self.left_behind(str(left))
         except Exception as exc:  # noqa: BLE001 - any handler failure (or a page timeout) is recorded on the row
             self.timed(started)
+            self.undo_landing(left_behind=isinstance(exc, PageTimeout))
             return self.failed(exc)
         except BaseException:
+            self.undo_landing(left_behind=True)
             # An interrupt (Ctrl-C, SystemExit, a task timeout, raised by the handler or into this thread
             # while it waited): hand the job back with its cursor rather than leave it running until its
             # lease lapses -- once the page is over, so that no other worker runs beside it.
@@ -323,9 +331,12 @@ class _Attempt:
     def call(self, turn: Turn) -> Page:
         """The handler's page, on the page thread, checked."""
         runner = self.runner
+        job = self.current.with_spend(runner._spender(self.current))
+        if runner._page_transaction is not None:
+            job = job.with_page_transaction(runner._page_transaction)
         answer = runner._pages.call(
             runner._on_turn(self.job_type.handler, turn),
-            self.current.with_spend(runner._spender(self.current)),
+            job,
             timeout=self.job_type.page_timeout.total_seconds(),
             describe=self.current.describe,
             lease_lost=lambda: self.lease.lost,
@@ -335,6 +346,13 @@ class _Attempt:
             interrupt_grace=KILL_GRACE.total_seconds(),
         )
         return Page.check(answer, job_type=self.taken.type, counted=self.current.processed_count)
+
+    def undo_landing(self, *, left_behind: bool) -> None:
+        """Roll back what the page landed in the jobs database; a page still running keeps its connection, which
+        is never committed."""
+        landing = self.runner._page_transaction
+        if landing is not None and landing.open:
+            landing.abandon() if left_behind else landing.rollback()
 
     def timed(self, started: float) -> None:
         self.runner._metrics.timing(PAGE_DURATION, self.tags, time.monotonic() - started)
@@ -347,18 +365,30 @@ class _Attempt:
         runner._metrics.incr(RECORDS, self.tags, page.count)
         self.pages += 1
         self.processed = self.current.processed_count + page.count
+        landing = runner._page_transaction
+        if landing is not None and not landing.open:
+            landing = None  # nothing landed in the jobs database: the cursor is saved on its own
         if self.lease.lost:
+            self.undo_landing(left_behind=False)
             return self.lost()
         if page.next_cursor is None:
-            return self.finish(JobStatus.COMPLETED)
-        saved = runner._store.save_page(
-            self.taken.id,
-            worker=runner._worker,
-            cursor=page.next_cursor,
-            processed_count=self.processed,
-            lease=runner._queue.lease,
-            now=runner._clock(),
-        )
+            if landing is None:
+                return self.finish(JobStatus.COMPLETED)
+            return self.finish(JobStatus.COMPLETED, write=self.finish_with_landing(landing))
+        save = runner._store.save_page if landing is None else landing.save_page
+        try:
+            saved = save(
+                self.taken.id,
+                worker=runner._worker,
+                cursor=page.next_cursor,
+                processed_count=self.processed,
+                lease=runner._queue.lease,
+                now=runner._clock(),
+            )
+        except Exception as exc:  # noqa: BLE001 - the page's transaction failed and rolled back: the page failed
+            if landing is None:
+                raise
+            return self.failed(exc)
         if saved is None:
             return self.lost()
         self.lease.renewed()
@@ -394,9 +424,23 @@ class _Attempt:
             return self.release()
         return self.runner._left_running(self.current, self.pages, self.records, why)
 
-    def finish(self, status: JobStatus, *, error: str | None = None, delay: timedelta = timedelta(0)) -> RunResult:
+    def finish_with_landing(self, landing: PageTransaction) -> FinalWrite:
+        """The last page's end, written in the transaction its rows landed in."""
+        runner = self.runner
+        return lambda finish: landing.finish(
+            finish, queue=runner._queue.name, worker=runner._worker, lease=runner._queue.lease, now=runner._clock()
+        )
+
+    def finish(
+        self,
+        status: JobStatus,
+        *,
+        error: str | None = None,
+        delay: timedelta = timedelta(0),
+        write: FinalWrite | None = None,
+    ) -> RunResult:
         return self.runner._finish(
-            self.current, status, self.processed, self.pages, self.records, error=error, delay=delay
+            self.current, status, self.processed, self.pages, self.records, error=error, delay=delay, write=write
         )
 
     def release(self) -> RunResult:

@@ -20,6 +20,7 @@ import psycopg.errors
 
 from synclane_provider.core.clock import Clock, database_clock
 from synclane_provider.core.db.database import Database, Session
+from synclane_provider.core.db.landing import PageTransaction
 from synclane_provider.core.db.store import Finish, FinishAndTake, Store, Taken
 from synclane_provider.core.declare.declarations import SyncLane
 from synclane_provider.core.metrics import JOBS_FINISHED, LEASE_TAKEOVERS, NO_METRICS, TAKE_WAIT, Metrics
@@ -102,6 +103,8 @@ class WorkerSlot:
             prepare_threshold=0,
         )
         self.store = Store(self.session)
+        self.landing = PageTransaction(database)
+        """The connection pages land on in the jobs database, opened by the first page that lands there."""
         self.lease = LeaseKeeper(self.store, worker=self.worker_id, lease=self.queue.lease, clock=clock)
         self.pages = PageThread(self.worker_id, logger or log)
         self.gate = LaneGate(
@@ -121,6 +124,7 @@ class WorkerSlot:
             stop_grace=stop_grace,
             metrics=metrics,
             interrupted=self.interrupted,
+            page_transaction=self.landing,
         )
         self.summary = Summary()
         self._next: Taken | None = None
@@ -290,6 +294,7 @@ class WorkerSlot:
             self.pages.close()
             self.lease.close()
             self.session.close()
+            self.landing.close()
 
     def __enter__(self) -> "WorkerSlot":
         return self
