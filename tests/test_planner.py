@@ -166,6 +166,28 @@ def test_owners_beyond_one_read_and_one_insert_are_all_planned_once(ops, admin, 
     assert operations.plan("shops", now=clock.now).total == 0
 
 
+def test_jobs_are_numbered_in_the_owner_sources_order_and_owners_of_one_coverage_share_their_jobs(
+    ops, admin, schema, clock
+):
+    source = owners("initech", "globex", "acme")
+    ops(orders(), owner_source=source).plan("shops", owner="initech", now=clock.now)  # 60 days back, no products
+    before = len(rows(admin, schema))
+    ops(orders(horizon=120 * DAY), products(), owner_source=source).plan("shops", now=clock.now)
+
+    midnight = datetime(2026, 11, 30, tzinfo=UTC)
+    slices = [("initial", midnight - (n + 1) * 30 * DAY, midnight - n * 30 * DAY) for n in range(4)]  # newest first
+    recurring = ("recurring", midnight - timedelta(minutes=5), datetime(2026, 11, 30, 10, 15, tzinfo=UTC))
+    fresh = [("orders", *recurring), *(("orders", *s) for s in slices), ("products", "initial", None, None)]
+    assert [(r["owner"], r["type"], r["mode"], r["window_start"], r["window_end"]) for r in rows(admin, schema)][
+        before:
+    ] == [
+        *(("initech", "orders", *s) for s in slices[2:]),  # only the older slices it lacks, then the new type
+        ("initech", "products", "initial", None, None),
+        *(("globex", *job) for job in fresh),
+        *(("acme", *job) for job in fresh),
+    ]
+
+
 def test_plan_one_owner_now(ops, admin, schema, clock):
     operations = ops(products(), owner_source=owners("acme", "globex"))
     assert operations.plan("shops", owner="globex", now=clock.now).owners == 1

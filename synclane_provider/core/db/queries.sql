@@ -425,18 +425,32 @@ SELECT pg_advisory_unlock(%(key)s::bigint) AS unlocked;
 -- name: insert_planned
 -- Insert planned jobs, skipping any whose key exists: concurrent planners create each job once; and widen
 -- the owners' coverage rows by what was inserted, in the same statement, so that the coverage table never
--- lags the jobs it describes. The rows come as one JSON array (tens of thousands of rows parse faster there
--- than as bound arrays). Returns how many rows each type gained.
-WITH inserted AS (
+-- lags the jobs it describes. Returns how many rows each type gained.
+--
+-- The rows come as two sets: the owner-types (%(owners)s, %(lanes)s, %(lane_widths)s and %(plans)s, pairwise;
+-- large, sent as array literals, see store.array_literal), each naming by number the jobs it lacks, and those
+-- few lists of jobs (%(plan_ids)s and the job columns, pairwise). Owners with the same coverage lack the same
+-- jobs -- in a first plan every owner of a type lacks the same twenty-odd windows -- so the planner sends each
+-- list once and the server joins, instead of sending, parsing and checking every row's window and key. The
+-- rows go in the order given (owner-types, then each list's own order), so that the jobs are numbered in it.
+WITH planned AS (
+    SELECT o.owner, o.lane, o.lane_width, p.type, p.mode, p.priority, p.window_start, p.window_end, p.dedup_key
+    FROM unnest(%(owners)s::text[], %(lanes)s::text[], %(lane_widths)s::int[], %(plans)s::int[])
+         WITH ORDINALITY AS o(owner, lane, lane_width, plan, position)
+    JOIN unnest(%(plan_ids)s::int[], %(types)s::text[], %(modes)s::text[], %(priorities)s::int[],
+                %(window_starts)s::timestamptz[], %(window_ends)s::timestamptz[], %(dedup_keys)s::text[])
+         WITH ORDINALITY AS p(plan, type, mode, priority, window_start, window_end, dedup_key, position)
+         ON p.plan = o.plan
+    ORDER BY o.position, p.position
+),
+inserted AS (
     INSERT INTO {schema}.jobs
         (queue, owner, lane, lane_width, type, mode, priority, window_start, window_end, dedup_key, next_run_at,
          created_at)
     SELECT %(queue)s, p.owner, p.lane, p.lane_width, p.type, p.mode, p.priority, p.window_start, p.window_end, p.dedup_key,
            coalesce(%(now)s::timestamptz, statement_timestamp()),
            coalesce(%(now)s::timestamptz, statement_timestamp())
-    FROM json_to_recordset(%(rows)s::json)
-         AS p(owner text, lane text, lane_width int, type text, mode text, priority int,
-              window_start timestamptz, window_end timestamptz, dedup_key text)
+    FROM planned AS p
     ON CONFLICT (queue, owner, type, dedup_key) DO NOTHING
     RETURNING owner, lane, lane_width, type, mode, window_start, window_end, created_at
 ),

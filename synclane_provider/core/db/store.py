@@ -91,6 +91,19 @@ class CoverageRow:
     """The owner source gives the owner another lane or lane width than its jobs were planned in."""
 
 
+@dataclass(frozen=True)
+class ListedJob:
+    """One job of a numbered list of jobs that ``insert_planned`` inserts for every owner-type naming the list."""
+
+    plan: int
+    type: str
+    mode: str
+    priority: int
+    window_start: datetime | None
+    window_end: datetime | None
+    dedup_key: str
+
+
 def array_literal(values: Iterable[str]) -> str:
     """``{"a","b\\"c"}`` for ``a`` and ``b"c``: the text of a PostgreSQL array, for a parameter cast to ``text[]``.
 
@@ -272,9 +285,36 @@ class Store:
         """Let go of the queue's planning lock (a connection that broke meanwhile has let go of it already)."""
         self.session.run("planning_unlock", key=planning_key(self.schema, queue))
 
-    def insert_planned(self, queue: str, rows_json: str, *, now: datetime | None) -> Counter[str]:
-        """Insert planned jobs given as a JSON array, skipping existing keys; returns how many per type."""
-        inserted = self.session.run("insert_planned", queue=queue, now=now, rows=rows_json, prepare=False)
+    def insert_planned(
+        self,
+        queue: str,
+        owners: Sequence[str],
+        lanes: Sequence[str],
+        lane_widths: Sequence[int],
+        plans: Sequence[int],
+        jobs: Sequence[ListedJob],
+        *,
+        now: datetime | None,
+    ) -> Counter[str]:
+        """Insert, for each owner (pairwise with ``lanes``, ``lane_widths`` and ``plans``), the jobs of the list
+        ``plans`` names, in that lane; skipping existing keys. Returns how many were inserted per type."""
+        inserted = self.session.run(
+            "insert_planned",
+            queue=queue,
+            now=now,
+            owners=array_literal(owners),
+            lanes=array_literal(lanes),
+            lane_widths=array_literal(str(width) for width in lane_widths),
+            plans=array_literal(str(plan) for plan in plans),
+            plan_ids=[job.plan for job in jobs],
+            types=[job.type for job in jobs],
+            modes=[job.mode for job in jobs],
+            priorities=[job.priority for job in jobs],
+            window_starts=[job.window_start for job in jobs],
+            window_ends=[job.window_end for job in jobs],
+            dedup_keys=[job.dedup_key for job in jobs],
+            prepare=False,
+        )
         return Counter({row["type"]: row["inserted"] for row in inserted})
 
     # -- operations -------------------------------------------------------------------------------------------

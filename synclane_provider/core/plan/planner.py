@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-import json
 import logging
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
 from synclane_provider.core.clock import utc
-from synclane_provider.core.db.store import CoverageRow, Store
+from synclane_provider.core.db.store import CoverageRow, ListedJob, Store
 from synclane_provider.core.declare.declarations import JobType, Owner, Queue
 from synclane_provider.core.declare.owners import owners_of, resolve_owner
-from synclane_provider.core.plan.rule import PlannedJob, coverage_wanted, period_start, plan_type
+from synclane_provider.core.plan.rule import coverage_wanted, period_start, plan_type
+from synclane_provider.core.records import Coverage
 
 log = logging.getLogger(__name__)
 
@@ -110,7 +110,6 @@ def _plan_batch(store: Store, queue: Queue, owners: Sequence[Owner], now: dateti
     )
     by_id = {owner.id: owner for owner in owners}
     moved = _move_lanes(store, queue, [by_id[name] for name in dict.fromkeys(row.owner for row in found if row.moved)])
-    priority = {job_type.name: position for position, job_type in enumerate(queue.types)}
     lacking: dict[str, list[CoverageRow]] = {}  # in the owner source's order, so that jobs are numbered in it
     for row in found:
         if row.lacking:
@@ -118,14 +117,8 @@ def _plan_batch(store: Store, queue: Queue, owners: Sequence[Owner], now: dateti
     names = list(lacking)
     inserted: Counter[str] = Counter()
     for start in range(0, len(names), INSERT_BATCH):
-        wanted = [
-            (by_id[name], priority[row.type], job)
-            for name in names[start : start + INSERT_BATCH]
-            for row in lacking[name]
-            for job in plan_type(queue.job_type(row.type), row.coverage, now, own_every.get((name, row.type)))
-        ]
-        if wanted:
-            inserted.update(_insert(store, queue, wanted, now))
+        rows = [(by_id[name], row) for name in names[start : start + INSERT_BATCH] for row in lacking[name]]
+        inserted.update(_insert(store, queue, rows, own_every, now))
     return moved, inserted
 
 
@@ -146,28 +139,56 @@ def _move_lanes(store: Store, queue: Queue, owners: Sequence[Owner]) -> int:
     return moved
 
 
-def _insert(store: Store, queue: Queue, wanted: Iterable[tuple[Owner, int, PlannedJob]], now: datetime) -> Counter[str]:
-    iso: dict[datetime | None, str | None] = {None: None}  # every owner shares the same few windows
+def _insert(
+    store: Store,
+    queue: Queue,
+    rows: Sequence[tuple[Owner, CoverageRow]],
+    own_every: dict[tuple[str, str], timedelta],
+    now: datetime,
+) -> Counter[str]:
+    """Insert the jobs the planning rule gives each of ``rows``' owner-types (``own_every``: the owner-types with
+    a period of their own).
 
-    def text(instant: datetime | None) -> str | None:
-        if instant not in iso:
-            iso[instant] = instant.isoformat() if instant is not None else None
-        return iso[instant]
-
-    rows = json.dumps(
-        [
-            {
-                "owner": owner.id,
-                "lane": owner.lane_or_id,
-                "lane_width": owner.lane_width,
-                "type": job.type,
-                "mode": job.mode.value,
-                "priority": priority,
-                "window_start": text(job.window_start),
-                "window_end": text(job.window_end),
-                "dedup_key": job.dedup_key,
-            }
-            for owner, priority, job in wanted
-        ]
+    The rule is a function of the type's coverage and period alone, and owners planned together mostly share
+    them (in a first plan every owner of a type has no coverage), so it runs once per distinct coverage and
+    period, and each distinct list of jobs is sent once, numbered, with the owner-types naming theirs: the server
+    joins them (see insert_planned). At 100,000 owners this is two lists instead of 2.7 million rows built,
+    encoded and parsed one by one.
+    """
+    priority = {job_type.name: position for position, job_type in enumerate(queue.types)}
+    numbers: dict[tuple[str, Coverage, timedelta | None], int | None] = {}  # None: the rule adds nothing there
+    jobs: list[ListedJob] = []
+    owners: list[tuple[Owner, int]] = []
+    for owner, row in rows:
+        every = own_every.get((owner.id, row.type))
+        key = (row.type, row.coverage, every)
+        if key not in numbers:
+            number = len(numbers)
+            planned = plan_type(queue.job_type(row.type), row.coverage, now, every)
+            numbers[key] = number if planned else None
+            jobs.extend(
+                ListedJob(
+                    number,
+                    job.type,
+                    job.mode.value,
+                    priority[job.type],
+                    job.window_start,
+                    job.window_end,
+                    job.dedup_key,
+                )
+                for job in planned
+            )
+        listed = numbers[key]
+        if listed is not None:
+            owners.append((owner, listed))
+    if not owners:
+        return Counter()
+    return store.insert_planned(
+        queue.name,
+        [owner.id for owner, _ in owners],
+        [owner.lane_or_id for owner, _ in owners],
+        [owner.lane_width for owner, _ in owners],
+        [number for _, number in owners],
+        jobs,
+        now=now,
     )
-    return store.insert_planned(queue.name, rows, now=now)
