@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import threading
 from datetime import timedelta
 
 import psycopg
 import pytest
 
+from synclane_provider.core import Job, Operations, Outcome, Owner, OwnerPaused, Page, WorkerPool, WorkerSlot
 from synclane_provider.core.db.database import Session
 from synclane_provider.core.db.store import Store
 from synclane_provider.core.records import OwnerState
 from synclane_provider.core.states import OwnerHealth
-from tests.support.helpers import declare, execute, products
+from tests.support.helpers import declare, execute, orders, owners, paged, products, rows
 
 
 @pytest.fixture
@@ -69,3 +71,136 @@ def test_the_documented_operator_update_resumes_an_owner(store, admin, schema, c
         "WHERE queue = 'shops' AND owner = 'acme'",
     )
     assert not store.owner("shops", "acme").paused
+
+
+# --- a handler pauses its owner --------------------------------------------------------------------------------
+
+
+class Revoked:
+    """A handler whose owners in ``revoked`` answer as a revoked token does from their ``after``-th page on."""
+
+    def __init__(self, *revoked: str, after: int = 1, total: int = 150) -> None:
+        self.revoked, self.after, self.total = set(revoked), after, total
+        self.calls: list[tuple[str, str | None]] = []
+        self._lock = threading.Lock()
+
+    def __call__(self, job: Job) -> Page:
+        with self._lock:
+            self.calls.append((job.owner, job.cursor))
+            pages_of_owner = sum(1 for owner, _ in self.calls if owner == job.owner)
+        if job.owner in self.revoked and pages_of_owner > self.after:
+            raise OwnerPaused(f"401 Unauthorized: the token of {job.owner} was revoked")
+        return paged(self.total)(job)
+
+    def pages(self, owner: str) -> int:
+        return sum(1 for who, _ in self.calls if who == owner)
+
+
+def test_owner_paused_pauses_the_owner_and_hands_its_job_back_at_its_cursor(database_url, schema, admin, clock, store):
+    handler = Revoked("acme", after=1)
+    declaration = declare(schema, products(handler), owner_source=owners("acme"))
+    database = declaration.database(database_url)
+    with Operations(declaration, database) as ops, WorkerSlot(declaration, database, "shops", clock=clock) as slot:
+        ops.plan("shops", now=clock.now)
+        result = slot.run_one()
+        assert result is not None and result.outcome is Outcome.PAUSED and result.pages == 1
+        assert slot.run_one() is None  # the job waits, taken by nobody
+        clock.advance(timedelta(days=3))  # due long ago, planned again: still nothing is taken
+        ops.plan("shops", now=clock.now)
+        assert slot.run_one() is None
+        activity, wakeup = ops.activity("shops", now=clock.now), slot.store.wakeup("shops", now=clock.now)
+        assert activity.settled and activity.drained  # what waits for a resume waits for no worker
+        assert wakeup.settled and not wakeup.takeable and wakeup.wake_at is None
+
+    [job] = rows(admin, schema, "owner = 'acme'")
+    assert job["status"] == "pending" and job["cursor"] == "50" and job["processed_count"] == 50
+    assert job["attempt_count"] == 0 and job["error"] is None  # not a failure: no attempt used
+    state = store.owner("shops", "acme")
+    assert state.paused and state.paused_by == "handler"
+    assert state.paused_reason == "401 Unauthorized: the token of acme was revoked"
+    assert handler.calls == [("acme", None), ("acme", "50")]  # not one more page requested
+
+
+def test_a_paused_owner_in_a_shared_lane_does_not_hold_up_its_lane_mates(database_url, schema, admin, clock, store):
+    """acme's jobs stand first in the shared lane (its orders come before globex's snapshot, newest first), so a
+    take that stopped at the lane's head would find nothing for globex."""
+    handler = Revoked("acme", after=0)
+    declaration = declare(
+        schema,
+        orders(handler),
+        products(handler),
+        owner_source=owners(Owner("acme", lane="shared"), Owner("globex", lane="shared")),
+    )
+    database = declaration.database(database_url)
+    with Operations(declaration, database) as ops:
+        ops.plan("shops", now=clock.now)
+        summary = WorkerPool(declaration, database, "shops", slots=2, clock=clock).drain()
+
+    assert summary.outcomes["paused"] == 1
+    assert handler.pages("acme") == 1
+    globex = rows(admin, schema, "owner = 'globex'")
+    assert globex and {job["status"] for job in globex} == {"completed"}
+    acme = rows(admin, schema, "owner = 'acme'")
+    assert len(acme) == len(globex) and {job["status"] for job in acme} == {"pending"}
+    assert store.owner("shops", "acme").paused and not store.owner("shops", "globex").paused
+
+
+def test_a_job_running_when_its_owner_is_paused_stops_after_its_page_in_flight(
+    database_url, schema, admin, clock, store
+):
+    def handler(job: Job) -> Page:
+        if job.cursor == "50":  # the second page: someone pauses the owner while it is in flight
+            store.pause_owner("shops", "acme", reason="account closing", by="ops", now=clock.now)
+        return paged(500)(job)
+
+    declaration = declare(schema, products(handler))
+    database = declaration.database(database_url)
+    with Operations(declaration, database) as ops, WorkerSlot(declaration, database, "shops", clock=clock) as slot:
+        ops.plan("shops", now=clock.now)
+        result = slot.run_one()
+    assert result is not None and result.outcome is Outcome.RELEASED and result.pages == 2
+    [job] = rows(admin, schema)
+    assert (job["status"], job["cursor"], job["attempt_count"]) == ("pending", "100", 0)
+    state = store.owner("shops", "acme")
+    assert (state.paused_by, state.paused_reason) == ("ops", "account closing")
+
+
+def test_a_second_pause_keeps_the_first(store, clock):
+    first = store.pause_owner("shops", "acme", reason="token revoked", by="handler", now=clock.now)
+    again = store.pause_owner("shops", "acme", reason="other", by="ops", now=clock.advance(timedelta(minutes=1)))
+    assert (again.paused_at, again.paused_reason, again.paused_by) == (first.paused_at, "token revoked", "handler")
+
+
+@pytest.mark.parametrize("reason", ["", "  ", None, 401])
+def test_owner_paused_needs_a_reason(reason):
+    with pytest.raises(ValueError, match="OwnerPaused needs a reason"):
+        OwnerPaused(reason)
+
+
+def test_lane_mates_behind_many_jobs_of_a_paused_owner_run_deferred_ones_too(database_url, schema, admin, clock, store):
+    """acme, paused, has sixty due jobs ahead of all of globex's in their shared lane (globex's stand last in the
+    queue's order, one of them deferred): the take looks past acme's at the lane's head, and a deferred job goes
+    when only a paused owner's jobs are left beside it."""
+    handler = Revoked()
+    declaration = declare(
+        schema,
+        orders(handler, horizon=timedelta(days=60), slice=timedelta(days=1)),
+        owner_source=owners(Owner("acme", lane="shared"), Owner("globex", lane="shared")),
+    )
+    database = declaration.database(database_url)
+    with Operations(declaration, database) as ops, WorkerSlot(declaration, database, "shops", clock=clock) as slot:
+        ops.plan("shops", now=clock.now)
+        store.pause_owner("shops", "acme", reason="token revoked", by="ops", now=clock.now)
+        execute(admin, schema, "UPDATE {jobs} SET priority = 9 WHERE owner = 'globex'")
+        execute(
+            admin,
+            schema,
+            "UPDATE {jobs} SET status = 'deferred', attempt_count = 5 "
+            "WHERE id = (SELECT max(id) FROM {jobs} WHERE owner = 'globex')",
+        )
+        slot.drain()
+
+    acme, globex = rows(admin, schema, "owner = 'acme'"), rows(admin, schema, "owner = 'globex'")
+    assert len(acme) > 32 and {job["status"] for job in acme} == {"pending"}
+    assert len(globex) == len(acme) and {job["status"] for job in globex} == {"completed"}
+    assert handler.pages("acme") == 0

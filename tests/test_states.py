@@ -232,7 +232,8 @@ def test_the_table_checks_and_indexes_agree_with_the_python_sets(admin, database
     assert values_in(default["column_default"]) == {JobStatus.PENDING.value}
 
     indexes = admin.execute(
-        "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = %s AND indexdef LIKE '%% WHERE %%'",
+        "SELECT indexname, indexdef FROM pg_indexes "
+        "WHERE schemaname = %s AND tablename = 'jobs' AND indexdef LIKE '%% WHERE %%'",
         [fresh_schema],
     ).fetchall()
     predicates = {row["indexname"]: values_in(row["indexdef"].split(" WHERE ", 1)[1]) for row in indexes}

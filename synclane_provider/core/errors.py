@@ -1,8 +1,10 @@
 """Every exception SyncLane raises or understands, under one root.
 
-Two of them are for handlers to raise: :class:`JobThrottled` ("slow down",
-optionally with the wait the server named) and :class:`JobAbandoned` ("a
-retry cannot help"). Anything else a handler raises is an ordinary failure.
+Three of them are for handlers to raise: :class:`JobThrottled` ("slow down",
+optionally with the wait the server named), :class:`JobAbandoned` ("a retry
+cannot help" this job) and :class:`OwnerPaused` ("nothing can be done for this
+owner until a person acts"). Anything else a handler raises is an ordinary
+failure.
 """
 
 from __future__ import annotations
@@ -82,6 +84,22 @@ class PageTimeout(SyncLaneError):
 
 class JobAbandoned(SyncLaneError):
     """Raised by a handler when a retry cannot help (access revoked, account gone)."""
+
+
+class OwnerPaused(SyncLaneError):
+    """Raised by a handler when nothing more can be done for the job's owner until a person acts (its token was
+    revoked: a 401 or 403 that no retry will change).
+
+    The owner is paused at once (``paused_by='handler'``, ``paused_reason`` this reason), the job handed back at
+    its cursor without using an attempt, and no job of the owner is taken -- not one more page requested for it
+    -- until it is resumed (``Operations.resume``). Its lane-mates run on.
+    """
+
+    def __init__(self, reason: str) -> None:
+        if not isinstance(reason, str) or not reason.strip():
+            raise ValueError(f"OwnerPaused needs a reason that says why, got {reason!r}")
+        super().__init__(reason)
+        self.reason = reason
 
 
 class OwnerSourceError(SyncLaneError, TypeError):

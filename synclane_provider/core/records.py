@@ -331,6 +331,10 @@ class Freshness:
     lag: timedelta
 
 
+PAUSED_BY_HANDLER = "handler"
+"""``owners.paused_by`` of an owner whose handler paused it (raised ``OwnerPaused``)."""
+
+
 @dataclass(frozen=True)
 class OwnerState:
     """One row of the owners table: how an owner of a queue is doing as a whole, and whether it is paused.

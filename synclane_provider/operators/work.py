@@ -333,7 +333,7 @@ class SyncLaneWorkOperator(QueueOperator):
         totals = state.summary.as_dict()
         self.log.info(
             "queue %s slot %s done (%s) after %.0fs: %s job(s) (%s completed, %s failed, %s deferred, %s abandoned, "
-            "%s handed back), %s page(s), %s record(s), waited on the triggerer %s time(s)",
+            "%s handed back, %s paused with their owner), %s page(s), %s record(s), waited on the triggerer %s time(s)",
             self.synclane_queue,
             self.slot,
             reason,
@@ -344,6 +344,7 @@ class SyncLaneWorkOperator(QueueOperator):
             totals["deferred"],
             totals["abandoned"],
             totals["released"],
+            totals["paused"],
             totals["pages"],
             totals["records"],
             state.deferrals,

@@ -97,6 +97,7 @@ def test_the_worker_drains_then_defers_and_resumes_when_a_job_becomes_due(provid
         "deferred": 0,
         "abandoned": 0,
         "released": 0,
+        "paused": 0,
         "lease_lost": 0,
         "left_running": 0,
         "repeated": 0,

@@ -50,6 +50,50 @@ SET has_initial = c.has_initial OR excluded.has_initial,
     first_created_at = least(c.first_created_at, excluded.first_created_at),
     last_created_at = greatest(c.last_created_at, excluded.last_created_at)
 
+-- fragment: owner_of_j_not_paused
+-- Job j's owner is not paused (no row in the owners table, or one whose paused_at is NULL): one probe of the
+-- owners primary key. Every way of taking a waiting job, and every count of waiting work a worker wakes or
+-- stops on, checks it, so that a paused owner's jobs wait without being taken or waking anyone, and its
+-- lane-mates run on. Used by finish_and_take, queue_activity and worker_wakeup.
+NOT EXISTS (
+    SELECT 1 FROM {schema}.owners AS paused_owner
+    WHERE paused_owner.queue = j.queue AND paused_owner.owner = j.owner AND paused_owner.paused_at IS NOT NULL
+)
+
+-- fragment: owner_paused
+-- The INSERT that pauses owner %(owner)s of queue %(queue)s, by %(paused_by)s for %(paused_reason)s, as the
+-- first statement of a WITH: its row made when missing; a pause already in place is kept as it was (the first
+-- reason stands). Used by pause_owner and pause_owner_and_release.
+paused AS (
+    INSERT INTO {schema}.owners AS o (queue, owner, paused_at, paused_reason, paused_by, updated_at)
+    VALUES (%(queue)s, %(owner)s, coalesce(%(now)s::timestamptz, statement_timestamp()), %(paused_reason)s,
+            %(paused_by)s, coalesce(%(now)s::timestamptz, statement_timestamp()))
+    ON CONFLICT (queue, owner) DO UPDATE
+    SET paused_at = coalesce(o.paused_at, excluded.paused_at),
+        paused_reason = CASE WHEN o.paused_at IS NULL THEN excluded.paused_reason ELSE o.paused_reason END,
+        paused_by = CASE WHEN o.paused_at IS NULL THEN excluded.paused_by ELSE o.paused_by END,
+        updated_at = excluded.updated_at
+    RETURNING o.*
+)
+
+-- fragment: job_released
+-- Job %(id)s handed back as pending at its cursor, the attempt not counted, fenced on the lease; abandoned
+-- instead, with the cancel's reason stamped now, when a cancel had asked it to stop. Returns the job as left. Used by
+-- release and pause_owner_and_release.
+UPDATE {schema}.jobs
+SET status = CASE WHEN stop_reason IS NOT NULL THEN 'abandoned' ELSE 'pending' END,
+    error = coalesce(stop_reason, error),
+    heartbeat_at = CASE WHEN stop_reason IS NOT NULL THEN coalesce(%(now)s::timestamptz, statement_timestamp())
+                        ELSE heartbeat_at END,
+    processed_count = %(processed_count)s,
+    attempt_count = greatest(attempt_count - 1, 0),
+    next_run_at = coalesce(%(now)s::timestamptz, statement_timestamp()),
+    leased_by = NULL,
+    lease_expires_at = NULL,
+    stop_reason = NULL
+WHERE id = %(id)s AND leased_by = %(worker)s AND status = 'running'
+RETURNING *
+
 -- name: finish_and_take
 -- How a worker moves on, in one statement: write how its last job ended (when %(finished)s names one),
 -- then lease its next job (when %(take)s). Done together, other workers never see the lane free in
@@ -158,10 +202,15 @@ candidate AS (
         CROSS JOIN clock
         WHERE j.status IN ('pending', 'failed', 'deferred')
           AND j.next_run_at <= clock.now
+          AND {owner_of_j_not_paused}
           AND (j.status <> 'deferred' OR NOT EXISTS (
               SELECT 1 FROM {schema}.jobs AS other
               WHERE other.queue = j.queue AND other.lane = j.lane
                 AND other.status IN ('pending', 'failed') AND other.next_run_at <= clock.now
+                AND NOT EXISTS (
+                    SELECT 1 FROM {schema}.owners AS o
+                    WHERE o.queue = other.queue AND o.owner = other.owner AND o.paused_at IS NOT NULL
+                )
           ))
         ORDER BY first_due.priority, first_due.window_end DESC NULLS LAST, first_due.id
         LIMIT 1
@@ -174,18 +223,20 @@ candidate AS (
         CROSS JOIN LATERAL (
             SELECT head.id FROM (
                 (
-                    SELECT w.id, w.priority, w.window_end FROM {schema}.jobs AS w, clock
-                    WHERE w.queue = %(queue)s AND w.lane = lanes.lane
-                      AND w.status IN ('pending', 'failed') AND w.next_run_at <= clock.now
-                    ORDER BY w.priority, w.window_end DESC NULLS LAST, w.id
+                    SELECT j.id, j.priority, j.window_end FROM {schema}.jobs AS j, clock
+                    WHERE j.queue = %(queue)s AND j.lane = lanes.lane
+                      AND j.status IN ('pending', 'failed') AND j.next_run_at <= clock.now
+                      AND {owner_of_j_not_paused}
+                    ORDER BY j.priority, j.window_end DESC NULLS LAST, j.id
                     LIMIT 1
                 )
                 UNION ALL
                 (
-                    SELECT w.id, w.priority, w.window_end FROM {schema}.jobs AS w, clock
-                    WHERE w.queue = %(queue)s AND w.lane = lanes.lane
-                      AND w.status = 'deferred' AND w.next_run_at <= clock.now
-                    ORDER BY w.priority, w.window_end DESC NULLS LAST, w.id
+                    SELECT j.id, j.priority, j.window_end FROM {schema}.jobs AS j, clock
+                    WHERE j.queue = %(queue)s AND j.lane = lanes.lane
+                      AND j.status = 'deferred' AND j.next_run_at <= clock.now
+                      AND {owner_of_j_not_paused}
+                    ORDER BY j.priority, j.window_end DESC NULLS LAST, j.id
                     LIMIT 1
                 )
                 LIMIT 1
@@ -233,7 +284,9 @@ LEFT JOIN taken ON true;
 -- After a page: store the cursor and the absolute record count, and renew the lease. Fenced on the lease:
 -- zero rows means another worker holds the job now. Absolute values make a retried save harmless. Returns
 -- the stop reason a cancel may have set meanwhile: the worker then ends the job after this page; and the
--- seconds left of a pause a throttle put on the job's lane (NULL: none), to wait out before the next page.
+-- seconds left of a pause a throttle put on the job's lane (NULL: none), to wait out before the next page; and
+-- whether the job's owner has been paused meanwhile (one probe of the owners key): the worker then hands the
+-- job back at the cursor just saved instead of asking for another page.
 UPDATE {schema}.jobs
 SET cursor = %(cursor)s,
     processed_count = %(processed_count)s,
@@ -243,7 +296,9 @@ WHERE id = %(id)s AND leased_by = %(worker)s AND status = 'running'
 RETURNING lease_expires_at, stop_reason,
     (SELECT greatest(extract(epoch FROM b.paused_until - coalesce(%(now)s::timestamptz, statement_timestamp())), 0)::float8
      FROM {schema}.lane_budgets AS b
-     WHERE b.queue = jobs.queue AND b.lane = jobs.lane) AS lane_wait;
+     WHERE b.queue = jobs.queue AND b.lane = jobs.lane) AS lane_wait,
+    EXISTS (SELECT 1 FROM {schema}.owners AS o
+            WHERE o.queue = jobs.queue AND o.owner = jobs.owner AND o.paused_at IS NOT NULL) AS owner_paused;
 
 -- name: take_lane_budget
 -- Before a page (or before more requests within one, job.spend): take %(cost)s (units x the rate's interval)
@@ -292,6 +347,28 @@ held AS (
 SELECT paused.paused_until, (SELECT count(*) FROM held)::int AS held
 FROM paused;
 
+-- name: paused_owners
+-- The queue's paused owners, whom the planner gives no new jobs (found through owners_paused, however many
+-- owners have rows).
+SELECT owner FROM {schema}.owners WHERE queue = %(queue)s AND paused_at IS NOT NULL;
+
+-- name: pause_owner
+-- Pause an owner (see the fragment owner_paused): no job of it is taken until it is resumed, and a job of it
+-- running now is handed back at its cursor after its page in flight (save_page says so). Returns the owner's
+-- row as left.
+WITH {owner_paused}
+SELECT * FROM paused;
+
+-- name: pause_owner_and_release
+-- A handler said its owner is to be paused (OwnerPaused): in one statement, the owner is paused and the job
+-- handed back as pending at its cursor, the attempt not counted, fenced on the lease -- as release does, and
+-- abandoned instead when a cancel had asked it to stop. Together, so that no moment exists in which the job is
+-- waiting and its owner not yet paused (another worker could take it and ask for another page), and no crash
+-- leaves the owner paused with its job running. The pause is written even when the lease was lost: the handler
+-- has said what it knows of the owner. Returns the job as left (no row: the lease was lost).
+WITH {owner_paused}
+{job_released}
+
 -- name: renew_lease
 -- Heartbeat while a slow page is in flight. Fenced like save_page.
 UPDATE {schema}.jobs
@@ -304,19 +381,7 @@ RETURNING lease_expires_at;
 -- Graceful stop: hand the job back as pending with its cursor; the interrupted attempt does not count. A job a
 -- cancel asked to stop (stop_reason) is not handed back to be run by the next worker: it ends abandoned with
 -- the cancel's reason, stamped now, as the cancel promised. Returns the job as left.
-UPDATE {schema}.jobs
-SET status = CASE WHEN stop_reason IS NOT NULL THEN 'abandoned' ELSE 'pending' END,
-    error = coalesce(stop_reason, error),
-    heartbeat_at = CASE WHEN stop_reason IS NOT NULL THEN coalesce(%(now)s::timestamptz, statement_timestamp())
-                        ELSE heartbeat_at END,
-    processed_count = %(processed_count)s,
-    attempt_count = greatest(attempt_count - 1, 0),
-    next_run_at = coalesce(%(now)s::timestamptz, statement_timestamp()),
-    leased_by = NULL,
-    lease_expires_at = NULL,
-    stop_reason = NULL
-WHERE id = %(id)s AND leased_by = %(worker)s AND status = 'running'
-RETURNING *;
+{job_released}
 
 -- name: read_coverage
 -- What exists per owner and type for a batch of owners: the planner's one read per batch, from the coverage
@@ -685,6 +750,7 @@ WHERE queue = %(queue)s
 -- name: queue_activity
 -- Whether a queue (or one lane of it) has a job running, a job due, when the next waiting job is due and
 -- when the first running job's lease lapses: what idle workers, triggers and the "drained" sensor decide on.
+-- A paused owner's waiting jobs are neither due nor waiting here: they wait for a resume.
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now
 )
@@ -693,14 +759,15 @@ SELECT EXISTS (
            WHERE queue = %(queue)s AND status = 'running' AND (%(lane)s::text IS NULL OR lane = %(lane)s)
        ) AS running,
        EXISTS (
-           SELECT 1 FROM {schema}.jobs, clock
-           WHERE queue = %(queue)s AND status IN ('pending', 'failed', 'deferred')
-             AND next_run_at <= clock.now AND (%(lane)s::text IS NULL OR lane = %(lane)s)
+           SELECT 1 FROM {schema}.jobs AS j, clock
+           WHERE j.queue = %(queue)s AND j.status IN ('pending', 'failed', 'deferred')
+             AND j.next_run_at <= clock.now AND (%(lane)s::text IS NULL OR j.lane = %(lane)s)
+             AND {owner_of_j_not_paused}
        ) AS due,
        (
-           SELECT min(next_run_at) FROM {schema}.jobs
-           WHERE queue = %(queue)s AND status IN ('pending', 'failed', 'deferred')
-             AND (%(lane)s::text IS NULL OR lane = %(lane)s)
+           SELECT min(j.next_run_at) FROM {schema}.jobs AS j
+           WHERE j.queue = %(queue)s AND j.status IN ('pending', 'failed', 'deferred')
+             AND (%(lane)s::text IS NULL OR j.lane = %(lane)s) AND {owner_of_j_not_paused}
        ) AS next_run_at,
        (
            SELECT min(lease_expires_at) FROM {schema}.jobs
@@ -724,6 +791,7 @@ FROM clock;
 --
 -- Also whether any job runs, any waiting job is due (in a free lane or not) and any job waits at all: what a
 -- pool's idle slot decides to stop on (drained, settled) in the same look that tells it how long to sleep.
+-- A paused owner's jobs count nowhere here: they wait for a resume, not for a worker.
 WITH RECURSIVE clock AS (
     SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now
 ),
@@ -750,14 +818,14 @@ free_lanes AS (
             (SELECT count(*) FROM (
                  SELECT 1 FROM {schema}.jobs AS j, clock
                  WHERE j.queue = %(queue)s AND j.lane = lanes.lane AND j.status IN ('pending', 'failed', 'deferred')
-                   AND j.next_run_at <= clock.now
+                   AND j.next_run_at <= clock.now AND {owner_of_j_not_paused}
                  LIMIT head.lane_width
              ) AS due)
         ) AS n
         FROM (
             SELECT j.lane_width FROM {schema}.jobs AS j, clock
             WHERE j.queue = %(queue)s AND j.lane = lanes.lane AND j.status IN ('pending', 'failed', 'deferred')
-              AND j.next_run_at <= clock.now
+              AND j.next_run_at <= clock.now AND {owner_of_j_not_paused}
             LIMIT 1
         ) AS head
     ) AS lane_units
@@ -778,7 +846,7 @@ SELECT units.n > me.rank AS takeable,
            (
                SELECT min(j.next_run_at) FROM {schema}.jobs AS j
                WHERE j.queue = %(queue)s AND j.status IN ('pending', 'failed', 'deferred')
-                 AND j.next_run_at > clock.now
+                 AND j.next_run_at > clock.now AND {owner_of_j_not_paused}
            ),
            (
                SELECT min(j.lease_expires_at) FROM {schema}.jobs AS j
@@ -790,9 +858,11 @@ SELECT units.n > me.rank AS takeable,
        EXISTS (
            SELECT 1 FROM {schema}.jobs AS j
            WHERE j.queue = %(queue)s AND j.status IN ('pending', 'failed', 'deferred') AND j.next_run_at <= clock.now
+             AND {owner_of_j_not_paused}
        ) AS due,
        EXISTS (
-           SELECT 1 FROM {schema}.jobs AS j WHERE j.queue = %(queue)s AND j.status IN ('pending', 'failed', 'deferred')
+           SELECT 1 FROM {schema}.jobs AS j
+           WHERE j.queue = %(queue)s AND j.status IN ('pending', 'failed', 'deferred') AND {owner_of_j_not_paused}
        ) AS waiting
 FROM clock, me, units;
 

@@ -18,6 +18,7 @@ from typing import Any
 from synclane_provider.core.db.database import Session
 from synclane_provider.core.db.wakeups import channel, payload, planning_key
 from synclane_provider.core.records import (
+    PAUSED_BY_HANDLER,
     Activity,
     Cancelled,
     Coverage,
@@ -76,6 +77,8 @@ class SavedPage:
     """Set when a cancel asked the job to stop: the worker ends it after this page."""
     lane_wait: float = 0.0
     """Seconds left of a pause a throttle put on the job's lane: the worker waits them out before its next page."""
+    owner_paused: bool = False
+    """The job's owner has been paused: the worker hands the job back at this cursor instead of going on."""
 
 
 @dataclass(frozen=True)
@@ -186,7 +189,9 @@ class Store:
         row = self.session.one(
             "save_page", id=job_id, worker=worker, cursor=cursor, processed_count=processed_count, lease=lease, now=now
         )
-        return SavedPage(row["lease_expires_at"], row["stop_reason"], row["lane_wait"] or 0.0) if row else None
+        if row is None:
+            return None
+        return SavedPage(row["lease_expires_at"], row["stop_reason"], row["lane_wait"] or 0.0, row["owner_paused"])
 
     def take_lane_budget(
         self, queue: str, lane: str, *, cost: timedelta, tolerance: timedelta, now: datetime | None
@@ -214,6 +219,24 @@ class Store:
         The job comes back abandoned instead when a cancel had asked it to stop.
         """
         row = self.session.one("release", id=job_id, worker=worker, processed_count=processed_count, now=now)
+        return Job.from_row(row) if row else None
+
+    def pause_owner_and_release(
+        self, job: Job, *, worker: str, processed_count: int, reason: str, now: datetime | None
+    ) -> Job | None:
+        """Pause the job's owner (by its handler) and hand the job back at its cursor, the attempt not counted, in
+        one statement; None when the lease is lost (the owner is paused all the same)."""
+        row = self.session.one(
+            "pause_owner_and_release",
+            id=job.id,
+            worker=worker,
+            processed_count=processed_count,
+            queue=job.queue,
+            owner=job.owner,
+            paused_reason=reason,
+            paused_by=PAUSED_BY_HANDLER,
+            now=now,
+        )
         return Job.from_row(row) if row else None
 
     # -- planning ---------------------------------------------------------------------------------------------
@@ -414,6 +437,16 @@ class Store:
         """The owner's state; a healthy owner that is not paused when it has no row yet."""
         row = self.session.one("get_owner", queue=queue, owner=owner)
         return OwnerState.from_row(row) if row else OwnerState(queue, owner)
+
+    def paused_owners(self, queue: str) -> frozenset[str]:
+        """The queue's paused owners."""
+        return frozenset(row["owner"] for row in self.session.run("paused_owners", queue=queue))
+
+    def pause_owner(self, queue: str, owner: str, *, reason: str, by: str, now: datetime | None) -> OwnerState:
+        """Pause the owner (a pause already in place is kept as it was); returns its state as left."""
+        row = self.session.one("pause_owner", queue=queue, owner=owner, paused_reason=reason, paused_by=by, now=now)
+        assert row is not None
+        return OwnerState.from_row(row)
 
     def upsert_owner(self, state: OwnerState, *, now: datetime | None = None) -> OwnerState:
         """Write the owner's whole state (its row made when missing), ``updated_at`` stamped now; returns the row."""

@@ -17,7 +17,7 @@ from synclane_provider.core.db.landing import PageTransaction
 from synclane_provider.core.db.store import Finish, Store
 from synclane_provider.core.declare.declarations import JobType, Queue
 from synclane_provider.core.durations import duration_text
-from synclane_provider.core.errors import JobThrottled, PageTimeout, UnknownJobTypeError
+from synclane_provider.core.errors import JobThrottled, OwnerPaused, PageTimeout, UnknownJobTypeError
 from synclane_provider.core.metrics import NO_METRICS, PAGE_DURATION, PAGES, RECORDS, THROTTLES, Metrics
 from synclane_provider.core.records import Job, Page
 from synclane_provider.core.run.lane_gate import LaneGate, PageNotSent, Turn
@@ -47,6 +47,7 @@ class Outcome(StrEnum):
     DEFERRED = "deferred"
     ABANDONED = "abandoned"
     RELEASED = "released"  # handed back as pending on a graceful stop
+    PAUSED = "paused"  # its owner was paused (by its handler or a person): handed back as pending at its cursor
     LEASE_LOST = "lease_lost"  # the job is no longer this worker's (taken over, handed back); nothing more was written
     LEFT_RUNNING = "left_running"  # stopping, the worker gave up waiting for a page: the job's lease lapses
 
@@ -198,11 +199,18 @@ class JobRunner:
     def _waited_so_far(self) -> timedelta:
         return timedelta(seconds=self._waited)
 
-    def _release(self, job: Job, pages: int, records: int) -> RunResult:
+    def _release(self, job: Job, pages: int, records: int, *, pausing: OwnerPaused | None = None) -> RunResult:
+        """Hand the job back as pending at its cursor, the attempt not counted; with ``pausing``, its owner paused
+        by its handler in the same statement."""
         resent = self._store.repeats
-        released = self._store.release(
-            job.id, worker=self._worker, processed_count=job.processed_count, now=self._clock()
-        )
+        if pausing is None:
+            released = self._store.release(
+                job.id, worker=self._worker, processed_count=job.processed_count, now=self._clock()
+            )
+        else:
+            released = self._store.pause_owner_and_release(
+                job, worker=self._worker, processed_count=job.processed_count, reason=pausing.reason, now=self._clock()
+            )
         if released is None:
             released = self._landed(
                 job, resent, cancellable=True, status=JobStatus.PENDING, processed_count=job.processed_count
@@ -212,6 +220,12 @@ class JobRunner:
         if released.status is JobStatus.ABANDONED:  # a cancel had asked it to stop
             result = RunResult(job, Outcome.ABANDONED, pages, records, released.error, self._waited_so_far())
             self._log.info("%s", result)
+            return result
+        if pausing is not None:
+            result = RunResult(job, Outcome.PAUSED, pages, records, pausing.reason, self._waited_so_far())
+            self._log.warning(
+                "%s: owner %s paused by its handler (handed back at cursor %s)", result, job.owner, job.cursor
+            )
             return result
         self._store.notify(self._queue.name)  # the job is due again: wake an idle worker to take it over
         result = RunResult(job, Outcome.RELEASED, pages, records, waited=self._waited_so_far())
@@ -401,13 +415,18 @@ class _Attempt:
         )
         if saved.stop_reason is not None:  # cancelled while this page ran
             return self.finish(JobStatus.ABANDONED, error=saved.stop_reason)
+        if saved.owner_paused:  # paused while this page ran: not one more page for it
+            return self.release()
         return None
 
     def failed(self, exc: Exception) -> RunResult:
-        """The page raised: a throttle pauses the lane when it names a wait; the retry policy says what next."""
+        """The page raised: a throttle pauses the lane when it names a wait, OwnerPaused pauses the owner and hands
+        the job back at its cursor; otherwise the retry policy says what next."""
         runner = self.runner
         if isinstance(exc, JobThrottled):
             runner._metrics.incr(THROTTLES, self.tags)
+        if isinstance(exc, OwnerPaused):  # the pause is written even when the lease is lost
+            return runner._release(self.current, self.pages, self.records, pausing=exc)
         if self.lease.lost:
             return self.lost()
         if isinstance(exc, JobThrottled) and exc.retry_after:  # a named wait (zero is none)
