@@ -9,6 +9,7 @@ import pytest
 from synclane_provider.core import DeclarationError, Operations, Owner, UnknownOwnerError, WorkerSlot
 from synclane_provider.core.errors import UnknownJobTypeError
 from synclane_provider.core.plan.resync import resync_windows
+from synclane_provider.core.records import OwnerState
 from tests.support.helpers import declare, execute, orders, owners, paged, products, race, rows
 
 UTC = timezone.utc
@@ -145,3 +146,19 @@ def test_completed_re_sync_jobs_move_no_freshness_lag_or_progress(declaration, d
     assert ops.prune("shops", older_than=timedelta(hours=1), now=clock.now + timedelta(days=1)).deleted == 4
     assert rows(admin, schema) == []
     assert ops.freshness("shops", "acme") == {"orders": None, "products": None}
+
+
+def test_a_paused_owner_is_refused_by_name_and_left_out_of_a_request_of_every_owner(ops, admin, schema, clock):
+    ops.store.upsert_owner(OwnerState("shops", "globex", paused_at=clock.now, paused_reason="token revoked"))
+    with pytest.raises(DeclarationError, match=r"'globex' \(token revoked\).*resume them first"):
+        ops.resync("shops", "orders", MARCH, APRIL, owners=["acme", "globex"], reason="r")
+    assert rows(admin, schema) == []
+    request = ops.resync("shops", "products", MARCH, APRIL, reason="r")
+    assert {j["owner"] for j in rows(admin, schema)} == {"acme", "initech"} and request.jobs == 2
+
+
+def test_a_queue_without_owners_to_re_sync_is_refused(schema, database_url):
+    declaration = declare(schema, orders(), owner_source=owners())
+    with Operations(declaration, declaration.database(database_url)) as empty:
+        with pytest.raises(DeclarationError, match="lists none not paused"):
+            empty.resync("shops", "orders", MARCH, APRIL, reason="r")

@@ -12,8 +12,8 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from synclane_provider.core import Operations, WorkerSlot
-from tests.support.helpers import declare, execute, orders, owners, products
+from synclane_provider.core import Operations, WindowedType, WorkerSlot
+from tests.support.helpers import declare, execute, orders, owners, paged, products
 
 UTC = timezone.utc
 NOW = datetime(2026, 11, 30, 10, 20, tzinfo=UTC)
@@ -107,3 +107,38 @@ def test_a_deferred_job_runs_when_nothing_else_of_its_lane_is_due(table):
 
     assert take() == ("b", 1, "running", "orders")
     assert take() == ("c", 2, "running", "orders")
+
+
+def test_a_long_re_sync_keeps_the_owners_freshness_lag_within_two_periods(schema, database_url, clock):
+    """Two years of one type synced again, one job run every five minutes: the other type's recurring window
+    (and the re-synced type's own) still runs when due, so no lag ever passes two periods. Without re-sync work
+    going after the lane's planned jobs, the first type's 730 windows would all go first."""
+    every = timedelta(minutes=15)
+    quick = dict(horizon=timedelta(days=2), slice=timedelta(days=1), every=every, overlap=timedelta(0))
+    declaration = declare(
+        schema, orders(**quick), WindowedType("refunds", paged(0), **quick), owner_source=owners("acme")
+    )
+    with (
+        Operations(declaration, declaration.database(database_url), clock=clock) as ops,
+        WorkerSlot(declaration, declaration.database(database_url), "shops", clock=clock) as slot,
+    ):
+        ops.plan("shops")
+        while slot.run_one(then_continue=False) is not None:  # the first load
+            pass
+        start = clock.now.replace(hour=0, minute=0) - timedelta(days=730)
+        request = ops.resync("shops", "orders", start, start + timedelta(days=730), reason="two years again")
+        assert request.made == 730
+        lags = []
+        for _ in range(90):
+            clock.advance(timedelta(minutes=5))
+            ops.plan("shops")
+            slot.run_one(then_continue=False)
+            lags.extend(
+                row.lag
+                for row in ops.store.window_lags(
+                    "shops", ["acme"], ["orders", "refunds"], over=None, now=clock.now, limit=10
+                )
+            )
+        resynced = ops.list_jobs("shops", mode="manual", status="completed", limit=1000)
+    assert len(lags) == 180 and max(lags) <= 2 * every, max(lags)
+    assert len(resynced) >= 30  # and the re-sync moved on meanwhile

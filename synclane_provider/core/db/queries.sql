@@ -637,6 +637,12 @@ inserted AS (
 SELECT request.*, (SELECT count(*) FROM inserted)::int AS made
 FROM request;
 
+-- name: paused_owners
+-- Of the given owners, those paused now, with why: a re-sync is refused for them (their jobs would not run).
+SELECT owner, paused_reason FROM {schema}.owners
+WHERE queue = %(queue)s AND owner = ANY (%(owners)s::text[]) AND paused_at IS NOT NULL
+ORDER BY owner;
+
 -- name: resync_request
 -- One re-sync request by its key, as recorded.
 SELECT *, 0 AS made FROM {schema}.resync_requests WHERE queue = %(queue)s AND key = %(key)s;

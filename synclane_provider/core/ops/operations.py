@@ -173,7 +173,8 @@ class Operations:
         key each call is a request of its own. ``by`` and ``reason`` say who asked and why.
 
         Refused with the bad value named: an unknown type, ``start`` not before ``end``, an owner the source
-        does not list (any more), an empty reason.
+        does not list (any more), an owner that is paused, an empty reason. A request of every owner leaves the
+        paused ones out.
         """
         declared = self.synclane.queue(queue)
         job_type = declared.job_type(type)
@@ -186,6 +187,16 @@ class Operations:
             checked_name("by", by)
         key = checked_name("key", key) if key is not None else uuid.uuid4().hex[:16]
         listed = owners_of(declared) if owners is None else [resolve_owner(declared, owner) for owner in owners]
+        paused = self.store.paused_owners(queue, [owner.id for owner in listed])
+        if paused and owners is not None:
+            raise DeclarationError(
+                f"owner(s) of queue {queue!r} paused, whose re-sync would not run: "
+                + ", ".join(f"{name!r} ({why or 'no reason given'})" for name, why in paused.items())
+                + "; resume them first"
+            )
+        listed = [owner for owner in listed if owner.id not in paused]  # every owner: the paused ones left out
+        if not listed:
+            raise DeclarationError(f"a re-sync of queue {queue!r} needs owners: its owner source lists none not paused")
         if len(listed) * len(windows) > MAX_JOBS:
             raise DeclarationError(
                 f"a re-sync of {len(listed)} owner(s) x {len(windows)} window(s) of {type!r} would make "
