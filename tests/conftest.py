@@ -5,6 +5,7 @@ from __future__ import annotations
 import tests.support.airflow_env  # noqa: F401 - Airflow's environment, before anything imports airflow
 
 # isort: split
+import os
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
@@ -14,6 +15,7 @@ import pytest
 from psycopg import sql
 
 from synclane_provider.core import PinnedClock
+from tests.support.airflow_env import METADATA_DB, MIGRATED_COPY, backup
 from tests.support.database import DATABASE_URL, drop_schemas
 
 
@@ -31,6 +33,21 @@ def database_url() -> str:
             pytrace=False,
         )
     return DATABASE_URL
+
+
+@pytest.fixture(scope="session")
+def airflow_db() -> None:
+    """Airflow's metadata database of this process, migrated once (tests/support/airflow_env.py copies a migrated
+    one in when there is one); every other Airflow the tests start copies it (``copy_migrated_metadata``)."""
+    if METADATA_DB.exists() and METADATA_DB.stat().st_size > 0 and MIGRATED_COPY.exists():
+        return
+    from airflow.utils.db import initdb
+
+    initdb()
+    MIGRATED_COPY.parent.mkdir(parents=True, exist_ok=True)
+    partial = MIGRATED_COPY.with_suffix(f".{os.getpid()}.partial")
+    backup(METADATA_DB, partial)
+    partial.replace(MIGRATED_COPY)  # whole or not at all, even with runs in parallel
 
 
 @pytest.fixture(scope="session")

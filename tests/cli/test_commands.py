@@ -20,6 +20,7 @@ from psycopg import sql
 from synclane_demo.local import airflow_connection
 from synclane_provider.cli.commands import NARROW_JOB
 from tests.support import operate_declaration
+from tests.support.airflow_env import copy_migrated_metadata
 from tests.support.api_server import airflow, airflow_env
 from tests.support.database import drop_schemas
 from tests.support.operate_scene import BROKEN, job, set_scene
@@ -202,20 +203,19 @@ def test_the_declaration_and_connection_can_be_named_on_the_command_line(scene, 
 
 
 @pytest.fixture(scope="module")
-def user_env(database_url, cli_schema, tmp_path_factory) -> dict[str, str]:
+def user_env(database_url, cli_schema, tmp_path_factory, airflow_db) -> dict[str, str]:
     """Set up as the README says: the declaration only in the DAG folder (not on PYTHONPATH), the connection added
-    with ``airflow connections add`` into the metadata database (no ``AIRFLOW_CONN_`` variable)."""
+    with ``airflow connections add`` into the metadata database (no ``AIRFLOW_CONN_`` variable). The metadata
+    database is a copy of the session's migrated one (``airflow db migrate`` is the user path test's)."""
     home = tmp_path_factory.mktemp("airflow-user")
     env = airflow_env(home, database_url=database_url, schema=cli_schema)
     del env["AIRFLOW_CONN_SYNCLANE_DEFAULT"], env["PYTHONPATH"]
     env["AIRFLOW__SYNCLANE__DECLARATION"] = "shop_sync:synclane"
     (home / "dags" / "shop_sync.py").write_text(Path(operate_declaration.__file__).read_text(), encoding="utf-8")
-    for command in (
-        ("db", "migrate"),
-        ("connections", "add", "synclane_default", "--conn-uri", connection_uri(database_url)),
-    ):
-        done = airflow(*command, env=env, timeout=300)
-        assert done.returncode == 0, f"airflow {' '.join(command)}\n{done.stdout}\n{done.stderr}"
+    copy_migrated_metadata(home / "airflow.db")
+    command = ("connections", "add", "synclane_default", "--conn-uri", connection_uri(database_url))
+    done = airflow(*command, env=env, timeout=300)
+    assert done.returncode == 0, f"airflow {' '.join(command)}\n{done.stdout}\n{done.stderr}"
     return env
 
 

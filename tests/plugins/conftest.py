@@ -22,7 +22,7 @@ def operate_schema(database_url: str) -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
-def api_server(database_url: str, operate_schema: str, tmp_path_factory) -> Iterator[ApiServer]:
+def api_server(database_url: str, operate_schema: str, tmp_path_factory, airflow_db) -> Iterator[ApiServer]:
     set_scene(database_url, operate_schema)  # the schema exists before the server first reads it
     server = start_api_server(tmp_path_factory.mktemp("airflow-page"), database_url=database_url, schema=operate_schema)
     try:

@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import json
-import os
-import sqlite3
 import uuid
 from collections.abc import Iterator
-from contextlib import closing
 
 import psycopg
 import pytest
@@ -15,26 +12,10 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
 from synclane_provider.core.schema import create_schema
-from tests.support.airflow_env import METADATA_DB, MIGRATED_COPY, PROVIDER_SCHEMA
+from tests.support.airflow_env import PROVIDER_SCHEMA
 from tests.support.database import drop_schemas
 
 DECLARATION = "tests.support.provider_declaration:synclane"
-
-
-@pytest.fixture(scope="session")
-def airflow_db() -> None:
-    """Airflow's metadata database: copied in by tests/support/airflow_env.py when a migrated copy exists, else migrated now."""
-    if METADATA_DB.exists() and METADATA_DB.stat().st_size > 0:
-        return
-    from airflow.utils.db import initdb
-
-    initdb()
-    MIGRATED_COPY.parent.mkdir(parents=True, exist_ok=True)
-    partial = MIGRATED_COPY.with_suffix(f".{os.getpid()}.partial")
-    # SQLite's backup API, not a file copy: Airflow runs SQLite in WAL mode, so recent pages sit in the -wal file.
-    with closing(sqlite3.connect(METADATA_DB)) as source, closing(sqlite3.connect(partial)) as target:
-        source.backup(target)
-    partial.replace(MIGRATED_COPY)  # whole or not at all, even with runs in parallel
 
 
 @pytest.fixture(scope="session")

@@ -1,6 +1,6 @@
 """A real ``airflow api-server`` with the SyncLane plugin loaded, for the page's browser and auth tests.
 
-Its own ``AIRFLOW_HOME`` and SQLite metadata database, the simple auth manager with two users -- ``admin``
+Its own ``AIRFLOW_HOME`` and SQLite metadata database (a copy of the session's migrated one), the simple auth manager with two users -- ``admin``
 (role admin) and ``viewer`` (role viewer, may read DAGs but not edit them) -- and ``[synclane]`` pointing at
 the operator tests' declaration (``tests/support/operate_declaration.py``) in a schema of the test's own.
 Started in a process group of its own and stopped with SIGINT to the group (then SIGTERM, SIGKILL).
@@ -21,6 +21,7 @@ from pathlib import Path
 
 from synclane_demo.local import airflow_connection
 from synclane_demo.processes import Service, wait_for_http
+from tests.support.airflow_env import copy_migrated_metadata
 from tests.support.real_airflow import clean_environment, free_port
 
 PROJECT = Path(__file__).resolve().parent.parent.parent
@@ -119,9 +120,7 @@ class ApiServer:
 def start_api_server(home: Path, *, database_url: str, schema: str) -> ApiServer:
     port = free_port()
     env = airflow_env(home, database_url=database_url, schema=schema, port=port)
-    migrated = airflow("db", "migrate", env=env, timeout=300)
-    if migrated.returncode != 0:
-        raise RuntimeError(f"airflow db migrate failed:\n{migrated.stdout[-3000:]}\n{migrated.stderr[-3000:]}")
+    copy_migrated_metadata(home / "airflow.db")  # the caller asked for the airflow_db fixture
     service = Service(
         "api-server",
         [str(Path(sys.executable).parent / "airflow"), "api-server", "--port", str(port)],
