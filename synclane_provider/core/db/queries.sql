@@ -637,7 +637,7 @@ inserted AS (
 SELECT request.*, (SELECT count(*) FROM inserted)::int AS made
 FROM request;
 
--- name: paused_owners
+-- name: paused_among
 -- Of the given owners, those paused now, with why: a re-sync is refused for them (their jobs would not run).
 SELECT owner, paused_reason FROM {schema}.owners
 WHERE queue = %(queue)s AND owner = ANY (%(owners)s::text[]) AND paused_at IS NOT NULL

@@ -347,9 +347,9 @@ class Store:
         row = self.session.one("enqueue", **values)
         return Job.from_row(row) if row else None
 
-    def paused_owners(self, queue: str, owners: Sequence[str]) -> dict[str, str | None]:
+    def paused_among(self, queue: str, owners: Sequence[str]) -> dict[str, str | None]:
         """Of ``owners``, those paused now, with the reason given for each pause."""
-        rows = self.session.run("paused_owners", queue=queue, owners=array_literal(owners), prepare=False)
+        rows = self.session.run("paused_among", queue=queue, owners=array_literal(owners), prepare=False)
         return {row["owner"]: row["paused_reason"] for row in rows}
 
     def insert_resync(self, *, queue: str, key: str, rows_json: str, **request: Any) -> ResyncRequest:

@@ -187,7 +187,7 @@ class Operations:
             checked_name("by", by)
         key = checked_name("key", key) if key is not None else uuid.uuid4().hex[:16]
         listed = owners_of(declared) if owners is None else [resolve_owner(declared, owner) for owner in owners]
-        paused = self.store.paused_owners(queue, [owner.id for owner in listed])
+        paused = self.store.paused_among(queue, [owner.id for owner in listed])
         if paused and owners is not None:
             raise DeclarationError(
                 f"owner(s) of queue {queue!r} paused, whose re-sync would not run: "
