@@ -1,8 +1,15 @@
 """SyncLane planning: inserts the jobs every owner of the queue should have, at the declaration's plan interval.
 
 Planning is repeatable (a retried or doubled run inserts nothing more), so the
-DAG needs no catchup and one active run at a time. Set ``[synclane] declaration``
-("package.module:attribute") and ``[synclane] queue`` to plan your own queue.
+DAG needs no catchup and one active run at a time. A run that takes longer than
+the interval delays the next one (``max_active_runs=1``: Airflow starts none
+while one is active), and the next one is the latest interval's alone
+(``catchup=False``): it plans whatever became due meanwhile. Any other planning
+run of the queue that starts meanwhile (another deployment, the CLI) finds the
+queue's planning lock held and returns at once with ``skipped`` set.
+
+Set ``[synclane] declaration`` ("package.module:attribute") and
+``[synclane] queue`` to plan your own queue.
 """
 
 from __future__ import annotations

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from datetime import datetime, timedelta, timezone
 
@@ -11,7 +12,7 @@ import pytest
 from synclane_provider.core import DeclarationError, Operations, Owner, UnknownOwnerError, WorkerSlot
 from synclane_provider.core.errors import OwnerSourceError
 from synclane_provider.core.plan import planner
-from tests.support.helpers import declare, execute, orders, owners, products, race, rows
+from tests.support.helpers import Background, declare, execute, orders, owners, products, race, rows
 
 DAY = timedelta(days=1)
 UTC = timezone.utc
@@ -332,6 +333,34 @@ def test_a_planning_run_that_starts_while_another_runs_does_nothing_and_says_so(
     finally:
         running.store.planning_unlock("shops")
     assert late.plan("shops", now=clock.now + DAY).total > 0
+
+
+def test_a_run_longer_than_its_interval_holds_the_lock_to_its_end_and_lets_go_when_it_fails(ops, clock):
+    inside, go_on = threading.Event(), threading.Event()
+    outcome: list[Exception] = []
+
+    def slow_source(queue):  # a run still reading its owners when the next one starts
+        inside.set()
+        assert go_on.wait(60)
+        if outcome:
+            raise outcome.pop()
+        return ["acme"]
+
+    running, late = ops(orders(), owner_source=slow_source), ops(orders())
+    first = Background(lambda: running.plan("shops", now=clock.now), name="overrunning plan")
+    assert inside.wait(60)
+    assert late.plan("shops", now=clock.now).skipped  # while the first run is still in its owner source
+    go_on.set()
+    assert first.result().total == 3
+    again = late.plan("shops", now=clock.now)
+    assert not again.skipped and again.total == 0  # the lock was let go at the end, and nothing was left
+
+    inside.clear()
+    outcome.append(ValueError("the owner source broke"))
+    with pytest.raises(ValueError, match="the owner source broke"):
+        running.plan("shops", now=clock.now + DAY)
+    after = late.plan("shops", now=clock.now + DAY)
+    assert not after.skipped and after.total > 0  # a run that failed let go of the lock too
 
 
 def test_an_owner_with_its_own_period_is_planned_at_it_beside_owners_at_the_types(ops, admin, schema, clock):

@@ -86,6 +86,9 @@ def task_instances(run) -> list:
 
 
 def test_the_planning_dag_inserts_the_planned_rows_once(dags, provider_schema, admin):
+    # One run at a time, and after one that outlasted its interval only the latest interval runs: Airflow starts
+    # no run while one is active, and without catchup it does not queue the intervals missed meanwhile.
+    assert (dags["synclane_plan"].max_active_runs, dags["synclane_plan"].catchup) == (1, False)
     first = dags["synclane_plan"].test()
     assert first.state == "success"
     inserted = {"orders": 4 * decl.orders_per_owner(), "products": 4}

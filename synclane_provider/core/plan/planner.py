@@ -60,11 +60,11 @@ def plan(
     it from the job it is about to lease: the database then needs no table of lanes, and the index alone
     keeps the lane k wide.
 
-    A run over the whole queue holds the queue's planning lock while it runs. A run that starts while
-    another still runs -- one that took longer than its interval, say -- does nothing and returns at once
-    with ``skipped`` set (the running one plans everything there is to plan; the next run after it catches
-    up on anything later), so runs never pile up on a queue. Planning one owner takes no lock: it is short,
-    and safe beside a whole run.
+    A run over the whole queue holds the queue's planning lock while it runs, and lets go of it when it ends,
+    with an error too (or when its connection does). A run that starts while another still runs -- one that
+    took longer than its interval, say -- does nothing and returns at once with ``skipped`` set (the running
+    one plans everything there is to plan; the next run after it catches up on anything later), so runs never
+    pile up on a queue. Planning one owner takes no lock: it is short, and safe beside a whole run.
     """
     now = utc(now) if now is not None else datetime.now(timezone.utc)
     if owner is not None:
