@@ -8,7 +8,19 @@ from datetime import timedelta
 import psycopg
 import pytest
 
-from synclane_provider.core import Job, Operations, Outcome, Owner, OwnerPaused, Page, WorkerPool, WorkerSlot
+from synclane_provider.core import (
+    DeclarationError,
+    Job,
+    Operations,
+    Outcome,
+    Owner,
+    OwnerPaused,
+    Page,
+    UnknownOwnerError,
+    UnknownQueueError,
+    WorkerPool,
+    WorkerSlot,
+)
 from synclane_provider.core.db.database import Session
 from synclane_provider.core.db.store import Store
 from synclane_provider.core.records import OwnerState
@@ -204,3 +216,67 @@ def test_lane_mates_behind_many_jobs_of_a_paused_owner_run_deferred_ones_too(dat
     assert len(acme) > 32 and {job["status"] for job in acme} == {"pending"}
     assert len(globex) == len(acme) and {job["status"] for job in globex} == {"completed"}
     assert handler.pages("acme") == 0
+
+
+# --- pause and resume as operations ----------------------------------------------------------------------------
+
+
+def test_resume_continues_every_job_from_its_cursor_and_plans_what_the_pause_skipped(
+    database_url, schema, admin, clock
+):
+    """acme is revoked on its third page, stays paused a day (planning every quarter hour meanwhile, nothing for
+    it), is resumed: its jobs finish from their cursors and one recurring window reaches over the pause."""
+    handler = Revoked("acme", after=2)
+    declaration = declare(schema, orders(handler), owner_source=owners("acme", "globex"))
+    database = declaration.database(database_url)
+    with Operations(declaration, database) as ops, WorkerSlot(declaration, database, "shops", clock=clock) as slot:
+        ops.plan("shops", now=clock.now)
+        slot.drain()
+        assert ops.owner("shops", "acme").paused
+        stopped = {job["id"]: job["cursor"] for job in rows(admin, schema, "owner = 'acme' AND status = 'pending'")}
+        assert stopped and set(stopped.values()) - {None} == {"100"}
+        covered = max(job["window_end"] for job in rows(admin, schema, "owner = 'acme'"))
+        for _ in range(96):
+            clock.advance(timedelta(minutes=15))
+            ops.plan("shops", now=clock.now)
+            slot.drain()
+        assert {job["id"] for job in rows(admin, schema, "owner = 'acme'")} == set(stopped)  # nothing new for it
+        assert [o.owner for o in ops.owners("shops", troubled=True)] == ["acme"]
+
+        handler.revoked.clear()
+        handler.calls.clear()
+        state = ops.resume("shops", "acme", now=clock.now)
+        assert not state.paused and not ops.owner("shops", "acme").paused
+        slot.drain()
+
+    acme = rows(admin, schema, "owner = 'acme'")
+    assert {job["status"] for job in acme} == {"completed"}
+    resumed_from = [cursor for owner, cursor in handler.calls if owner == "acme"]
+    assert "100" in resumed_from and resumed_from.count(None) == len(acme) - len(stopped) + sum(
+        1 for cursor in stopped.values() if cursor is None
+    )  # the job revoked mid-way went on from its cursor; the others and the new window from their start
+    [new] = [job for job in acme if job["id"] not in stopped]
+    assert (
+        new["mode"] == "recurring"
+        and new["window_start"] <= covered
+        and new["window_end"] > covered + timedelta(hours=23)
+    )  # one window over the whole pause, from where coverage ended (minus the overlap)
+    assert ops.owners("shops", troubled=True) == []
+
+
+def test_pause_and_resume_refuse_what_cannot_be_paused(database_url, schema, clock):
+    declaration = declare(schema, products(), owner_source=owners("acme"))
+    with Operations(declaration, declaration.database(database_url)) as ops:
+        with pytest.raises(UnknownOwnerError, match="nobody"):
+            ops.pause("shops", "nobody", "gone")
+        with pytest.raises(UnknownQueueError, match="nowhere"):
+            ops.pause("nowhere", "acme", "gone")
+        with pytest.raises(DeclarationError, match="reason"):
+            ops.pause("shops", "acme", "  ")
+        with pytest.raises(DeclarationError, match="by"):
+            ops.pause("shops", "acme", "gone", by="")
+        with pytest.raises(ValueError, match="limit"):
+            ops.owners("shops", limit=0)
+        state = ops.pause("shops", "acme", "account closing", by="ana", now=clock.now)
+        assert (state.paused_at, state.paused_reason, state.paused_by) == (clock.now, "account closing", "ana")
+        assert ops.resume("shops", "never-paused", now=clock.now) == OwnerState("shops", "never-paused")

@@ -5,6 +5,7 @@ those calls; nothing here changes the table by itself.
 
 from __future__ import annotations
 
+import getpass
 import os
 import sys
 from collections.abc import Iterator
@@ -226,6 +227,25 @@ def cancel_command(args: Any) -> None:
     with _operations(args) as operations:
         done = operations.cancel(_queue(operations, args), args.owner, args.reason, type=args.type)
         _print([{"abandoned": done.abandoned, "stopping": done.stopping}], args)
+
+
+def pause_command(args: Any) -> None:
+    with _operations(args) as operations:
+        by = args.by or getpass.getuser()
+        state = operations.pause(_queue(operations, args), args.owner, args.reason, by=by)
+        _print([plain(state)], args)
+
+
+def resume_command(args: Any) -> None:
+    with _operations(args) as operations:
+        _print([plain(operations.resume(_queue(operations, args), args.owner))], args)
+
+
+def owners_command(args: Any) -> None:
+    with _operations(args) as operations:
+        found = operations.owners(_queue(operations, args), troubled=args.troubled, after=args.after, limit=args.limit)
+        more = len(found) == args.limit
+        _print([plain(state) for state in found], args, next_page=found[-1].owner if more else None, hint="--after")
 
 
 def schema_command(args: Any) -> None:

@@ -35,6 +35,9 @@ ARG_OWNER_REQUIRED = Arg(("owner",), help="the owner")
 ARG_TYPE_REQUIRED = Arg(("type",), help="the job type")
 ARG_JOB_ID = Arg(("--job-id",), type=int, help="only this job")
 ARG_REASON = Arg(("--reason",), required=True, help="why (written into each job's error), e.g. 'account disconnected'")
+ARG_PAUSE_REASON = Arg(("--reason",), required=True, help="why the owner is paused, e.g. 'token revoked'")
+ARG_BY = Arg(("--by",), help="who pauses it (default: the user running the command)")
+ARG_OWNERS_TROUBLED = Arg(("--troubled",), action="store_true", help="only owners paused, degraded or failing")
 ARG_WINDOW_START = Arg(("--window-start",), help="the window's start, ISO 8601 with a time zone (windowed types)")
 ARG_WINDOW_END = Arg(("--window-end",), help="the window's end, ISO 8601 with a time zone (windowed types)")
 ARG_KEY = Arg(("--key",), help="the job's key (default: its window, or the time of the enqueue)")
@@ -112,6 +115,28 @@ SYNCLANE_COMMANDS = (
         ARG_TYPE,
     ),
     _command(
+        "pause",
+        "Pause an owner: none of its jobs is taken (a running one stops after its page) until it is resumed",
+        ARG_OWNER_REQUIRED,
+        ARG_PAUSE_REASON,
+        ARG_BY,
+        ARG_QUEUE,
+    ),
+    _command(
+        "resume",
+        "Resume a paused owner: its jobs go on from their cursors, and what the pause skipped is planned",
+        ARG_OWNER_REQUIRED,
+        ARG_QUEUE,
+    ),
+    _command(
+        "owners",
+        "Owners' health and pauses (the owners that have a state of their own)",
+        ARG_QUEUE,
+        ARG_OWNERS_TROUBLED,
+        ARG_AFTER,
+        ARG_LIMIT,
+    ),
+    _command(
         "schema",
         "The jobs table's migrations: print what is pending, apply it, or list each",
         ARG_SCHEMA_ACTION,
@@ -123,6 +148,8 @@ SYNCLANE_COMMANDS = (
 def get_synclane_cli_commands() -> list[GroupCommand]:
     return [
         GroupCommand(
-            name="synclane", help="SyncLane's jobs: look, plan, enqueue, requeue, cancel", subcommands=SYNCLANE_COMMANDS
+            name="synclane",
+            help="SyncLane's jobs: look, plan, enqueue, requeue, cancel, pause and resume owners",
+            subcommands=SYNCLANE_COMMANDS,
         )
     ]

@@ -231,3 +231,17 @@ def test_a_declaration_found_nowhere_is_an_error_naming_every_place_searched(use
     assert done.returncode != 0
     assert "cannot import module 'nowhere_sync' of declaration='nowhere_sync:synclane'" in done.stderr
     assert f"{home / 'dags'} (the DAG folder)" in done.stderr and "site-packages (the Python path)" in done.stderr
+
+
+def test_pause_owners_and_resume_an_owner(scene, env, database_url, cli_schema):
+    [paused] = json.loads(
+        synclane("pause", "globex", "--reason", "token revoked", "--by", "ana", "-o", "json", env=env)
+    )
+    assert (paused["owner"], paused["paused_reason"], paused["paused_by"]) == ("globex", "token revoked", "ana")
+    assert paused["paused_at"]
+    [listed] = json.loads(synclane("owners", "--troubled", "-o", "json", env=env))
+    assert (listed["owner"], listed["health"], listed["paused_reason"]) == ("globex", "healthy", "token revoked")
+    [resumed] = json.loads(synclane("resume", "globex", "-o", "json", env=env))
+    assert (resumed["owner"], resumed["paused_at"], resumed["paused_by"]) == ("globex", None, None)
+    assert "owner" in synclane("owners", "-o", "table", env=env)
+    assert json.loads(synclane("owners", "--troubled", "-o", "json", env=env) or "[]") == []

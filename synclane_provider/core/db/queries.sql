@@ -359,6 +359,24 @@ SELECT owner FROM {schema}.owners WHERE queue = %(queue)s AND paused_at IS NOT N
 WITH {owner_paused}
 SELECT * FROM paused;
 
+-- name: resume_owner
+-- Resume a paused owner: its waiting jobs are taken again from their cursors (nothing else about it changes;
+-- its health stays as its attempts made it). Safe to repeat; no row: the owner has none (it was never paused).
+UPDATE {schema}.owners
+SET paused_at = NULL, paused_reason = NULL, paused_by = NULL,
+    updated_at = coalesce(%(now)s::timestamptz, statement_timestamp())
+WHERE queue = %(queue)s AND owner = %(owner)s
+RETURNING *;
+
+-- name: list_owners
+-- The rows of a queue's owners table, by owner name after %(after)s, at most %(limit)s; with %(troubled)s only
+-- those paused or not healthy.
+SELECT * FROM {schema}.owners
+WHERE queue = %(queue)s AND owner > coalesce(%(after)s::text, '')
+  AND (NOT %(troubled)s OR paused_at IS NOT NULL OR health <> 'healthy')
+ORDER BY owner
+LIMIT %(limit)s;
+
 -- name: pause_owner_and_release
 -- A handler said its owner is to be paused (OwnerPaused): in one statement, the owner is paused and the job
 -- handed back as pending at its cursor, the attempt not counted, fenced on the lease -- as release does, and

@@ -453,6 +453,17 @@ class Store:
         assert row is not None
         return OwnerState.from_row(row)
 
+    def resume_owner(self, queue: str, owner: str, *, now: datetime | None) -> OwnerState:
+        """Resume the owner (nothing happens to one not paused); returns its state as left."""
+        row = self.session.one("resume_owner", queue=queue, owner=owner, now=now)
+        return OwnerState.from_row(row) if row else OwnerState(queue, owner)
+
+    def list_owners(self, queue: str, *, after: str | None, troubled: bool, limit: int) -> list[OwnerState]:
+        """The queue's rows of the owners table by name, ``limit`` after ``after``; only paused or unhealthy ones
+        with ``troubled``."""
+        rows = self.session.run("list_owners", queue=queue, after=after, troubled=troubled, limit=limit)
+        return [OwnerState.from_row(row) for row in rows]
+
     def upsert_owner(self, state: OwnerState, *, now: datetime | None = None) -> OwnerState:
         """Write the owner's whole state (its row made when missing), ``updated_at`` stamped now; returns the row."""
         row = self.session.one(

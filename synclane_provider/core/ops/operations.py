@@ -24,7 +24,7 @@ from synclane_provider.core.plan.planner import PlanSummary
 from synclane_provider.core.plan.resync import MAX_JOBS, checked_range, resync_key, resync_priority, resync_windows
 from synclane_provider.core.plan.retention import Pruned
 from synclane_provider.core.plan.rule import instant_key, instant_text
-from synclane_provider.core.records import Activity, Cancelled, Job, Progress, ResyncRequest
+from synclane_provider.core.records import Activity, Cancelled, Job, OwnerState, Progress, ResyncRequest
 from synclane_provider.core.run.outcomes import CANCELLED, storable_text
 from synclane_provider.core.states import JobMode, JobStatus
 
@@ -275,6 +275,55 @@ class Operations:
         if type is not None:
             declared.job_type(type)
         return self.store.cancel(queue, owner, type=type, error=storable_text(f"{CANCELLED}{reason}"), now=self.at(now))
+
+    def pause(
+        self, queue: str, owner: str, reason: str, *, by: str = "operator", now: datetime | None = None
+    ) -> OwnerState:
+        """Pause an owner the owner source lists: none of its jobs is taken -- not one more page is requested for
+        it -- and the planner gives it no new jobs until :meth:`resume`; a job of it running now is handed back at
+        its cursor after its page in flight. Its lane-mates run on. ``by`` says who paused it (a handler that
+        raises :class:`~synclane_provider.core.errors.OwnerPaused` pauses its owner ``by='handler'``). A pause
+        already in place is kept as it was. Returns the owner's state.
+
+        Refused with the bad value named: an unknown queue, an owner the source does not list, an empty reason.
+        """
+        declared = self.synclane.queue(queue)
+        listed = resolve_owner(declared, owner)
+        state = self.store.pause_owner(
+            queue, listed.id, reason=checked_name("reason", reason), by=checked_name("by", by), now=self.at(now)
+        )
+        log.warning("queue %s: owner %s paused by %s: %s", queue, listed.id, state.paused_by, state.paused_reason)
+        return state
+
+    def resume(self, queue: str, owner: str, *, now: datetime | None = None) -> OwnerState:
+        """Resume a paused owner: every job of it continues from its cursor, and it is planned at once, so that what
+        the pause skipped is planned now (from where its coverage ends: one recurring window reaching over the
+        pause). Resuming an owner that is not paused changes nothing. Returns the owner's state."""
+        declared = self.synclane.queue(queue)
+        checked_name("owner", owner)
+        state = self.store.resume_owner(queue, owner, now=self.at(now))
+        if owner in {listed.id for listed in owners_of(declared)}:
+            self.plan(queue, owner=owner, now=now)
+        self.store.notify(queue)
+        log.info("queue %s: owner %s resumed", queue, owner)
+        return state
+
+    def owner(self, queue: str, owner: str) -> OwnerState:
+        """The owner's state: health, consecutive failures, pause (a healthy owner that is not paused when it has
+        no row)."""
+        self.synclane.queue(queue)
+        return self.store.owner(queue, checked_name("owner", owner))
+
+    def owners(
+        self, queue: str, *, troubled: bool = False, after: str | None = None, limit: int = 500
+    ) -> list[OwnerState]:
+        """The queue's owners that have a state of their own (any owner something has happened to), by name,
+        ``limit`` at a time after ``after``; only those paused or not healthy with ``troubled``. An owner not
+        listed is healthy and not paused."""
+        self.synclane.queue(queue)
+        if not whole(limit, 1, MAX_LIST):
+            raise ValueError(f"limit must be an integer from 1 to {MAX_LIST}, got {limit!r}")
+        return self.store.list_owners(queue, after=after, troubled=bool(troubled), limit=limit)
 
     def release(self, queue: str, job_id: int, *, now: datetime | None = None) -> bool:
         """Hand a running job back now: pending at its cursor, due at once, the attempt not counted.
