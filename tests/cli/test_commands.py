@@ -8,6 +8,7 @@ table holds the operator tests' scene (``tests/support/operate_scene.py``).
 from __future__ import annotations
 
 import json
+import subprocess
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -124,21 +125,30 @@ def test_progress_shows_every_owner_and_one_owner_alone(listings):
     )
 
 
+def at_once(*calls: tuple[str, ...], env: dict[str, str]) -> list[subprocess.CompletedProcess[str]]:
+    """Commands that only read, each its own ``airflow`` process, run side by side (each start takes seconds)."""
+    with ThreadPoolExecutor(len(calls)) as pool:
+        return list(pool.map(lambda call: airflow(*call, env=env), calls))
+
+
 def test_jobs_filter_and_say_where_the_next_page_starts(scene, env, database_url, cli_schema):
-    [abandoned] = json.loads(synclane("jobs", "--status", "abandoned", "-o", "json", env=env))
-    assert (abandoned["id"], abandoned["cursor"], abandoned["error"]) == (str(scene["abandoned"]), "50", BROKEN)
-    done = airflow("synclane", "jobs", "--owner", "globex", "--limit", "1", env=env)
     with psycopg.connect(database_url) as conn:
         newest = conn.execute(
             sql.SQL("SELECT max(id) FROM {}.jobs WHERE owner = 'globex'").format(sql.Identifier(cli_schema))
         ).fetchone()[0]
+    by_status, done, as_json, before = at_once(
+        ("synclane", "jobs", "--status", "abandoned", "-o", "json"),
+        ("synclane", "jobs", "--owner", "globex", "--limit", "1"),
+        ("synclane", "jobs", "--owner", "globex", "--limit", "1", "-o", "json"),
+        ("synclane", "jobs", "--owner", "globex", "--limit", "1", "--before", str(newest), "-o", "json"),
+        env=env,
+    )
+    [abandoned] = json.loads(by_status.stdout)
+    assert (abandoned["id"], abandoned["cursor"], abandoned["error"]) == (str(scene["abandoned"]), "50", BROKEN)
     assert done.returncode == 0 and f"more: --before {newest}" in done.stderr
-    as_json = airflow("synclane", "jobs", "--owner", "globex", "--limit", "1", "-o", "json", env=env)
     assert json.loads(as_json.stdout)[0]["id"] == str(newest)  # the hint stays off stdout, which is the JSON
     assert f"more: --before {newest}" in as_json.stderr
-    [second] = json.loads(
-        synclane("jobs", "--owner", "globex", "--limit", "1", "--before", str(newest), "-o", "json", env=env)
-    )
+    [second] = json.loads(before.stdout)
     assert int(second["id"]) < newest
 
 
@@ -168,33 +178,30 @@ def test_requeue_cancel_enqueue_and_plan_change_the_table(scene, env, database_u
 
 
 def test_schema_reports_applies_and_prints_the_migrations(scene, env):
-    assert "as this SyncLane needs" in synclane("schema", "status", env=env)
-    assert "0008_freshness_index" in synclane("schema", "status", env=env)
+    status = synclane("schema", "status", env=env)
+    assert "as this SyncLane needs" in status and "0008_freshness_index" in status
     assert "applied" not in synclane("schema", "apply", env=env).replace("already", "")
     assert synclane("schema", "sql", env=env).strip().startswith("--")
 
 
 def test_the_declaration_and_connection_can_be_named_on_the_command_line(scene, env, database_url):
-    done = airflow("synclane", "queues", "--declaration", "nowhere.at_all:synclane", env=env)
-    assert done.returncode != 0 and "cannot import module 'nowhere.at_all'" in done.stderr
     unconfigured = {k: v for k, v in env.items() if k != "AIRFLOW__SYNCLANE__DECLARATION"}
-    done = airflow("synclane", "queues", env=unconfigured)
-    assert done.returncode != 0 and "[synclane] declaration" in done.stderr
     other = {**unconfigured, "AIRFLOW_CONN_REPORTING_DB": airflow_connection(database_url)}
-    rows = json.loads(
-        synclane(
-            "queues",
-            "--declaration",
-            "tests.support.operate_declaration:synclane",
-            "--conn-id",
-            "reporting_db",
-            "-o",
-            "json",
-            env=other,
+    named = ("--declaration", "tests.support.operate_declaration:synclane", "--conn-id", "reporting_db", "-o", "json")
+    with ThreadPoolExecutor(4) as pool:
+        nowhere, not_configured, elsewhere, done = pool.map(
+            lambda call: airflow("synclane", "queues", *call[0], env=call[1]),
+            [
+                (("--declaration", "nowhere.at_all:synclane"), env),
+                ((), unconfigured),
+                (named, other),
+                (("--conn-id", "no_such_connection"), env),
+            ],
         )
-    )
-    assert rows[0]["abandoned"] == "1"
-    done = airflow("synclane", "queues", "--conn-id", "no_such_connection", env=env)
+    assert nowhere.returncode != 0 and "cannot import module 'nowhere.at_all'" in nowhere.stderr
+    assert not_configured.returncode != 0 and "[synclane] declaration" in not_configured.stderr
+    assert elsewhere.returncode == 0, elsewhere.stderr
+    assert json.loads(elsewhere.stdout)[0]["abandoned"] == "1"
     assert done.returncode != 0 and done.stderr.strip().splitlines()[-1] == (
         "synclane: The conn_id `no_such_connection` isn't defined in the environment, the metadata database or a "
         "secrets backend (--conn-id)"
