@@ -123,8 +123,9 @@ class Destination:
         self._connect = connect
         self._name = sql.Identifier(*parts)
         self._stage = sql.Identifier(f"synclane_land_{'_'.join(parts)}"[:63])
-        self._table_columns: frozenset[str] | None = None
-        self._statements: dict[tuple[str, ...], tuple[sql.Composed, sql.Composed]] = {}
+        self._table_columns: dict[str, int] | None = None
+        """The table's columns and their types' OIDs, read at the first page."""
+        self._statements: dict[tuple[str, ...], tuple[sql.Composed, sql.Composed, list[int] | None]] = {}
         self._staged: weakref.WeakKeyDictionary[psycopg.Connection[Any], bool] = weakref.WeakKeyDictionary()
         self._lock = threading.Lock()
         self._local = threading.local()
@@ -170,13 +171,15 @@ class Destination:
             return LandCounts(stale=superseded)
         columns = tuple(page[0])
         self._check(conn, columns)
-        copy_page, land_page = self._statements_for(columns)
+        copy_page, land_page, types = self._statements_for(conn, columns)
         if conn not in self._staged or not conn.autocommit:  # a page transaction may be rolled back with it
             conn.execute(sql.SQL(_texts()["create_stage"]).format(stage=self._stage, table=self._name))
         self._staged[conn] = True
         try:
             with conn.cursor(row_factory=tuple_row) as cur:
                 with cur.copy(copy_page) as copy:
+                    if types is not None:
+                        copy.set_types(types)
                     for row in page:
                         copy.write_row(tuple(row.values()))
                 counted = cur.execute(land_page).fetchone()
@@ -245,7 +248,8 @@ class Destination:
                 found = cur.execute(query).fetchone()
             if found is None:
                 raise LandingError(f"table {self.table} does not exist")
-            table_columns, unique_keys = frozenset(found[0]), {frozenset(k.split(",")) for k in found[1]}
+            table_columns = dict(zip(found[0], found[1], strict=True))
+            unique_keys = {frozenset(k.split(",")) for k in found[2]}
             named = [*self.key, *filter(None, (self.version, self.owner))]
             missing = [name for name in named if name not in table_columns]
             if missing:
@@ -260,19 +264,35 @@ class Destination:
         if unknown:
             raise LandingError(f"table {self.table} has no column {', '.join(map(repr, unknown))} (named by a row)")
 
-    def _statements_for(self, columns: tuple[str, ...]) -> tuple[sql.Composed, sql.Composed]:
-        """``copy_page`` and ``land_page`` for a page of these columns, composed once."""
+    def _statements_for(
+        self, conn: psycopg.Connection[Any], columns: tuple[str, ...]
+    ) -> tuple[sql.Composed, sql.Composed, list[int] | None]:
+        """``copy_page`` and ``land_page`` for a page of these columns, composed once; and the columns' types when
+        the page is copied in binary."""
         made = self._statements.get(columns)
         if made is not None:
             return made
+        assert self._table_columns is not None
+        types: list[int] | None = [self._table_columns[c] for c in columns]
+        if any(conn.adapters.types.get(oid) is None for oid in types or ()):
+            types = None  # a type psycopg has no binary dumper for (an enum, a domain): copied as text
         content = [c for c in columns if c not in self.key]
         guard: list[sql.Composable] = []
         if self.version is not None:
             version = sql.Identifier(self.version)
             guard.append(sql.SQL("(target.{0} IS NULL OR target.{0} <= excluded.{0})").format(version))
-            older: sql.Composable = sql.SQL("target.{0} > page.{0}").format(version)
+            stale: sql.Composable = sql.SQL(
+                "SELECT count(*) FROM {stage} AS page WHERE (SELECT target.{version} FROM {table} AS target WHERE {match}) > page.{version}"
+            ).format(
+                stage=self._stage,
+                table=self._name,
+                version=version,
+                match=sql.SQL(" AND ").join(
+                    sql.SQL("target.{0} = page.{0}").format(sql.Identifier(k)) for k in self.key
+                ),
+            )
         else:
-            older = sql.SQL("false")
+            stale = sql.SQL("0")
         if self.compare and content:
             guard.append(
                 sql.SQL("ROW({}) IS DISTINCT FROM ROW({})").format(
@@ -289,8 +309,11 @@ class Destination:
             on_conflict = sql.SQL("DO NOTHING")
         names = dict(stage=self._stage, table=self._name, columns=_column_list(columns), key=_column_list(self.key))
         made = (
-            sql.SQL(_texts()["copy_page"]).format(**names),
-            sql.SQL(_texts()["land_page"]).format(**names, on_conflict=on_conflict, older=older),
+            sql.SQL(_texts()["copy_page"]).format(
+                **names, binary=sql.SQL(" (FORMAT BINARY)" if types is not None else "")
+            ),
+            sql.SQL(_texts()["land_page"]).format(**names, on_conflict=on_conflict, stale=stale),
+            types,
         )
         self._statements[columns] = made
         return made

@@ -4,11 +4,14 @@
 -- name); values are always parameters or COPY data. Placeholders in braces are those composables.
 
 -- name: unique_indexes
--- The table's columns, and the column sets of its unique indexes that ON CONFLICT can infer (valid, whole
--- table, plain columns). Read once per destination, at its first page.
+-- The table's columns and their types, and the column sets of its unique indexes that ON CONFLICT can infer
+-- (valid, whole table, plain columns). Read once per destination, at its first page.
 SELECT (SELECT array_agg(a.attname::text ORDER BY a.attnum)
         FROM pg_attribute AS a
         WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped) AS columns,
+       (SELECT array_agg(a.atttypid::int8 ORDER BY a.attnum)
+        FROM pg_attribute AS a
+        WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped) AS types,
        (SELECT coalesce(array_agg(array_to_string(ARRAY(
                    SELECT a.attname::text FROM unnest(i.indkey) AS k(n)
                    JOIN pg_attribute AS a ON a.attrelid = c.oid AND a.attnum = k.n
@@ -25,16 +28,19 @@ WHERE c.oid = to_regclass({table_name});
 CREATE TEMPORARY TABLE IF NOT EXISTS {stage} ON COMMIT DELETE ROWS AS SELECT * FROM {table} WITH NO DATA;
 
 -- name: copy_page
--- The page's rows into the staging table (COPY: one round trip whatever the page's size).
-COPY {stage} ({columns}) FROM STDIN;
+-- The page's rows into the staging table (COPY: one round trip whatever the page's size), in binary when
+-- every column's type has a binary dumper.
+COPY {stage} ({columns}) FROM STDIN{binary};
 
 -- name: land_page
 -- The staged page into the table, in one statement. A new key is inserted; an existing row is rewritten
 -- only when the guard allows it: not older than the stored row by the version column, and (when content is
 -- compared) different from it. A row the guard refuses writes no tuple at all (no dead row, no trigger, nothing
 -- for replicas). Every part of the statement sees the table as it was before it, so the stale count (staged
--- rows older than the stored ones) is taken from the rows as they stood. Safe to repeat: a page landed twice
--- finds its rows stored and, when content is compared, writes nothing the second time.
+-- rows older than the stored ones) is taken from the rows as they stood: {stale} probes the key's index once
+-- per staged row (a join would be planned as a hash of the whole table, the staging table having no
+-- statistics). Safe to repeat: a page landed twice finds its rows stored and, when content is compared,
+-- writes nothing the second time.
 WITH written AS (
     INSERT INTO {table} AS target ({columns})
     SELECT {columns} FROM {stage}
@@ -43,5 +49,5 @@ WITH written AS (
 )
 SELECT count(*) FILTER (WHERE written.inserted)::int AS inserted,
        count(*) FILTER (WHERE NOT written.inserted)::int AS updated,
-       (SELECT count(*) FROM {stage} AS page JOIN {table} AS target USING ({key}) WHERE {older})::int AS stale
+       ({stale})::int AS stale
 FROM written;
