@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from datetime import timedelta
 
 import psycopg.errors
@@ -18,6 +20,16 @@ from tests.support.lane_race import lane_race, max_concurrency
 HARSH = {"waves": 20, "page_seconds": 0.02}
 """Twenty moments when every worker asks at once, and pages long enough that a slot taken twice is seen running
 beside the lane's other slot: without the index the race then shows every time (measured: 3-5 at once)."""
+
+
+@contextmanager
+def operations_and_slots(declaration: SyncLane, database_url: str, clock, count: int) -> Iterator[tuple]:
+    """Operations and ``count`` worker slots of the queue shops on one database, all closed afterwards."""
+    database = declaration.database(database_url)
+    with ExitStack() as stack:
+        ops = stack.enter_context(Operations(declaration, database, clock=clock))
+        slots = [stack.enter_context(WorkerSlot(declaration, database, "shops", clock=clock)) for _ in range(count)]
+        yield ops, slots
 
 
 def test_the_concurrency_count_sees_touching_intervals_as_apart():
@@ -64,13 +76,7 @@ def test_a_width_k_lane_lets_k_workers_in_and_the_next_one_waits_for_a_free_slot
         orders(horizon=timedelta(days=120), slice=timedelta(days=30)),
         owner_source=owners(Owner("acme-us", "acme", lane_width=2), Owner("acme-eu", "acme", lane_width=2)),
     )
-    database = declaration.database(database_url)
-    with (
-        Operations(declaration, database, clock=clock) as ops,
-        WorkerSlot(declaration, database, "shops", clock=clock) as first,
-        WorkerSlot(declaration, database, "shops", clock=clock) as second,
-        WorkerSlot(declaration, database, "shops", clock=clock) as third,
-    ):
+    with operations_and_slots(declaration, database_url, clock, 3) as (ops, (first, second, third)):
         ops.plan("shops")
         assert {r["lane_width"] for r in rows(admin, schema)} == {2}
         a, b = first.take(), second.take()
@@ -92,13 +98,7 @@ def test_lowering_the_width_applies_to_waiting_jobs_at_the_next_plan_and_running
         orders(horizon=timedelta(days=120), slice=timedelta(days=30)),
         owner_source=lambda queue: [Owner("acme", lane_width=width["acme"])],
     )
-    database = declaration.database(database_url)
-    with (
-        Operations(declaration, database, clock=clock) as ops,
-        WorkerSlot(declaration, database, "shops", clock=clock) as first,
-        WorkerSlot(declaration, database, "shops", clock=clock) as second,
-        WorkerSlot(declaration, database, "shops", clock=clock) as third,
-    ):
+    with operations_and_slots(declaration, database_url, clock, 3) as (ops, (first, second, third)):
         ops.plan("shops", now=clock.now)
         held = [first.take(), second.take(), third.take()]
         assert [job.lane_slot for job in held] == [0, 1, 2]
@@ -191,14 +191,7 @@ def test_the_lane_walk_gives_a_wide_lanes_free_slot_and_hands_a_finished_lane_to
 
 def test_a_takeover_in_a_wide_lane_keeps_the_dead_workers_slot(schema, database_url, admin, clock):
     declaration = declare(schema, products(), owner_source=owners(Owner("acme", lane_width=2)))
-    database = declaration.database(database_url)
-    with (
-        Operations(declaration, database, clock=clock) as ops,
-        WorkerSlot(declaration, database, "shops", clock=clock) as alive,
-        WorkerSlot(declaration, database, "shops", clock=clock) as dead,
-        WorkerSlot(declaration, database, "shops", clock=clock) as taker,
-        WorkerSlot(declaration, database, "shops", clock=clock) as idle,
-    ):
+    with operations_and_slots(declaration, database_url, clock, 4) as (ops, (alive, dead, taker, idle)):
         for n in range(3):
             ops.enqueue("shops", "acme", "products", key=f"acme-{n}")
         kept, lost = alive.take(), dead.take()
