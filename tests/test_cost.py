@@ -2,7 +2,8 @@
 
 A busy pool of slots running one-page jobs is watched over a stretch of steady work (after every slot has
 connected and taken its first job): the statements its sessions sent (``Database.traffic``), the connections
-they opened, the times an idle slot woke and the threads started, each per job finished in that stretch.
+they opened, the results whose column names they read, the times an idle slot woke and the threads started,
+each per job finished in that stretch.
 """
 
 from __future__ import annotations
@@ -126,13 +127,14 @@ def watch_a_busy_pool(
 
 def test_a_one_page_job_costs_one_finish_and_take_and_nothing_else(schema, database_url, due_jobs):
     """Many lanes, few slots: every slot is always busy, and each job is one statement, sent on a connection
-    opened once, by a slot that never waits, on threads started once."""
+    opened once (its result's column names read once), by a slot that never waits, on threads started once."""
     due_jobs(jobs=3000, lanes=200)
     stretch = watch_a_busy_pool(schema, database_url, slots=4, jobs=1000)
 
     assert stretch.per_job(stretch.traffic.statements["finish_and_take"]) <= 1.01
     assert stretch.other_statements == {}
     assert stretch.traffic.connections == 0
+    assert stretch.traffic.described == 0
     assert stretch.per_job(stretch.idle_waits) <= 0.01
     assert stretch.threads == 0
 
@@ -155,3 +157,17 @@ def test_slots_with_no_free_lane_sleep_on_their_connections_instead_of_polling(s
     assert takes <= stretch.jobs + stretch.idle_waits + idle_slots + 0.05 * stretch.jobs, stretch
     assert stretch.per_job(stretch.traffic.connections) * 1000 == 0
     assert stretch.threads == 0
+
+
+def test_a_statement_s_column_names_are_read_once_per_connection(schema, database_url):
+    """Rows come back as dicts keyed by the statement's columns, the names read from the first result only,
+    and read again on a new connection (whose prepared statement may return other columns)."""
+    declaration = declare(schema, products())
+    with declaration.database(database_url) as database, database.session() as session:
+        before = database.traffic.snapshot()
+        first, second = session.run("connection_room"), session.run("connection_room")
+        assert sorted(first[0]) == sorted(second[0]) == ["role_room", "server_room"]
+        assert (database.traffic - before).described == 1
+        session.close()
+        assert sorted(session.run("connection_room")[0]) == ["role_room", "server_room"]
+        assert (database.traffic - before).described == 2

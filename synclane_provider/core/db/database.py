@@ -19,14 +19,14 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import timedelta
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
-from psycopg.rows import dict_row
+from psycopg.rows import dict_row, tuple_row
 
-from synclane_provider.core.db.queries import statement
+from synclane_provider.core.db.queries import Statement, statement
 from synclane_provider.core.db.schema_versions import Migration, ensure_schema
 from synclane_provider.core.db.transient import Backoff, describe, passes
 from synclane_provider.core.errors import DatabaseUnavailableError
@@ -42,7 +42,8 @@ ConnectionFactory = Callable[[], "psycopg.Connection[Any]"]
 
 
 class Traffic:
-    """What the sessions of one :class:`Database` sent: statements by name, and connections opened.
+    """What the sessions of one :class:`Database` sent: statements by name, connections opened, and the results
+    whose column names were read.
 
     Counted, never timed, so that a test can hold the engine to a cost per job that does not depend on the
     machine (tests/test_cost.py): a statement more per job, or a connection reopened per idle wait, shows as a
@@ -55,6 +56,8 @@ class Traffic:
         """Statements sent, by name (``queries.sql``'s names; a connection's own settings as ``connect:set``)."""
         self.connections = 0
         """Connections opened."""
+        self.described = 0
+        """Results whose column names were read (once per statement and connection, see ``Session._columns``)."""
 
     def sent(self, name: str) -> None:
         with self._lock:
@@ -65,21 +68,29 @@ class Traffic:
             self.connections += 1
             self.statements["connect:set"] += settings
 
+    def read_columns(self) -> None:
+        with self._lock:
+            self.described += 1
+
     def snapshot(self) -> "Traffic":
         copy = Traffic()
         with self._lock:
             copy.statements = Counter(self.statements)
             copy.connections = self.connections
+            copy.described = self.described
         return copy
 
     def __sub__(self, earlier: "Traffic") -> "Traffic":
         later, difference = self.snapshot(), Traffic()
         difference.statements = later.statements - earlier.statements
         difference.connections = later.connections - earlier.connections
+        difference.described = later.described - earlier.described
         return difference
 
     def __repr__(self) -> str:
-        return f"Traffic(connections={self.connections}, statements={dict(self.statements)})"
+        return (
+            f"Traffic(connections={self.connections}, statements={dict(self.statements)}, described={self.described})"
+        )
 
     @property
     def total(self) -> int:
@@ -220,6 +231,8 @@ class Session:
         would set up its adapters and row maker each time)."""
         self._pinned = False
         """On one connection that is never replaced (see :meth:`pinned`)."""
+        self._names: dict[bytes, list[str]] = {}
+        """Column names of each statement's result on the current connection (see :meth:`_columns`)."""
         self._lock = threading.RLock()
         self.reconnects = 0
         self.resent = 0
@@ -242,10 +255,28 @@ class Session:
 
         def work(conn: psycopg.Connection[Any]) -> list[dict[str, Any]]:
             traffic.sent(name)
-            cursor = self._cursor if self._cursor is not None and self._cursor.connection is conn else conn.cursor()
-            return cast(list[dict[str, Any]], cursor.execute(query.text, arguments, prepare=prepare).fetchall())
+            cursor = self._cursor
+            if cursor is None or cursor.connection is not conn:
+                cursor = conn.cursor(row_factory=tuple_row)
+            rows = cursor.execute(query.text, arguments, prepare=prepare).fetchall()
+            return [dict(zip(self._columns(query, cursor), row, strict=True)) for row in rows] if rows else []
 
         return self._with_connection(name, work)
+
+    def _columns(self, query: Statement, cursor: psycopg.Cursor[Any]) -> list[str]:
+        """The names of the columns ``query`` returned, read from the result once per statement and connection.
+
+        A worker sends the same few statements thousands of times, and a job's row has thirty columns: decoding
+        their names from every result (what psycopg's ``dict_row`` does) cost more than building the rows.
+        Prepared once per connection, a statement returns the same columns every time; the count is checked.
+        """
+        result = cursor.pgresult
+        assert result is not None
+        names = self._names.get(query.text)
+        if names is None or len(names) != result.nfields:
+            names = self._names[query.text] = [column.name for column in cursor.description or ()]
+            self.database.traffic.read_columns()
+        return names
 
     def _with_connection(self, label: str, work: Callable[[psycopg.Connection[Any]], T]) -> T:
         """Do ``work`` on this session's connection; when the connection breaks, back off, reconnect, repeat."""
@@ -303,7 +334,7 @@ class Session:
         """A session on ``conn`` alone, inside whatever transaction it has open: a statement that fails is
         raised at once, never sent again on another connection (what the transaction held would be lost)."""
         session = cls(database, give_up_after=timedelta(0))
-        session._conn, session._cursor, session._pinned = conn, conn.cursor(), True
+        session._conn, session._cursor, session._pinned = conn, conn.cursor(row_factory=tuple_row), True
         return session
 
     def _connection(self) -> psycopg.Connection[Any]:
@@ -320,7 +351,7 @@ class Session:
                 conn.close()
                 raise
             self.database.traffic.opened(settings=1 + len(self.settings))  # SET TIME ZONE, then the session's
-            self._conn, self._cursor = conn, conn.cursor()
+            self._conn, self._cursor, self._names = conn, conn.cursor(row_factory=tuple_row), {}
         return self._conn
 
     def _discard(self) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -179,7 +179,7 @@ class Store:
         if row["finished"]:
             status = JobStatus(row["finished_status"])
             delay = finish.delay if status is finish.status else timedelta(0)
-            written = replace(finish, status=status, error=row["finished_error"], delay=delay)
+            written = Finish(finish.job_id, status, finish.processed_count, row["finished_error"], delay)
         return FinishAndTake(finished=row["finished"], taken=taken, written=written)
 
     def save_page(

@@ -28,10 +28,10 @@ class OwnerLanding:
     def add(self, job: Job, records: int) -> None:
         self.jobs += 1
         self.records += records
-        if job.window_start is not None:
-            self.window_start = min(filter(None, (self.window_start, job.window_start)))
-        if job.window_end is not None:
-            self.window_end = max(filter(None, (self.window_end, job.window_end)))
+        if job.window_start is not None and (self.window_start is None or job.window_start < self.window_start):
+            self.window_start = job.window_start
+        if job.window_end is not None and (self.window_end is None or job.window_end > self.window_end):
+            self.window_end = job.window_end
 
     def merge(self, other: "OwnerLanding") -> None:
         self.jobs += other.jobs
@@ -66,7 +66,13 @@ class Landed:
     by_type: dict[str, dict[str, OwnerLanding]] = field(default_factory=dict)
 
     def add(self, job: Job, records: int) -> None:
-        self.by_type.setdefault(job.type, {}).setdefault(job.owner, OwnerLanding()).add(job, records)
+        owners = self.by_type.get(job.type)
+        if owners is None:
+            owners = self.by_type[job.type] = {}
+        landing = owners.get(job.owner)
+        if landing is None:
+            landing = owners[job.owner] = OwnerLanding()
+        landing.add(job, records)
 
     def merge(self, other: "Landed") -> None:
         for type_name, owners in other.by_type.items():

@@ -5,8 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from datetime import datetime, timedelta
 
 from synclane_provider.core.db.store import Store
@@ -52,21 +51,27 @@ class LeaseKeeper:
         self._closed = threading.Event()
         self._thread: threading.Thread | None = None
 
-    @contextmanager
-    def watch(self, job_id: int) -> Iterator["LeaseKeeper"]:
-        """Keep ``job_id``'s lease alive for the duration of the block (the job was just leased)."""
+    def watch(self, job_id: int) -> "LeaseKeeper":
+        """Keep ``job_id``'s lease alive until the ``with`` block this is used in ends (the job was just leased).
+
+        The keeper is its own context manager rather than a generator's: a worker enters one per job.
+        """
         with self._lock:
             self._job_id = job_id
             self._generation += 1
             self._renewed_at = time.monotonic()
             self._taken_over = False
         self._start()
-        try:
-            yield self
-        finally:
-            with self._lock:
-                self._job_id = None
-                self._generation += 1
+        return self
+
+    def __enter__(self) -> "LeaseKeeper":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        """The job is no longer this worker's to keep: stop renewing it."""
+        with self._lock:
+            self._job_id = None
+            self._generation += 1
 
     @property
     def lost(self) -> bool:

@@ -178,7 +178,10 @@ class JobRunner:
         return result
 
     def _on_turn(self, handler: Callable[[Job], object], turn: Turn) -> Callable[[Job], object]:
-        """The handler, run on the page thread once the page is sure to go on its turn (see LaneGate.keep_turn)."""
+        """The handler, run on the page thread once the page is sure to go on its turn (see LaneGate.keep_turn);
+        a lane without a rate has no turn to keep."""
+        if turn.rate is None:
+            return handler
 
         def page(job: Job) -> object:
             self._waited += self._gate.keep_turn(job, turn)
