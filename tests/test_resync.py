@@ -162,3 +162,38 @@ def test_a_queue_without_owners_to_re_sync_is_refused(schema, database_url):
     with Operations(declaration, declaration.database(database_url)) as empty:
         with pytest.raises(DeclarationError, match="lists none not paused"):
             empty.resync("shops", "orders", MARCH, APRIL, reason="r")
+
+
+def test_requests_are_listed_with_their_progress_cancelled_whole_and_their_failures_requeued(
+    declaration, database_url, ops, admin, schema, clock
+):
+    first = ops.resync(
+        "shops", "orders", MARCH, APRIL, owners=["acme"], reason="totals", key="k1", by="ana", now=clock.now
+    )
+    second = ops.resync("shops", "orders", MARCH, APRIL, owners=["globex"], reason="again", key="k2", now=clock.now)
+    with WorkerSlot(declaration, declaration.database(database_url), "shops", clock=clock) as slot:
+        slot.run_one(then_continue=False)  # acme's newest window: acme and globex are in separate lanes
+    execute(admin, schema, "UPDATE {jobs} SET status = 'failed', error = 'boom' WHERE request_key = 'k1' AND id = 2")
+
+    listed = {p.request.key: p for p in ops.resyncs("shops")}
+    assert set(listed) == {first.key, second.key}
+    one = listed["k1"]
+    assert (one.total, one.done, one.pending, one.stopped, one.request.requested_by, one.request.reason) == (
+        4,
+        1,
+        2,
+        1,
+        "ana",
+        "totals",
+    )
+    assert ops.requeue_resync("shops", "k1", now=clock.now) == 1
+    assert ops.resyncs("shops", key="k1")[0].stopped == 0
+
+    cancelled = ops.cancel_resync("shops", "k1", by="bob", now=clock.now)
+    assert (cancelled.abandoned, cancelled.stopping) == (3, 0)
+    after = ops.resyncs("shops", key="k1")[0]
+    assert (after.done, after.stopped, after.request.cancelled_by, after.finished) == (1, 3, "bob", True)
+    assert ops.requeue_resync("shops", "k1") == 0  # a cancelled request stays cancelled
+    assert ops.resyncs("shops", key="k2")[0].pending == 4  # the other request untouched
+    with pytest.raises(DeclarationError, match="no re-sync request 'nope'"):
+        ops.cancel_resync("shops", "nope")

@@ -10,12 +10,13 @@ import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any
 
 from synclane_provider.configured import conn_id, declaration_path, open_operations
 from synclane_provider.core import DeclarationError, Operations, SyncLaneError
 from synclane_provider.core.ops.monitor import Monitor, plain
+from synclane_provider.core.records import ResyncProgress
 
 
 def _connections_as_airflow_commands_find_them() -> None:
@@ -246,6 +247,64 @@ def owners_command(args: Any) -> None:
         found = operations.owners(_queue(operations, args), troubled=args.troubled, after=args.after, limit=args.limit)
         more = len(found) == args.limit
         _print([plain(state) for state in found], args, next_page=found[-1].owner if more else None, hint="--after")
+
+
+def _day_or_instant(text: str, name: str) -> datetime:
+    """``2026-03-01`` as midnight UTC of that day; anything else as :func:`_instant` reads it."""
+    if len(text) == 10:
+        try:
+            return datetime.fromisoformat(text).replace(tzinfo=timezone.utc)
+        except ValueError:
+            pass
+    instant = _instant(text, name)
+    assert instant is not None
+    return instant
+
+
+def _resync_row(progress: ResyncProgress) -> dict[str, Any]:
+    request = progress.request
+    return {
+        "key": request.key,
+        "type": request.type,
+        "from": request.window_start.isoformat(),
+        "to": request.window_end.isoformat(),
+        "owners": ",".join(request.owners) if request.owners is not None else "(all)",
+        "done": f"{progress.done}/{progress.total}",
+        "running": progress.running,
+        "failed": progress.stopped,
+        "records": progress.records,
+        "by": request.requested_by,
+        "reason": request.reason,
+        "requested_at": request.requested_at.isoformat(),
+        "cancelled_at": request.cancelled_at.isoformat() if request.cancelled_at else None,
+    }
+
+
+def resync_command(args: Any) -> None:
+    with _operations(args) as operations:
+        request = operations.resync(
+            _queue(operations, args),
+            args.type,
+            _day_or_instant(args.start, "--from"),
+            _day_or_instant(args.end, "--to"),
+            owners=args.owners,
+            reason=args.reason,
+            key=args.key,
+            by=args.by or getpass.getuser(),
+        )
+        _print([{"key": request.key, "made": request.made, "jobs": request.jobs}], args)
+
+
+def resyncs_command(args: Any) -> None:
+    with _operations(args) as operations:
+        queue = _queue(operations, args)
+        if args.cancel:
+            done = operations.cancel_resync(queue, args.cancel, by=args.by or getpass.getuser())
+            _print([{"key": args.cancel, "abandoned": done.abandoned, "stopping": done.stopping}], args)
+        elif args.requeue:
+            _print([{"key": args.requeue, "requeued": operations.requeue_resync(queue, args.requeue)}], args)
+        else:
+            _print([_resync_row(p) for p in operations.resyncs(queue, key=args.key, limit=args.limit)], args)
 
 
 def schema_command(args: Any) -> None:

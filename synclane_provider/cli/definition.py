@@ -43,6 +43,27 @@ ARG_WINDOW_END = Arg(("--window-end",), help="the window's end, ISO 8601 with a 
 ARG_KEY = Arg(("--key",), help="the job's key (default: its window, or the time of the enqueue)")
 ARG_RUN_AT = Arg(("--run-at",), help="not before this instant, ISO 8601 with a time zone (default: now)")
 ARG_LANE = Arg(("--lane",), help="the lane, only for an owner the owner source does not list")
+ARG_RESYNC_TYPE = Arg(("--type",), required=True, help="the job type to sync again")
+ARG_RESYNC_FROM = Arg(
+    ("--from",),
+    dest="start",
+    required=True,
+    help="the range's start: a day (midnight UTC) or ISO 8601 with a time zone",
+)
+ARG_RESYNC_TO = Arg(("--to",), dest="end", required=True, help="the range's end (excluded), as --from")
+ARG_RESYNC_OWNERS = Arg(
+    ("--owner",), dest="owners", action="append", help="only this owner (repeat for several; default: every owner)"
+)
+ARG_RESYNC_REASON = Arg(
+    ("--reason",), required=True, help="why, e.g. 'March totals were wrong' (shown with the request)"
+)
+ARG_RESYNC_KEY = Arg(("--key",), help="the request's key: the same key again adds nothing (default: a new request)")
+ARG_RESYNC_BY = Arg(("--by",), help="who asks (default: this user's login name)")
+ARG_RESYNC_SHOW = Arg(("--key",), help="only this request")
+ARG_RESYNC_CANCEL = Arg(
+    ("--cancel",), metavar="KEY", help="cancel this request: waiting jobs now, running ones after their page"
+)
+ARG_RESYNC_REQUEUE = Arg(("--requeue",), metavar="KEY", help="fresh attempts for this request's failed jobs")
 ARG_SCHEMA_ACTION = Arg(
     ("action",),
     choices=("sql", "apply", "status"),
@@ -137,6 +158,28 @@ SYNCLANE_COMMANDS = (
         ARG_LIMIT,
     ),
     _command(
+        "resync",
+        "Sync a range of one type again, as one request: sliced like history, newest first, after fresh work",
+        ARG_RESYNC_TYPE,
+        ARG_RESYNC_FROM,
+        ARG_RESYNC_TO,
+        ARG_RESYNC_OWNERS,
+        ARG_RESYNC_REASON,
+        ARG_RESYNC_KEY,
+        ARG_RESYNC_BY,
+        ARG_QUEUE,
+    ),
+    _command(
+        "resyncs",
+        "Re-sync requests with their progress; cancel one, or requeue its failures",
+        ARG_QUEUE,
+        ARG_RESYNC_SHOW,
+        ARG_RESYNC_CANCEL,
+        ARG_RESYNC_REQUEUE,
+        ARG_RESYNC_BY,
+        ARG_LIMIT,
+    ),
+    _command(
         "schema",
         "The jobs table's migrations: print what is pending, apply it, or list each",
         ARG_SCHEMA_ACTION,
@@ -149,7 +192,7 @@ def get_synclane_cli_commands() -> list[GroupCommand]:
     return [
         GroupCommand(
             name="synclane",
-            help="SyncLane's jobs: look, plan, enqueue, requeue, cancel, pause and resume owners",
+            help="SyncLane's jobs: look, plan, enqueue, requeue, cancel, re-sync, pause and resume owners",
             subcommands=SYNCLANE_COMMANDS,
         )
     ]

@@ -260,6 +260,32 @@ class ResyncRequest:
 
 
 @dataclass(frozen=True)
+class ResyncProgress:
+    """Where a re-sync request stands: its jobs (one per window and owner) by state, and the records they brought."""
+
+    request: ResyncRequest
+    total: int
+    done: int
+    running: int
+    pending: int
+    stopped: int
+    """Failed, deferred or abandoned (cancelled ones among them): what a requeue of the request may give fresh
+    attempts to."""
+    records: int
+    last_error: str | None = None
+
+    @property
+    def finished(self) -> bool:
+        """Nothing of it runs or waits any more."""
+        return self.running == 0 and self.pending == 0 and self.stopped == 0 or self.request.cancelled_at is not None
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> "ResyncProgress":
+        counts = {f.name: row[f.name] for f in fields(cls) if f.name != "request"}
+        return cls(request=ResyncRequest.from_row(row), **counts)
+
+
+@dataclass(frozen=True)
 class Activity:
     """Whether a queue (or one lane of it) has work running or due, and when that changes next."""
 

@@ -252,3 +252,27 @@ def test_pause_owners_and_resume_an_owner(scene, env, database_url, cli_schema):
     assert (resumed["owner"], resumed["paused_at"], resumed["paused_by"]) == ("globex", None, None)
     assert "owner" in synclane("owners", "-o", "table", env=env)
     assert json.loads(synclane("owners", "--troubled", "-o", "json", env=env) or "[]") == []
+
+
+def test_resync_makes_one_request_and_resyncs_lists_cancels_and_requeues_it(scene, env, database_url, cli_schema):
+    args = ("--type", "orders", "--from", "2026-03-01", "--to", "2026-03-03", "--owner", "globex", "--owner", "acme-us")
+    [made] = json.loads(synclane("resync", *args, "--reason", "March totals", "--key", "march", "-o", "json", env=env))
+    assert made == {"key": "march", "made": "2", "jobs": "2"}  # one 30-day slice holds the range, for each owner
+    [again] = json.loads(synclane("resync", *args, "--reason", "March totals", "--key", "march", "-o", "json", env=env))
+    assert again["made"] == "0"
+
+    [listed] = json.loads(synclane("resyncs", "--key", "march", "-o", "json", env=env))
+    assert (listed["done"], listed["owners"], listed["reason"], listed["from"]) == (
+        "0/2",
+        "globex,acme-us",
+        "March totals",
+        "2026-03-01T00:00:00+00:00",
+    )
+    assert listed["by"]  # the login name of whoever ran it
+    [cancelled] = json.loads(synclane("resyncs", "--cancel", "march", "--by", "ops", "-o", "json", env=env))
+    assert (cancelled["abandoned"], cancelled["stopping"]) == ("2", "0")
+    [requeued] = json.loads(synclane("resyncs", "--requeue", "march", "-o", "json", env=env))
+    assert requeued["requeued"] == "0"  # a cancelled request stays cancelled
+
+    refused = airflow("synclane", "resync", *args[:6], "--owner", "nobody", "--reason", "r", env=env)
+    assert refused.returncode != 0 and "'nobody' is not listed" in refused.stderr

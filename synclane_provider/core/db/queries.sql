@@ -661,6 +661,72 @@ SELECT owner, paused_reason FROM {schema}.owners
 WHERE queue = %(queue)s AND owner = ANY (%(owners)s::text[]) AND paused_at IS NOT NULL
 ORDER BY owner;
 
+-- name: resync_progress
+-- The queue's re-sync requests (or the one of %(key)s), newest first, at most %(limit)s, each with its jobs by
+-- state and the records they brought: windows done of total, what runs, what waits, what failed. Each request's
+-- jobs are read through jobs_by_request, never the rest of the table.
+SELECT r.*, 0 AS made, p.*
+FROM (
+    SELECT * FROM {schema}.resync_requests
+    WHERE queue = %(queue)s AND (%(key)s::text IS NULL OR key = %(key)s)
+    ORDER BY requested_at DESC, key
+    LIMIT %(limit)s
+) AS r
+CROSS JOIN LATERAL (
+    SELECT count(*)::int AS total,
+           count(*) FILTER (WHERE j.status = 'completed')::int AS done,
+           count(*) FILTER (WHERE j.status = 'running')::int AS running,
+           count(*) FILTER (WHERE j.status = 'pending')::int AS pending,
+           count(*) FILTER (WHERE j.status IN ('failed', 'deferred', 'abandoned'))::int AS stopped,
+           coalesce(sum(j.processed_count), 0)::bigint AS records,
+           max(j.error) FILTER (WHERE j.status IN ('failed', 'deferred', 'abandoned')) AS last_error
+    FROM {schema}.jobs AS j
+    WHERE j.queue = r.queue AND j.request_key = r.key
+) AS p
+ORDER BY r.requested_at DESC, r.key;
+
+-- name: cancel_resync
+-- Cancel a whole request: its row records when and by whom (a second cancel keeps the first), its waiting jobs
+-- are abandoned now with the cancel's reason as their error (cursors kept), and its running jobs are asked to
+-- stop after their page in flight, as an owner's cancel does. Returns whether the request exists and how many
+-- jobs of each kind.
+WITH request AS (
+    UPDATE {schema}.resync_requests
+    SET cancelled_at = coalesce(cancelled_at, %(now)s::timestamptz, statement_timestamp()),
+        cancelled_by = CASE WHEN cancelled_at IS NULL THEN %(by)s ELSE cancelled_by END
+    WHERE queue = %(queue)s AND key = %(key)s
+    RETURNING key
+),
+waiting AS (
+    UPDATE {schema}.jobs
+    SET status = 'abandoned',
+        error = %(error)s,
+        next_run_at = coalesce(%(now)s::timestamptz, statement_timestamp()),
+        heartbeat_at = coalesce(%(now)s::timestamptz, statement_timestamp())
+    WHERE queue = %(queue)s AND request_key = %(key)s AND status IN ('pending', 'failed', 'deferred')
+    RETURNING id
+),
+running AS (
+    UPDATE {schema}.jobs
+    SET stop_reason = %(error)s
+    WHERE queue = %(queue)s AND request_key = %(key)s AND status = 'running'
+    RETURNING id
+)
+SELECT EXISTS (SELECT 1 FROM request) AS found, (SELECT count(*) FROM waiting)::int AS abandoned,
+       (SELECT count(*) FROM running)::int AS stopping;
+
+-- name: requeue_resync
+-- Fresh attempts, due now and from their cursors, for a request's failed, deferred and abandoned jobs -- but not
+-- for those a cancel abandoned (error "Cancelled: ...": a cancelled request stays cancelled). Returns them.
+UPDATE {schema}.jobs
+SET status = 'pending',
+    attempt_count = 0,
+    next_run_at = coalesce(%(now)s::timestamptz, statement_timestamp())
+WHERE queue = %(queue)s AND request_key = %(key)s
+  AND status IN ('failed', 'deferred', 'abandoned')
+  AND NOT starts_with(coalesce(error, ''), 'Cancelled: ')
+RETURNING id;
+
 -- name: resync_request
 -- One re-sync request by its key, as recorded.
 SELECT *, 0 AS made FROM {schema}.resync_requests WHERE queue = %(queue)s AND key = %(key)s;

@@ -27,6 +27,7 @@ from synclane_provider.core.records import (
     OwnerState,
     Progress,
     QueueCounts,
+    ResyncProgress,
     ResyncRequest,
     Wakeup,
 )
@@ -346,6 +347,21 @@ class Store:
         """Insert one job by hand (columns as in queries.sql); None when a job with its key exists."""
         row = self.session.one("enqueue", **values)
         return Job.from_row(row) if row else None
+
+    def resync_progress(self, queue: str, *, key: str | None, limit: int) -> list[ResyncProgress]:
+        rows = self.session.run("resync_progress", queue=queue, key=key, limit=limit, prepare=False)
+        return [ResyncProgress.from_row(row) for row in rows]
+
+    def cancel_resync(
+        self, queue: str, key: str, *, by: str | None, error: str, now: datetime | None
+    ) -> Cancelled | None:
+        """Cancel the request's jobs; None when the queue has no request of that key."""
+        row = self.session.one("cancel_resync", queue=queue, key=key, by=by, error=error, now=now)
+        assert row is not None
+        return Cancelled(abandoned=row["abandoned"], stopping=row["stopping"]) if row["found"] else None
+
+    def requeue_resync(self, queue: str, key: str, *, now: datetime | None) -> int:
+        return len(self.session.run("requeue_resync", queue=queue, key=key, now=now))
 
     def paused_among(self, queue: str, owners: Sequence[str]) -> dict[str, str | None]:
         """Of ``owners``, those paused now, with the reason given for each pause."""

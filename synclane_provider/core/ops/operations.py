@@ -24,7 +24,7 @@ from synclane_provider.core.plan.planner import PlanSummary
 from synclane_provider.core.plan.resync import MAX_JOBS, checked_range, resync_key, resync_priority, resync_windows
 from synclane_provider.core.plan.retention import Pruned
 from synclane_provider.core.plan.rule import instant_key, instant_text
-from synclane_provider.core.records import Activity, Cancelled, Job, OwnerState, Progress, ResyncRequest
+from synclane_provider.core.records import Activity, Cancelled, Job, OwnerState, Progress, ResyncProgress, ResyncRequest
 from synclane_provider.core.run.outcomes import CANCELLED, storable_text
 from synclane_provider.core.states import JobMode, JobStatus
 
@@ -242,6 +242,47 @@ class Operations:
             self.store.notify(queue)
             log.info("queue %s: re-sync %s of %s made %s job(s): %s", queue, key, type, request.made, reason)
         return request
+
+    def resyncs(self, queue: str, *, key: str | None = None, limit: int = 100) -> list[ResyncProgress]:
+        """The queue's re-sync requests (or the one of ``key``), newest first, at most ``limit`` (1 to 10,000):
+        who asked and why, windows done of total, what runs, waits and failed, the records brought."""
+        self.synclane.queue(queue)
+        if not whole(limit, 1, MAX_LIST):
+            raise ValueError(f"limit must be an integer from 1 to {MAX_LIST}, got {limit!r}")
+        return self.store.resync_progress(queue, key=key, limit=limit)
+
+    def cancel_resync(
+        self, queue: str, key: str, *, by: str | None = None, reason: str | None = None, now: datetime | None = None
+    ) -> Cancelled:
+        """Cancel a whole request: its waiting jobs abandoned now, its running ones after their page in flight,
+        each with ``Cancelled: <reason>`` as its error; the request records when and by whom. Its completed jobs
+        stay as they are. Refused for a key the queue has no request of."""
+        self.synclane.queue(queue)
+        why = reason or f"re-sync {key} cancelled" + (f" by {by}" if by else "")
+        cancelled = self.store.cancel_resync(
+            queue, key, by=by, error=storable_text(f"{CANCELLED}{why}"), now=self.at(now)
+        )
+        if cancelled is None:
+            raise DeclarationError(f"queue {queue!r} has no re-sync request {key!r}")
+        log.info(
+            "queue %s: re-sync %s cancelled (%s waiting, %s running)",
+            queue,
+            key,
+            cancelled.abandoned,
+            cancelled.stopping,
+        )
+        return cancelled
+
+    def requeue_resync(self, queue: str, key: str, *, now: datetime | None = None) -> int:
+        """Fresh attempts from their cursors for the request's failed, deferred and abandoned jobs (not those a
+        cancel abandoned); returns how many. Refused for a key the queue has no request of."""
+        self.synclane.queue(queue)
+        if not self.store.resync_progress(queue, key=key, limit=1):
+            raise DeclarationError(f"queue {queue!r} has no re-sync request {key!r}")
+        requeued = self.store.requeue_resync(queue, key, now=self.at(now))
+        if requeued:
+            self.store.notify(queue)
+        return requeued
 
     def requeue(
         self,
