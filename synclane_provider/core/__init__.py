@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from synclane_provider.core.clock import PinnedClock
     from synclane_provider.core.db.database import Database, Session
     from synclane_provider.core.db.landing import Destination, LandCounts
+    from synclane_provider.core.declare.backoff import OwnerBackoff
     from synclane_provider.core.declare.declarations import Owner, Queue, SnapshotType, SyncLane, WindowedType
     from synclane_provider.core.declare.ratelimit import Rate
     from synclane_provider.core.declare.retry import Jitter, RetryPolicy
@@ -67,6 +68,7 @@ _HOMES = {
     "Operations": "synclane_provider.core.ops.operations",
     "Outcome": "synclane_provider.core.run.runner",
     "Owner": "synclane_provider.core.declare.declarations",
+    "OwnerBackoff": "synclane_provider.core.declare.backoff",
     "OwnerPaused": "synclane_provider.core.errors",
     "OwnerSourceError": "synclane_provider.core.errors",
     "Page": "synclane_provider.core.records",
@@ -127,6 +129,7 @@ __all__ = [
     "Operations",
     "Outcome",
     "Owner",
+    "OwnerBackoff",
     "OwnerPaused",
     "OwnerSourceError",
     "Page",

@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from psycopg import sql
 
-from synclane_provider.core import Operations, Owner, Queue, SnapshotType, SyncLane, WindowedType
+from synclane_provider.core import Operations, Owner, OwnerBackoff, Queue, SnapshotType, SyncLane, WindowedType
 from synclane_provider.core.plan.rule import Coverage, PlannedJob, instant_key, midnight, period_start, plan_type
 from synclane_provider.core.states import JobMode
 from tests.support.helpers import owners, paged, rows
@@ -431,3 +431,40 @@ def test_the_planner_follows_an_owners_own_period_as_it_changes_without_gaps_or_
         r for r in found if r["owner"] == "premium" and r["type"] == "products" and r["mode"] == "recurring"
     ]
     assert {r["dedup_key"] for r in premium_refreshes} <= {instant_key(JobMode.RECURRING, p) for p in refreshes}
+
+
+# --- an owner in trouble: its period stretched while it fails, back at once when it heals -------------------
+
+backoffs = st.builds(
+    OwnerBackoff, degraded_after=st.integers(1, 4), failing_after=st.integers(4, 8), max_stretch=st.integers(1, 32)
+)
+outcomes = st.lists(
+    st.tuples(advances, st.one_of(st.integers(1, 6), st.just(0))),  # that many failed attempts, or a completion
+    min_size=1,
+    max_size=12,
+)
+
+
+@PURE
+@given(first=instants, declared=windowed_settings(), backoff=backoffs, plan=outcomes)
+def test_an_owner_backed_off_through_any_failures_and_recoveries_misses_no_window_and_gets_none_twice(
+    first, declared, backoff, plan
+):
+    job_type = windowed(declared)
+    table = Table()
+    now, failures, reach = first, 0, midnight(first)
+    for number, (advance, failed) in enumerate(plan):
+        now += advance if number else timedelta(0)
+        failures = failures + failed if failed else 0
+        stretch = backoff.stretch(backoff.health(failures), failures)
+        assert stretch == 1 or failures >= backoff.degraded_after
+        every = job_type.every * stretch
+        table.insert(plan_type(job_type, table.coverage(), now, every), now)
+        reach = max(reach, period_start(now, every))
+        covered = table.coverage().covered_until
+        assert covered >= period_start(now, every), "coverage reaches the stretched period"
+        if not failed:
+            assert covered >= period_start(now, job_type.every), "a healed owner is caught up at once"
+    recurring = [(job.window_start, job.window_end) for job, _ in table.rows.values() if job.mode is JobMode.RECURRING]
+    assert_recurring_chain(recurring, midnight(first), job_type.overlap)
+    assert max([midnight(first)] + [end for _, end in recurring]) == reach

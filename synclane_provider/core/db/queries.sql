@@ -131,6 +131,9 @@ RETURNING *
 -- new job's entry in jobs_one_running_per_lane_slot, which that take could be waiting on: a deadlock, broken
 -- after deadlock_timeout (1 s). See docs/performance.md and bench/lock_order.py.
 --
+-- The owner's row (owners) follows how the attempt ended, in this statement too (owner_health below): a
+-- completion makes the owner healthy, a failure of the owner's counts towards degraded and failing.
+--
 -- An initial job that completes may be an owner's first load done: the finish notifies the table's channel
 -- (%(channel)s, %(payload)s: the queue), delivered as it commits, to wake whoever watches for first loads (the
 -- initial-load asset watcher, the sensor's trigger) now rather than at its next poll -- in this statement, so
@@ -162,10 +165,43 @@ finished AS (
         stop_reason = NULL
     FROM clock
     WHERE done.id = %(finished)s AND done.leased_by = %(worker)s AND done.status = 'running'
-    RETURNING done.id, done.status, done.error, done.mode
+    RETURNING done.id, done.owner, done.status, done.error, done.mode
 ),
 finish_first AS (
     SELECT count(*) AS n FROM finished
+),
+owner_health AS (
+    -- The owner's health follows how the attempt ended (core/declare/backoff.py): a completion resets it, an
+    -- attempt that failed for the owner (%(owner_failed)s: not a throttle, and not turned into a cancel's
+    -- abandonment) counts one more failure in a row, degraded from %(degraded_after)s, failing from
+    -- %(failing_after)s. Upserted on the owner's row, which this statement creates when it has none.
+    INSERT INTO {schema}.owners AS o
+        (queue, owner, health, consecutive_failures, last_error, failing_since, last_clean_at, updated_at)
+    SELECT %(queue)s, f.owner,
+           CASE WHEN f.status = 'completed' OR %(degraded_after)s > 1 THEN %(healthy)s
+                WHEN %(failing_after)s > 1 THEN %(degraded)s ELSE %(failing)s END,
+           CASE WHEN f.status = 'completed' THEN 0 ELSE 1 END,
+           CASE WHEN f.status <> 'completed' THEN f.error END,
+           CASE WHEN f.status <> 'completed' AND %(failing_after)s <= 1 THEN clock.now END,
+           CASE WHEN f.status = 'completed' THEN clock.now END,
+           clock.now
+    FROM finished AS f, clock
+    WHERE f.status = 'completed' OR (%(owner_failed)s AND f.status = %(status)s)
+    ON CONFLICT (queue, owner) DO UPDATE
+    SET consecutive_failures = CASE WHEN excluded.consecutive_failures = 0 THEN 0
+                                    ELSE o.consecutive_failures + 1 END,
+        health = CASE WHEN excluded.consecutive_failures = 0 THEN %(healthy)s
+                      WHEN o.consecutive_failures + 1 >= %(failing_after)s THEN %(failing)s
+                      WHEN o.consecutive_failures + 1 >= %(degraded_after)s THEN %(degraded)s
+                      ELSE %(healthy)s END,
+        last_error = coalesce(excluded.last_error, o.last_error),
+        failing_since = CASE WHEN excluded.consecutive_failures = 0 THEN NULL
+                             WHEN o.consecutive_failures + 1 >= %(failing_after)s
+                             THEN coalesce(o.failing_since, excluded.updated_at)
+                        END,
+        last_clean_at = coalesce(excluded.last_clean_at, o.last_clean_at),
+        updated_at = excluded.updated_at
+    RETURNING 1
 ),
 first_load_news AS (
     SELECT pg_notify(%(channel)s, %(payload)s) FROM finished
@@ -1141,6 +1177,14 @@ WHERE queue = %(queue)s
   AND heartbeat_at < coalesce(%(now)s::timestamptz, statement_timestamp()) - %(lease)s::interval
 ORDER BY heartbeat_at, id
 LIMIT %(limit)s;
+
+-- name: owners_in_trouble
+-- The owners of a queue that are degraded or failing, with their consecutive failures: whose recurring period
+-- the planner stretches. Reads the partial index owners_in_trouble (its predicate written out, so that the
+-- planner can use it), so it costs what the few in trouble cost.
+SELECT owner, health, consecutive_failures
+FROM {schema}.owners
+WHERE queue = %(queue)s AND health <> 'healthy';
 
 -- name: get_owner
 -- One owner's state (its row in the owners table); no row: healthy and not paused.

@@ -31,7 +31,7 @@ from synclane_provider.core.records import (
     ResyncRequest,
     Wakeup,
 )
-from synclane_provider.core.states import JobStatus
+from synclane_provider.core.states import JobStatus, OwnerHealth
 
 MONITOR_VIEWS = "monitor.sql"
 """The file of the monitor's views, one statement each."""
@@ -47,6 +47,8 @@ class Finish:
     error: str | None = None
     delay: timedelta = timedelta(0)
     """How long from now until the job is due again (failed, deferred)."""
+    owner_failed: bool = False
+    """The attempt failed in a way that counts against its owner's health (any error but a throttle)."""
 
 
 @dataclass(frozen=True)
@@ -150,8 +152,12 @@ class Store:
         finish: Finish | None,
         take: bool,
         now: datetime | None,
+        health_after: tuple[int, int] = (3, 10),
     ) -> FinishAndTake:
         """Write how the last job ended (when ``finish``), then lease the next one (when ``take``), in one statement.
+
+        The finished job's owner's health follows in the same statement: ``health_after`` is the queue's
+        (degraded after, failing after) consecutive failures (``OwnerBackoff``).
 
         A finish that completes an initial job also wakes the queue's listeners (see queries.sql). Raises
         ``UniqueViolation`` on ``jobs_one_running_per_lane_slot`` when another worker won the lane slot; the
@@ -164,6 +170,12 @@ class Store:
             processed_count=finish.processed_count if finish else None,
             error=finish.error if finish else None,
             delay=finish.delay if finish else None,
+            owner_failed=finish.owner_failed if finish else False,
+            degraded_after=health_after[0],
+            failing_after=health_after[1],
+            healthy=OwnerHealth.HEALTHY.value,
+            degraded=OwnerHealth.DEGRADED.value,
+            failing=OwnerHealth.FAILING.value,
             queue=queue,
             worker=worker,
             lease=lease,
@@ -298,6 +310,11 @@ class Store:
             )
             for row in rows
         ]
+
+    def owners_in_trouble(self, queue: str) -> dict[str, tuple[OwnerHealth, int]]:
+        """The degraded and failing owners of ``queue``, with their health and consecutive failures."""
+        rows = self.session.run("owners_in_trouble", queue=queue)
+        return {row["owner"]: (OwnerHealth(row["health"]), row["consecutive_failures"]) for row in rows}
 
     def try_planning_lock(self, queue: str) -> bool:
         """Take the queue's planning lock on this session's connection, unless another planning run holds it."""

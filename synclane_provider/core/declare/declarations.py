@@ -14,6 +14,7 @@ from datetime import timedelta
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Union
 
+from synclane_provider.core.declare.backoff import NO_STRETCH, OwnerBackoff
 from synclane_provider.core.declare.ratelimit import Rate
 from synclane_provider.core.declare.retry import RetryPolicy
 from synclane_provider.core.durations import duration_text
@@ -256,6 +257,9 @@ class Queue:
     """The rate budget of each lane of the queue (None: unlimited), unless its owners name their own."""
     retention: timedelta | None = None
     max_lag: timedelta | None = None
+    owner_backoff: OwnerBackoff = OwnerBackoff()
+    """How owners whose attempts keep failing are backed off: health thresholds and the stretch of their
+    recurring period (see :mod:`~synclane_provider.core.declare.backoff`); None keeps every owner at its period."""
 
     def __post_init__(self) -> None:
         checked_name("queue name", self.name)
@@ -283,6 +287,13 @@ class Queue:
             object.__setattr__(self, setting, getattr(self.retry, setting))
         if self.max_lag is not None:
             self._check_max_lag(self.max_lag, label)
+        if self.owner_backoff is None:
+            object.__setattr__(self, "owner_backoff", NO_STRETCH)
+        elif not isinstance(self.owner_backoff, OwnerBackoff):
+            raise DeclarationError(
+                f"owner_backoff {label} must be an OwnerBackoff (e.g. OwnerBackoff(max_stretch=8)) or None for no "
+                f"stretch, got {_clipped(self.owner_backoff)}"
+            )
 
     def _check_max_lag(self, max_lag: timedelta, label: str) -> None:
         """A lag limit the queue can meet: positive, longer than each windowed type's period."""

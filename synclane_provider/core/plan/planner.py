@@ -53,6 +53,10 @@ def plan(
 ) -> PlanSummary:
     """Plan every owner of ``queue`` (or only ``owner``) at ``now``; safe to repeat and to run concurrently.
 
+    An owner's recurring jobs are planned at its own period (``Owner.every``) or the type's, stretched while
+    the owner is degraded or failing (:mod:`~synclane_provider.core.declare.backoff`; one read of the owners
+    in trouble per run).
+
     Each batch of owners costs one read of their coverage rows (what exists per owner and type, and the lane
     it was planned in), then, only for what that read found, one move of the waiting jobs of owners the owner
     source gives another lane or lane width (a running job finishes in the lane and slot it started in), and
@@ -81,8 +85,9 @@ def plan(
 def _plan_owners(store: Store, queue: Queue, owners: Sequence[Owner], now: datetime) -> PlanSummary:
     inserted: Counter[str] = Counter()
     moved = 0
+    stretch = _stretches(store, queue)
     for start in range(0, len(owners), READ_BATCH):
-        batch_moved, batch_inserted = _plan_batch(store, queue, owners[start : start + READ_BATCH], now)
+        batch_moved, batch_inserted = _plan_batch(store, queue, owners[start : start + READ_BATCH], now, stretch)
         moved += batch_moved
         inserted.update(batch_inserted)
     if inserted or moved:
@@ -90,7 +95,20 @@ def _plan_owners(store: Store, queue: Queue, owners: Sequence[Owner], now: datet
     return PlanSummary(queue.name, len(owners), {t.name: inserted.get(t.name, 0) for t in queue.types}, moved)
 
 
-def _plan_batch(store: Store, queue: Queue, owners: Sequence[Owner], now: datetime) -> tuple[int, Counter[str]]:
+def _stretches(store: Store, queue: Queue) -> dict[str, int]:
+    """How many times its period each owner in trouble is planned at (owners not named: once)."""
+    backoff = queue.owner_backoff
+    if backoff.max_stretch == 1:
+        return {}
+    return {
+        owner: backoff.stretch(health, failures)
+        for owner, (health, failures) in store.owners_in_trouble(queue.name).items()
+    }
+
+
+def _plan_batch(
+    store: Store, queue: Queue, owners: Sequence[Owner], now: datetime, stretch: dict[str, int]
+) -> tuple[int, Counter[str]]:
     """Plan one batch of owners. A paused owner gets no new jobs: what its pause skips is planned once it is
     resumed, from where its coverage ends (one recurring window reaching over the pause, as after a planner
     that was down), while its lane moves like anyone's. The paused owners are read only when the batch lacks
@@ -100,7 +118,7 @@ def _plan_batch(store: Store, queue: Queue, owners: Sequence[Owner], now: dateti
         (owner.id, job_type.name): every
         for owner in owners
         for job_type in queue.types
-        if (every := _own_every(owner, job_type)) is not None
+        if (every := _own_every(owner, job_type, stretch.get(owner.id, 1))) is not None
     }
     found = store.read_coverage(
         queue.name,
@@ -129,9 +147,10 @@ def _plan_batch(store: Store, queue: Queue, owners: Sequence[Owner], now: dateti
     return moved, inserted
 
 
-def _own_every(owner: Owner, job_type: JobType) -> timedelta | None:
-    """The owner's period for ``job_type`` when it is not the type's, else None."""
-    every = owner.period_of(job_type)
+def _own_every(owner: Owner, job_type: JobType, stretch: int) -> timedelta | None:
+    """The owner's period for ``job_type`` (its own or the type's, times the stretch of an owner in trouble)
+    when it is not the type's, else None."""
+    every = owner.period_of(job_type) * stretch
     return every if every != job_type.every else None
 
 

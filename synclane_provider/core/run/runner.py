@@ -156,9 +156,10 @@ class JobRunner:
         error: str | None = None,
         delay: timedelta = timedelta(0),
         write: FinalWrite | None = None,
+        owner_failed: bool = False,
     ) -> RunResult:
         resent = self._store.repeats
-        written = (write or self._final_write)(Finish(job.id, status, processed, error, delay))
+        written = (write or self._final_write)(Finish(job.id, status, processed, error, delay, owner_failed))
         if written is not None:
             status, error = written.status, written.error
         else:
@@ -435,7 +436,8 @@ class _Attempt:
         if isinstance(exc, JobThrottled) and exc.retry_after:  # a named wait (zero is none)
             runner._gate.pause(self.current, exc.retry_after)  # before the finish: its take must see it
         failure = runner._queue.retry.after_failure(self.taken.attempt_count, exc)
-        return self.finish(failure.status, error=describe_error(exc), delay=failure.delay)
+        owner_failed = not isinstance(exc, JobThrottled)  # a throttle says "not now", not "this owner is broken"
+        return self.finish(failure.status, error=describe_error(exc), delay=failure.delay, owner_failed=owner_failed)
 
     def left_behind(self, why: str) -> RunResult:
         """A stopping worker gave up waiting for the page in flight."""
@@ -450,7 +452,12 @@ class _Attempt:
         """The last page's end, written in the transaction its rows landed in."""
         runner = self.runner
         return lambda finish: landing.finish(
-            finish, queue=runner._queue.name, worker=runner._worker, lease=runner._queue.lease, now=runner._clock()
+            finish,
+            queue=runner._queue.name,
+            worker=runner._worker,
+            lease=runner._queue.lease,
+            now=runner._clock(),
+            health_after=runner._queue.owner_backoff.health_after,
         )
 
     def finish(
@@ -460,9 +467,18 @@ class _Attempt:
         error: str | None = None,
         delay: timedelta = timedelta(0),
         write: FinalWrite | None = None,
+        owner_failed: bool = False,
     ) -> RunResult:
         return self.runner._finish(
-            self.current, status, self.processed, self.pages, self.records, error=error, delay=delay, write=write
+            self.current,
+            status,
+            self.processed,
+            self.pages,
+            self.records,
+            error=error,
+            delay=delay,
+            write=write,
+            owner_failed=owner_failed,
         )
 
     def release(self) -> RunResult:

@@ -155,6 +155,7 @@ class WorkerSlot:
             finish=finish,
             take=take,
             now=self.clock(),
+            health_after=self.queue.owner_backoff.health_after,
         )
         if take and done.taken is None:
             self.summary.empty_takes += 1

@@ -1,0 +1,190 @@
+"""Owners in trouble are asked less often: health kept by the finish, the period stretched by the planner."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from synclane_provider.core import (
+    DeclarationError,
+    JobThrottled,
+    Operations,
+    OwnerBackoff,
+    Page,
+    Queue,
+    WorkerSlot,
+)
+from tests.support.helpers import declare, orders, owners, paged, products, rows
+
+MINUTE = timedelta(minutes=1)
+UTC = timezone.utc
+
+
+class Switch:
+    """A handler that fails (or throttles) for the owners named in ``broken`` and completes for the others."""
+
+    def __init__(self, *broken: str, throttle: bool = False) -> None:
+        self.broken = set(broken)
+        self.throttle = throttle
+        self.calls: list[str] = []
+
+    def __call__(self, job) -> Page:
+        self.calls.append(job.owner)
+        if job.owner in self.broken:
+            raise JobThrottled("slow down") if self.throttle else PermissionError("401 token revoked")
+        return paged(0)(job)
+
+
+@pytest.fixture
+def queue_of(schema, database_url, clock):
+    made = []
+
+    def make(*types, owner_source=None, **settings):
+        declaration = declare(schema, *types, owner_source=owner_source, **settings)
+        database = declaration.database(database_url)
+        ops = Operations(declaration, database, clock=clock)
+        slot = WorkerSlot(declaration, database, "shops", clock=clock)
+        made.extend([ops, slot])
+        return ops, slot
+
+    yield make
+    for made_one in made:
+        made_one.close()
+
+
+def owner_row(admin, schema, owner):
+    return admin.execute(f'SELECT * FROM "{schema}".owners WHERE owner = %s', [owner]).fetchone()
+
+
+def test_failed_attempts_of_an_owner_across_its_types_make_it_degraded_then_failing_and_a_completion_heals_it(
+    queue_of, admin, schema, clock
+):
+    handler = Switch("acme")
+    ops, slot = queue_of(
+        products(handler),
+        orders(handler, horizon=timedelta(days=1), slice=timedelta(days=1)),
+        owner_source=owners("acme", "globex"),
+        retry_delay=timedelta(seconds=1),
+        retry_max_delay=timedelta(seconds=1),
+        owner_backoff=OwnerBackoff(degraded_after=2, failing_after=4, max_stretch=8),
+    )
+    ops.plan("shops", now=clock.now)
+    seen = []
+    for _ in range(12):
+        result = slot.run_one()
+        if result is None:
+            clock.advance(MINUTE)
+            continue
+        if result.job.owner == "acme":
+            row = owner_row(admin, schema, "acme")
+            seen.append((row["health"], row["consecutive_failures"]))
+    types = {r["type"] for r in rows(admin, schema, "owner = 'acme' AND attempt_count > 0")}
+    assert types == {"products", "orders"}, "failures of both types count"
+    assert seen[:5] == [("healthy", 1), ("degraded", 2), ("degraded", 3), ("failing", 4), ("failing", 5)]
+    failing = owner_row(admin, schema, "acme")
+    assert failing["last_error"] == "PermissionError: 401 token revoked"
+    assert failing["failing_since"] is not None and failing["last_clean_at"] is None
+    clean = owner_row(admin, schema, "globex")
+    assert (clean["health"], clean["consecutive_failures"], clean["last_clean_at"]) == (
+        "healthy",
+        0,
+        clean["updated_at"],
+    )
+
+    handler.broken.clear()
+    ops.requeue("shops", owner="acme")
+    result = slot.run_one()
+    assert result.job.owner == "acme" and result.outcome.value == "completed"
+    healed = owner_row(admin, schema, "acme")
+    assert (healed["health"], healed["consecutive_failures"], healed["failing_since"]) == ("healthy", 0, None)
+    assert healed["last_clean_at"] == clock.now
+    assert healed["last_error"] == "PermissionError: 401 token revoked", "the last error is kept for whoever looks"
+
+
+def test_a_throttle_is_not_a_failure_of_the_owner(queue_of, admin, schema, clock):
+    ops, slot = queue_of(products(Switch("acme", throttle=True)), owner_backoff=OwnerBackoff(degraded_after=1))
+    ops.plan("shops", now=clock.now)
+    assert slot.run_one().outcome.value == "failed"
+    assert owner_row(admin, schema, "acme") is None
+
+
+def test_the_health_rule_in_the_table_is_the_declared_one(queue_of, admin, schema, clock):
+    backoff = OwnerBackoff(degraded_after=3, failing_after=5)
+    ops, slot = queue_of(
+        products(Switch("acme")), max_attempts=20, retry_delay=timedelta(seconds=1), owner_backoff=backoff
+    )
+    ops.plan("shops", now=clock.now)
+    for failures in range(1, 8):
+        clock.advance(MINUTE)
+        slot.run_one()
+        row = owner_row(admin, schema, "acme")
+        assert (row["health"], row["consecutive_failures"]) == (backoff.health(failures).value, failures)
+
+
+def test_a_failing_owner_is_planned_at_its_stretched_period_and_catches_up_at_once_when_it_heals(
+    queue_of, admin, schema, clock
+):
+    """orders every 15 minutes, failing acme stretched ×4 (one hour); globex beside it keeps its period. When
+    acme completes again, the next plan covers everything after its coverage up to the current period."""
+    every = timedelta(minutes=15)
+    ops, slot = queue_of(
+        orders(horizon=timedelta(days=1), slice=timedelta(days=1), every=every, overlap=timedelta(0)),
+        owner_source=owners("acme", "globex"),
+        owner_backoff=OwnerBackoff(degraded_after=1, failing_after=1, max_stretch=4),
+    )
+    admin.execute(
+        f'INSERT INTO "{schema}".owners (queue, owner, health, consecutive_failures) VALUES '
+        "('shops', 'acme', 'failing', 9)"
+    )
+    start = datetime(2026, 11, 30, 10, 0, tzinfo=UTC)  # the clock stands at 10:20
+    ends = {}
+    for minutes in range(20, 125, 5):  # 10:20 … 12:00
+        ops.plan("shops", now=start + timedelta(minutes=minutes))
+    for owner in ("acme", "globex"):
+        ends[owner] = sorted(r["window_end"] for r in rows(admin, schema, "owner = %s AND mode = 'recurring'", [owner]))
+    hour = timedelta(hours=1)
+    assert ends["globex"] == [start + k * every for k in range(1, 9)]  # 10:15 … 12:00
+    assert ends["acme"] == [start, start + hour, start + 2 * hour]  # 10:00, 11:00, 12:00: 3 jobs, not 9
+
+    admin.execute(f"UPDATE \"{schema}\".owners SET health = 'healthy', consecutive_failures = 0")
+    assert ops.plan("shops", now=start + timedelta(minutes=135)).inserted == {"orders": 2}  # 12:15 for both
+    windows = sorted(
+        (r["window_start"], r["window_end"]) for r in rows(admin, schema, "owner = 'acme' AND mode = 'recurring'")
+    )
+    assert windows[-1] == (start + 2 * hour, start + 2 * hour + every)
+    for earlier, later in zip(windows, windows[1:]):
+        assert later[0] == earlier[1], "each window starts where the one before ended: none missing, none twice"
+
+
+def test_no_stretch_when_the_queue_turns_it_off(queue_of, admin, schema, clock):
+    ops, _ = queue_of(
+        orders(horizon=timedelta(days=1), slice=timedelta(days=1)), owner_source=owners("acme"), owner_backoff=None
+    )
+    admin.execute(
+        f'INSERT INTO "{schema}".owners (queue, owner, health, consecutive_failures) VALUES '
+        "('shops', 'acme', 'failing', 30)"
+    )
+    ops.plan("shops", now=clock.now)
+    assert ops.plan("shops", now=clock.now + timedelta(minutes=15)).inserted == {"orders": 1}
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"degraded_after": 0}, "degraded_after of owner_backoff must be a whole number of at least 1, got 0"),
+        ({"degraded_after": 5, "failing_after": 4}, r"failing_after of owner_backoff must be .* \(5\), got 4"),
+        ({"max_stretch": 2.0}, r"max_stretch of owner_backoff must be a whole number from 1 \(no stretch\)"),
+        ({"max_stretch": 4096}, r"max_stretch .* to 1024, got 4096"),
+    ],
+)
+def test_a_bad_owner_backoff_is_refused_naming_the_value(settings, message):
+    with pytest.raises(DeclarationError, match=message):
+        OwnerBackoff(**settings)
+
+
+def test_a_queue_takes_an_owner_backoff_or_none(clock):
+    assert Queue("shops", owners=owners(), types=[products()]).owner_backoff == OwnerBackoff(3, 10, 16)
+    assert Queue("shops", owners=owners(), types=[products()], owner_backoff=None).owner_backoff.max_stretch == 1
+    with pytest.raises(DeclarationError, match=r"owner_backoff of queue 'shops' must be an OwnerBackoff .* got 16"):
+        Queue("shops", owners=owners(), types=[products()], owner_backoff=16)
