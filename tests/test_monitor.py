@@ -8,6 +8,8 @@ import pytest
 
 from synclane_provider.core import JobStatus, Operations, Owner
 from synclane_provider.core.ops.monitor import Monitor, plain
+from synclane_provider.core.records import OwnerState
+from synclane_provider.core.states import OwnerHealth
 from tests.support.helpers import declare, execute, orders, owners, products, rows
 
 
@@ -184,6 +186,24 @@ def test_owners_can_be_narrowed_to_one_or_to_those_in_trouble(monitor, scene, cl
     first = monitor.owners("shops", limit=2, now=clock.now)
     assert ([o.owner for o in first.items], first.next) == (["acme", "globex"], "globex")
     assert [o.owner for o in monitor.owners("shops", after=first.next, limit=2, now=clock.now).items] == ["initech"]
+
+
+def test_an_owner_shows_its_health_and_pause_and_a_paused_or_unhealthy_one_is_in_trouble(monitor, scene, clock):
+    ops = monitor.operations
+    ops.pause("shops", "initech", "token revoked", by="ana", now=clock.now)
+    ops.store.upsert_owner(OwnerState("shops", "acme", health=OwnerHealth.DEGRADED, consecutive_failures=3))
+    owners = {o.owner: o for o in monitor.owners("shops", now=clock.now).items}
+    initech, acme = owners["initech"], owners["acme"]
+    assert (initech.paused_at, initech.paused_reason, initech.paused_by) == (clock.now, "token revoked", "ana")
+    assert (initech.health, acme.health, acme.consecutive_failures, acme.paused_at) == ("healthy", "degraded", 3, None)
+    assert (owners["globex"].health, owners["globex"].paused_at) == ("healthy", None)  # no row: healthy
+    troubled = monitor.owners("shops", troubled=True, now=clock.now)
+    assert [o.owner for o in troubled.items] == ["acme", "globex", "initech"]
+    assert [o.owner for o in monitor.owners("shops", troubled=True, after="acme", limit=1, now=clock.now).items] == [
+        "globex"
+    ]
+    ops.resume("shops", "initech", now=clock.now)
+    assert [o.owner for o in monitor.owners("shops", troubled=True, now=clock.now).items] == ["acme", "globex"]
 
 
 def test_jobs_filter_by_owner_type_status_and_mode_and_page_by_id(monitor, scene, admin, schema):

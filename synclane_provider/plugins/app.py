@@ -41,6 +41,16 @@ def _edit_access() -> Any:
     return Depends(requires_access_dag("PUT"))
 
 
+def _user_name() -> Any:
+    """The name of the user Airflow authenticated, for what an action records (who paused an owner)."""
+    from airflow.api_fastapi.core_api.security import get_user
+
+    def name(user: Any = Depends(get_user)) -> str:
+        return str(user.get_name())
+
+    return Depends(name)
+
+
 class RequeueBody(BaseModel):
     owner: str | None = Field(None, description="only this owner's jobs")
     type: str | None = Field(None, description="only jobs of this type")
@@ -51,6 +61,15 @@ class CancelBody(BaseModel):
     owner: str = Field(description="the owner whose work stops")
     type: str | None = Field(None, description="only jobs of this type")
     reason: str = Field("cancelled from the SyncLane page", description="written into each job's error")
+
+
+class PauseBody(BaseModel):
+    owner: str = Field(description="the owner to pause")
+    reason: str = Field(description="why, e.g. 'token revoked'")
+
+
+class ResumeBody(BaseModel):
+    owner: str = Field(description="the paused owner to resume")
 
 
 class PlanBody(BaseModel):
@@ -74,8 +93,12 @@ def _jobs_word(count: int) -> str:
     return f"{count} job" if count == 1 else f"{count} jobs"
 
 
-def create_app(read_access: Callable[[], Any] = _read_access, edit_access: Callable[[], Any] = _edit_access) -> FastAPI:
-    """The app; the access dependencies are Airflow's unless a test passes its own."""
+def create_app(
+    read_access: Callable[[], Any] = _read_access,
+    edit_access: Callable[[], Any] = _edit_access,
+    user_name: Callable[[], Any] = _user_name,
+) -> FastAPI:
+    """The app; the access dependencies (and the user's name) are Airflow's unless a test passes its own."""
     app = FastAPI(
         title="SyncLane",
         description="SyncLane's queues, lanes, owners and jobs, and the operator's actions on them.",
@@ -123,7 +146,7 @@ def create_app(read_access: Callable[[], Any] = _read_access, edit_access: Calla
         with _answering() as operations:
             return plain(Monitor(operations).lanes(queue, after=after, limit=limit))
 
-    @app.get("/api/queues/{queue}/owners", summary="Owners by name: initial load, freshness, troubled jobs")
+    @app.get("/api/queues/{queue}/owners", summary="Owners by name: health, pause, initial load, freshness, trouble")
     def owners(
         queue: str,
         after: str | None = None,
@@ -208,6 +231,33 @@ def create_app(read_access: Callable[[], Any] = _read_access, edit_access: Calla
             **plain(done),
             "message": f"Cancelled {scope}: {_jobs_word(done.abandoned)} abandoned now, "
             f"{_jobs_word(done.stopping)} stopping after the current page.",
+        }
+
+    @app.post(
+        "/api/queues/{queue}/pause",
+        dependencies=[edit_access()],
+        summary="Pause an owner: none of its jobs is taken (a running one stops after its page) until it is resumed",
+    )
+    def pause(queue: str, body: PauseBody, by: str = user_name()) -> dict[str, Any]:
+        with _answering() as operations:
+            state = operations.pause(queue, body.owner, body.reason, by=by)
+        return {
+            **plain(state),
+            "message": f"Paused owner {state.owner} of queue {queue} ({state.paused_reason}, by {state.paused_by}): "
+            "none of its jobs is taken until it is resumed.",
+        }
+
+    @app.post(
+        "/api/queues/{queue}/resume",
+        dependencies=[edit_access()],
+        summary="Resume a paused owner: its jobs go on from their cursors, what the pause skipped is planned",
+    )
+    def resume(queue: str, body: ResumeBody) -> dict[str, Any]:
+        with _answering() as operations:
+            state = operations.resume(queue, body.owner)
+        return {
+            **plain(state),
+            "message": f"Resumed owner {state.owner} of queue {queue}: its jobs go on from their cursors.",
         }
 
     @app.post("/api/queues/{queue}/plan", dependencies=[edit_access()], summary="Plan the queue (or one owner) now")

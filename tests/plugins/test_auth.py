@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import json
 
+import psycopg
 import pytest
+from psycopg import sql
+from psycopg.rows import dict_row
 
 from tests.support.operate_scene import job
 
@@ -33,6 +36,8 @@ ACTIONS = [
     ("/synclane/api/queues/shops/requeue", {"owner": "globex"}),
     ("/synclane/api/queues/shops/cancel", {"owner": "globex", "reason": "test"}),
     ("/synclane/api/queues/shops/plan", {"owner": "globex"}),
+    ("/synclane/api/queues/shops/pause", {"owner": "globex", "reason": "test"}),
+    ("/synclane/api/queues/shops/resume", {"owner": "globex"}),
 ]
 
 
@@ -50,6 +55,7 @@ def test_an_action_without_a_token_is_refused_and_changes_nothing(
     status, _ = api_server.call("POST", path, body=body)
     assert status == 401
     assert job(database_url, operate_schema, scene["abandoned"])["status"] == "abandoned"
+    assert owner_rows(database_url, operate_schema) == []
 
 
 def test_a_forged_token_is_refused(api_server, scene):
@@ -69,6 +75,7 @@ def test_a_viewer_may_not_act_and_the_table_is_unchanged(api_server, scene, data
     status, answer = api_server.call("POST", path, token=api_server.token("viewer"), body=body)
     assert (status, json.loads(answer)["detail"]) == (403, "Forbidden")
     assert job(database_url, operate_schema, scene["abandoned"]) == before
+    assert owner_rows(database_url, operate_schema) == []
 
 
 def test_an_admin_requeues_a_job_and_is_told_what_changed(api_server, scene, database_url, operate_schema):
@@ -85,6 +92,33 @@ def test_an_admin_requeues_a_job_and_is_told_what_changed(api_server, scene, dat
     }
     row = job(database_url, operate_schema, scene["abandoned"])
     assert (row["status"], row["cursor"]) == ("pending", "50")
+
+
+def test_an_admin_pauses_and_resumes_an_owner_and_the_pause_names_who(api_server, scene, database_url, operate_schema):
+    token = api_server.token("admin")
+    asked = {"owner": "globex", "reason": "token revoked"}
+    status, answer = api_server.call("POST", "/synclane/api/queues/shops/pause", token=token, body=asked)
+    assert status == 200, answer
+    assert json.loads(answer)["message"] == (
+        "Paused owner globex of queue shops (token revoked, by admin): none of its jobs is taken until it is resumed."
+    )
+    [row] = owner_rows(database_url, operate_schema)
+    assert (row["owner"], row["paused_reason"], row["paused_by"]) == ("globex", "token revoked", "admin")
+    status, body = api_server.call("GET", "/synclane/api/queues/shops/owners?owner=globex", token=token)
+    [globex] = json.loads(body)["items"]
+    assert (globex["health"], globex["paused_reason"], globex["paused_by"]) == ("healthy", "token revoked", "admin")
+    status, answer = api_server.call("POST", "/synclane/api/queues/shops/resume", token=token, body={"owner": "globex"})
+    assert status == 200, answer
+    assert owner_rows(database_url, operate_schema)[0]["paused_at"] is None
+    status, answer = api_server.call(
+        "POST", "/synclane/api/queues/shops/pause", token=token, body={**asked, "owner": "x"}
+    )
+    assert status == 404 and "x" in json.loads(answer)["detail"]
+
+
+def owner_rows(database_url: str, schema: str) -> list[dict]:
+    with psycopg.connect(database_url, row_factory=dict_row) as conn:
+        return conn.execute(sql.SQL("SELECT * FROM {}.owners ORDER BY owner").format(sql.Identifier(schema))).fetchall()
 
 
 def test_the_views_answer_as_documented(api_server, scene):

@@ -126,6 +126,74 @@ def test_an_operator_finds_the_abandoned_slice_and_requeues_it_from_the_page(
     shot(page, "6-requeued")
 
 
+def test_an_operator_pauses_an_owner_finds_it_in_trouble_and_resumes_it_from_the_owners_view(
+    api_server, scene, browser_page, database_url, operate_schema
+):
+    from playwright.sync_api import expect
+
+    expect.set_options(timeout=30_000)
+    page = browser_page
+    page.goto(api_server.base + "/")
+    page.locator("input[name=username]").fill("admin")
+    page.locator("input[name=password]").fill(api_server.password("admin"))
+    page.locator("button[type=submit]").click()
+    page.goto(api_server.base + "/plugin/synclane")
+    frame = page.frame_locator("iframe")
+    frame.get_by_role("button", name="Owners", exact=True).click()
+
+    initech = frame.locator("#owners-table tr[data-owner=initech]")
+    expect(initech.locator("td.health")).to_have_text("healthy")
+    initech.get_by_role("button", name="Pause", exact=True).click()
+    confirm = frame.get_by_role("dialog")
+    expect(confirm).to_contain_text("Pause initech? None of its jobs is taken")
+    assert _owner_rows(database_url, operate_schema) == []  # nothing before a yes
+    confirm.locator("#confirm-input").fill("token revoked (401)")
+    _shot(page, "owners-1-pause-confirm")
+    confirm.get_by_role("button", name="Yes, do it").click()
+    expect(frame.locator("#message")).to_contain_text(
+        "Paused owner initech of queue shops (token revoked (401), by admin)"
+    )
+    expect(initech).to_have_class(re.compile(r"\bpaused\b"))
+    expect(initech.locator("td.pause")).to_contain_text("paused")
+    expect(initech.locator("td.pause")).to_contain_text("by admin")
+    expect(initech.locator("td.pause")).to_contain_text("token revoked (401)")
+    [row] = _owner_rows(database_url, operate_schema)
+    assert (row["owner"], row["paused_by"], row["paused_reason"]) == ("initech", "admin", "token revoked (401)")
+
+    frame.locator("#owner-filters input[name=troubled]").check()
+    frame.locator("#owner-filters").get_by_role("button", name="Show", exact=True).click()
+    expect(frame.locator("#owners-table tr[data-owner]")).to_have_count(2)  # globex (its abandoned slice), initech
+    expect(frame.locator("#owners-table tr[data-owner=acme-us]")).to_have_count(0)
+    _shot(page, "owners-2-paused-in-trouble")
+
+    initech.get_by_role("button", name="Resume", exact=True).click()
+    expect(confirm).to_contain_text("Resume initech? Its jobs go on from their cursors")
+    confirm.get_by_role("button", name="Yes, do it").click()
+    expect(frame.locator("#message")).to_contain_text("Resumed owner initech of queue shops")
+    expect(initech.locator("td.pause")).to_have_text("–")
+    assert _owner_rows(database_url, operate_schema)[0]["paused_at"] is None
+    _shot(page, "owners-3-resumed")
+
+
+SHOTS = Path(os.environ.get("SYNCLANE_SHOTS", "/work/shots"))
+
+
+def _shot(page, name: str) -> None:
+    """A screenshot under the artifacts and, when that folder exists, under ``$SYNCLANE_SHOTS``."""
+    shot(page, name)
+    if SHOTS.is_dir():
+        page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
+
+
+def _owner_rows(database_url: str, schema: str) -> list[dict]:
+    import psycopg
+    from psycopg import sql
+    from psycopg.rows import dict_row
+
+    with psycopg.connect(database_url, row_factory=dict_row) as conn:
+        return conn.execute(sql.SQL("SELECT * FROM {}.owners ORDER BY owner").format(sql.Identifier(schema))).fetchall()
+
+
 def test_the_plugin_is_in_the_navigation_and_on_dag_pages(api_server):
     status, body = api_server.call("GET", "/api/v2/plugins", token=api_server.token("viewer"))
     assert status == 200

@@ -32,7 +32,9 @@ def set_scene(database_url: str, schema: str) -> dict[str, int]:
         exists = conn.execute("SELECT to_regclass(%s) AS t", [f'"{schema}".jobs']).fetchone()["t"]
         if exists:
             # the planner's coverage goes with the jobs, or it would not plan them again
-            conn.execute(sql.SQL("TRUNCATE {0}.jobs, {0}.coverage RESTART IDENTITY").format(sql.Identifier(schema)))
+            conn.execute(
+                sql.SQL("TRUNCATE {0}.jobs, {0}.coverage, {0}.owners RESTART IDENTITY").format(sql.Identifier(schema))
+            )
         with Operations(synclane, synclane.database(database_url)) as operations:
             operations.plan("shops")
         jobs = sql.SQL("{}.jobs").format(sql.Identifier(schema))

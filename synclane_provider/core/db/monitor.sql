@@ -103,7 +103,8 @@ ORDER BY page.lane, r.lane_slot;
 
 -- name: owners
 -- One page of a queue's owners, by name after %(after)s (only %(owner)s when given; with %(troubled)s only
--- owners with failed, deferred or abandoned jobs): the initial load's slices and records, how far the
+-- owners with failed, deferred or abandoned jobs, or paused, degraded or failing ones): its health and pause
+-- (its row in the owners table, one probe of its key), the initial load's slices and records, how far the
 -- newest completed job reaches per declared type, %(types)s, or the newest one retention deleted, whichever is
 -- later (the owner's freshness is its stalest type; one probe of jobs_completed_reach and of the coverage key
 -- each), and its troubled jobs with the latest error.
@@ -130,11 +131,18 @@ page AS (
     LIMIT %(limit)s
 ),
 troubled_page AS (
-    SELECT DISTINCT j.owner FROM {schema}.jobs AS j
-    WHERE %(troubled)s AND %(owner)s::text IS NULL
-      AND j.queue = %(queue)s AND j.status IN ('failed', 'deferred', 'abandoned')
-      AND j.owner > coalesce(%(after)s::text, '')
-    ORDER BY j.owner
+    SELECT owner FROM (
+        SELECT j.owner FROM {schema}.jobs AS j
+        WHERE %(troubled)s AND %(owner)s::text IS NULL
+          AND j.queue = %(queue)s AND j.status IN ('failed', 'deferred', 'abandoned')
+          AND j.owner > coalesce(%(after)s::text, '')
+        UNION
+        SELECT o.owner FROM {schema}.owners AS o
+        WHERE %(troubled)s AND %(owner)s::text IS NULL
+          AND o.queue = %(queue)s AND (o.paused_at IS NOT NULL OR o.health <> 'healthy')
+          AND o.owner > coalesce(%(after)s::text, '')
+    ) AS troubled
+    ORDER BY owner
     LIMIT %(limit)s
 ),
 one_owner AS (
@@ -150,9 +158,12 @@ SELECT owners.owner,
        f.fresh_until, f.fresh_type, clock.now - f.fresh_until AS lag,
        t.troubled, t.failed, t.abandoned, e.id AS error_job_id, e.type AS error_type, e.status AS error_status,
        e.error AS last_error,
+       coalesce(state.health, 'healthy') AS health, coalesce(state.consecutive_failures, 0) AS consecutive_failures,
+       state.paused_at, state.paused_reason, state.paused_by,
        clock.now
 FROM owners
 CROSS JOIN clock
+LEFT JOIN {schema}.owners AS state ON state.queue = %(queue)s AND state.owner = owners.owner
 CROSS JOIN LATERAL (
     SELECT count(*)::bigint AS initial_total,
            count(*) FILTER (WHERE j.status = 'completed')::bigint AS initial_completed,

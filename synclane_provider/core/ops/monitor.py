@@ -88,7 +88,7 @@ class Lane:
 
 @dataclass(frozen=True)
 class OwnerState:
-    """One owner: its initial load, its freshness, and its jobs in trouble."""
+    """One owner: its health and pause, its initial load, its freshness, and its jobs in trouble."""
 
     owner: str
     initial_total: int
@@ -109,6 +109,13 @@ class OwnerState:
     error_job_id: int | None
     error_type: str | None
     error_status: str | None
+    health: str = "healthy"
+    """``healthy``, ``degraded`` or ``failing``: how the owner's attempts have been ending (the owners table)."""
+    consecutive_failures: int = 0
+    paused_at: datetime | None = None
+    """When the owner was paused (None: it is not): none of its jobs is taken until it is resumed."""
+    paused_reason: str | None = None
+    paused_by: str | None = None
 
     @property
     def initial_complete(self) -> bool:
@@ -196,7 +203,7 @@ class Monitor:
         now: datetime | None = None,
     ) -> Page[OwnerState]:
         """The queue's owners by name, ``limit`` at a time after ``after``: just ``owner`` when given, only those
-        with failed, deferred or abandoned jobs with ``troubled``."""
+        with failed, deferred or abandoned jobs, or paused, degraded or failing, with ``troubled``."""
         declared = self.operations.synclane.queue(queue)
         rows = self._rows(
             "owners",
@@ -225,6 +232,11 @@ class Monitor:
                 error_job_id=row["error_job_id"],
                 error_type=row["error_type"],
                 error_status=row["error_status"],
+                health=row["health"],
+                consecutive_failures=row["consecutive_failures"],
+                paused_at=row["paused_at"],
+                paused_reason=row["paused_reason"],
+                paused_by=row["paused_by"],
             )
             for row in rows
         ]

@@ -100,6 +100,15 @@ const actions = {
     } catch (error) { say(`cancel refused: ${error.message}`, true); }
     await refresh();
   },
+  "pause-owner": async (d) => {
+    const reason = await ask(`Pause ${d.owner}? None of its jobs is taken (a running one stops after its current page) until it is resumed; its lane-mates run on.`, "token revoked");
+    if (reason === null) return;
+    try {
+      say((await api(queuePath("pause"), {method: "POST", body: JSON.stringify({owner: d.owner, reason})})).message);
+    } catch (error) { say(`pause refused: ${error.message}`, true); }
+    await refresh();
+  },
+  "resume-owner": (d) => act("resume", `Resume ${d.owner}? Its jobs go on from their cursors, and what the pause skipped is planned now.`, {owner: d.owner}),
   "plan-owner": (d) => act("plan", `Plan ${d.owner} now?`, {owner: d.owner}),
   "plan-queue": () => act("plan", `Plan every owner of ${state.queue} now?`, {}),
   "show-job": (d) => showJob(d.job),
@@ -156,13 +165,16 @@ function renderLanes(page) {
 
 function renderOwners(page) {
   if (!page.items.length) return `<p class="muted">No owner matches.</p>`;
-  return `<table id="owners-table"><thead><tr><th>Owner</th><th>Initial load</th><th class="num">Records</th><th title="The end of the newest completed window of the owner's stalest type (a snapshot: when it completed), that type named. The health check's lag looks at windowed types only.">Fresh until</th>
+  return `<table id="owners-table"><thead><tr><th>Owner</th><th title="How the owner's attempts have been ending: healthy, degraded or failing (with its consecutive failures)">Health</th><th>Paused</th><th>Initial load</th><th class="num">Records</th><th title="The end of the newest completed window of the owner's stalest type (a snapshot: when it completed), that type named. The health check's lag looks at windowed types only.">Fresh until</th>
     <th>Lag</th><th class="num">Failing</th><th class="num">Abandoned</th><th>Last error</th><th>Actions</th></tr></thead><tbody>
     ${page.items.map((o) => {
       const pct = o.initial_total ? Math.round(100 * o.initial_completed / o.initial_total) : 0;
-      const bad = o.abandoned > 0;
-      return `<tr data-owner="${esc(o.owner)}" class="${bad ? "bad" : ""}">
+      const bad = o.abandoned > 0 || o.health === "failing";
+      const paused = o.paused_at !== null;
+      return `<tr data-owner="${esc(o.owner)}" class="${[bad ? "bad" : "", paused ? "paused" : ""].join(" ").trim()}">
         <td><b>${esc(o.owner)}</b></td>
+        <td class="health"><span class="health ${esc(o.health)}">${esc(o.health)}</span>${o.consecutive_failures ? ` <span class="muted">(${o.consecutive_failures} failed in a row)</span>` : ""}</td>
+        <td class="pause">${paused ? `<span class="status paused">paused</span> ${when(o.paused_at)} <span class="muted">by ${esc(o.paused_by)}</span><br><span class="error-text">${esc(o.paused_reason)}</span>` : '<span class="muted">–</span>'}</td>
         <td><span class="bar" title="${pct}%"><span style="width:${pct}%"></span></span>
             ${o.initial_completed}/${o.initial_total} ${o.initial_complete ? "✓" : ""}</td>
         <td class="num">${number(o.initial_records)}</td>
@@ -171,7 +183,8 @@ function renderOwners(page) {
         <td class="num">${o.failed}</td>
         <td class="num ${bad ? "bad" : ""}">${o.abandoned}</td>
         <td>${o.last_error ? `<span class="error-text">${esc(o.last_error)}</span> (${esc(o.error_type)} ${button("show-job", `#${o.error_job_id}`, {job: o.error_job_id})})` : ""}</td>
-        <td>${button("plan-owner", "Plan now", {owner: o.owner})}
+        <td>${paused ? button("resume-owner", "Resume", {owner: o.owner}) : button("pause-owner", "Pause", {owner: o.owner}, true)}
+            ${button("plan-owner", "Plan now", {owner: o.owner})}
             ${o.failed + o.abandoned > 0 ? button("requeue-owner", "Requeue owner", {owner: o.owner}) : ""}
             ${o.error_type ? button("requeue-type", `Requeue ${o.error_type}`, {owner: o.owner, type: o.error_type}) : ""}
             ${button("cancel-owner", "Cancel", {owner: o.owner}, true)}</td>
