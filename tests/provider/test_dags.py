@@ -45,6 +45,7 @@ def test_the_dag_files_parse_without_touching_any_database_or_connection(declara
         "synclane_health",
         "synclane_plan",
         "synclane_requeue",
+        "synclane_resync",
         "synclane_work",
     ]
     assert report["tasks"] == {
@@ -52,6 +53,7 @@ def test_the_dag_files_parse_without_touching_any_database_or_connection(declara
         "synclane_health": ["check"],
         "synclane_plan": ["plan"],
         "synclane_requeue": ["requeue"],
+        "synclane_resync": ["resync"],
         "synclane_work": ["assets", "work"],
     }
     assert report["attempts"] == []
@@ -272,3 +274,30 @@ def test_without_a_declaration_argument_the_configured_one_is_used(monkeypatch):
     assert SyncLanePlanOperator(task_id="plan", synclane_queue="shops").declaration == (
         "tests.support.provider_declaration:synclane"
     )
+
+
+def test_the_resync_dag_makes_one_request_from_its_params_and_the_workers_complete_it(dags, provider_schema, admin):
+    from synclane_provider.core import WorkerSlot
+
+    params = {
+        "type": "orders",
+        "start": "2026-03-01",
+        "end": "2026-03-03",
+        "owners": ["acme-us", "globex"],
+        "reason": "March totals",
+        "key": "march",
+    }
+    run = dags["synclane_resync"].test(run_conf=params)
+    assert run.state == "success"
+    made = xcoms(run, "resync")[-1]
+    assert made["key"] == "march" and made["made"] == made["jobs"] > 0
+    assert dags["synclane_resync"].test(run_conf=params).state == "success"  # the same key again: nothing new
+    assert len(rows(admin, provider_schema, "request_key = 'march'")) == made["jobs"]
+
+    with operations(decl.synclane) as ops:
+        with WorkerSlot(decl.synclane, ops.session.database, "shops") as slot:
+            while slot.run_one(then_continue=False) is not None:
+                pass
+        [progress] = ops.resyncs("shops", key="march")
+    assert (progress.done, progress.total, progress.request.reason) == (made["jobs"], made["jobs"], "March totals")
+    assert progress.request.requested_by.startswith("dag run ")
