@@ -51,6 +51,22 @@ def airflow_db() -> None:
 
 
 @pytest.fixture(scope="session")
+def airflow_metadata(database_url: str, tmp_path_factory) -> Iterator[Callable[[str], None]]:
+    """Makes PostgreSQL metadata databases for the Airflows the tests start (``airflow standalone``), each a copy
+    of one migrated once a session: ``airflow_metadata(name)``. Each caller drops its own; the template is
+    dropped at the end."""
+    from tests.support.real_airflow import copy_database, migrate_metadata_database
+
+    template = f"synclane_airflow_template_{uuid.uuid4().hex[:8]}"
+    migrate_metadata_database(database_url, template, tmp_path_factory.mktemp("airflow-template"))
+    try:
+        yield lambda name: copy_database(database_url, name, template)
+    finally:
+        with psycopg.connect(database_url, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(template)))
+
+
+@pytest.fixture(scope="session")
 def run_schema(database_url: str) -> Iterator[str]:
     """A schema of this test run's own, dropped afterwards."""
     name = f"synclane_test_{uuid.uuid4().hex[:10]}"

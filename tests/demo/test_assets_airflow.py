@@ -47,11 +47,12 @@ def downstream_counts(api: AirflowApi) -> list[dict[str, int]]:
     return counted
 
 
-def test_the_downstream_dag_runs_when_orders_land_with_owners_windows_and_counts_in_the_extra(database_url, tmp_path):
+def test_the_downstream_dag_runs_when_orders_land_with_owners_windows_and_counts_in_the_extra(
+    database_url, tmp_path, airflow_metadata
+):
     suffix = uuid.uuid4().hex[:8]
     metadata_db, schema = f"synclane_assets_airflow_{suffix}", f"synclane_assets_{suffix}"
-    with psycopg.connect(database_url, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(metadata_db)))
+    airflow_metadata(metadata_db)  # migrated already: standalone finds nothing to migrate
     metadata_url = psycopg.conninfo.make_conninfo(database_url, dbname=metadata_db)
     port = free_port()
     base = {

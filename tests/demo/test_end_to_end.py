@@ -147,7 +147,7 @@ def every_job_completed(rows: list[dict]) -> list[dict] | None:
 
 
 @pytest.fixture(scope="module")
-def scenario(database_url: str, tmp_path_factory) -> Scenario:
+def scenario(database_url: str, tmp_path_factory, airflow_metadata) -> Scenario:
     started = time.monotonic()
     suffix = uuid.uuid4().hex[:8]
     home = tmp_path_factory.mktemp("airflow-e2e")
@@ -156,8 +156,7 @@ def scenario(database_url: str, tmp_path_factory) -> Scenario:
         f"synclane_e2e_{suffix}",
         f"synclane_e2e_data_{suffix}",
     )
-    with psycopg.connect(database_url, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(metadata_db)))
+    airflow_metadata(metadata_db)  # migrated already: standalone finds nothing to migrate
     metadata_url = psycopg.conninfo.make_conninfo(database_url, dbname=metadata_db)
 
     shop_port, api_port = free_port(), free_port()

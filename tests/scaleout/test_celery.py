@@ -82,7 +82,7 @@ def worker_of(leased_by: str | None, members: dict[str, list[int]]) -> str | Non
 
 
 @pytest.fixture(scope="module")
-def scenario(database_url, broker, tmp_path_factory):
+def scenario(database_url, broker, tmp_path_factory, airflow_metadata):
     started = time.monotonic()
     home = tmp_path_factory.mktemp("celery")
     workload = Workload(
@@ -95,7 +95,16 @@ def scenario(database_url, broker, tmp_path_factory):
         slots=SLOTS,
         lease=LEASE,
     )
-    cluster = CeleryCluster(database_url, broker.url, workload, home, workers=2, concurrency=3, idle_timeout=15)
+    cluster = CeleryCluster(
+        database_url,
+        broker.url,
+        workload,
+        home,
+        workers=2,
+        concurrency=3,
+        idle_timeout=15,
+        migrated_metadata=airflow_metadata,
+    )
     run = Scenario(workload, cluster)
     sampler = Sampler(database_url, workload.schema)
     run.samples = sampler.samples

@@ -143,6 +143,9 @@ class CeleryCluster:
     """Seconds without a heartbeat before the scheduler gives up on a running task (Airflow's default: 300)."""
     port: int = field(default_factory=free_port)
     suffix: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
+    migrated_metadata: Callable[[str], None] | None = None
+    """Makes the metadata database by name already migrated (the tests' ``airflow_metadata``); else it is
+    created empty and ``airflow db migrate`` run on it."""
     services: dict[str, Service] = field(default_factory=dict)
     killed: set[str] = field(default_factory=set)
     api: AirflowApi | None = None
@@ -200,14 +203,10 @@ class CeleryCluster:
         )
         return env
 
-    def start(self, *, timeout: float = 300) -> "CeleryCluster":
-        """Create the metadata database and start every component; return when all are healthy."""
-        deadline = time.monotonic() + timeout
+    def _migrate(self, env: dict[str, str], logs: Path, *, timeout: float) -> None:
+        """Create the metadata database and run ``airflow db migrate`` on it."""
         with psycopg.connect(self.server_url, autocommit=True) as conn:
             conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(self.metadata_database)))
-        env = self.environment()
-        logs = self.home / "logs"
-        logs.mkdir(parents=True, exist_ok=True)
         with open(logs / "db-migrate.log", "wb") as log:
             migrated = subprocess.run(
                 [str(Path(sys.executable).parent / "airflow"), "db", "migrate"],
@@ -215,10 +214,21 @@ class CeleryCluster:
                 cwd=PROJECT,
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                timeout=max(deadline - time.monotonic(), 1),
+                timeout=timeout,
             )
         if migrated.returncode != 0:
             raise RuntimeError(f"airflow db migrate failed:\n{(logs / 'db-migrate.log').read_text()[-3000:]}")
+
+    def start(self, *, timeout: float = 300) -> "CeleryCluster":
+        """Create the metadata database and start every component; return when all are healthy."""
+        deadline = time.monotonic() + timeout
+        env = self.environment()
+        logs = self.home / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        if self.migrated_metadata is not None:
+            self.migrated_metadata(self.metadata_database)
+        else:
+            self._migrate(env, logs, timeout=max(deadline - time.monotonic(), 1))
 
         def start(name: str, *args: str, extra: dict[str, str] | None = None) -> Service:
             service = Service(

@@ -138,3 +138,38 @@ def connection_uri(conninfo: str) -> str:
 def clean_environment() -> dict[str, str]:
     """The test process's environment without Airflow's or the demo's settings (the test suite sets its own)."""
     return {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "SYNCLANE_", "SHOP_", "_AIRFLOW"))}
+
+
+def migrate_metadata_database(database_url: str, name: str, home: Path) -> None:
+    """Create the PostgreSQL database ``name`` and migrate it as Airflow's metadata (``airflow db migrate``)."""
+    import subprocess
+    import sys
+
+    from synclane_demo.local import sqlalchemy_url
+
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    env = {
+        **clean_environment(),
+        "AIRFLOW_HOME": str(home),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": sqlalchemy_url(
+            psycopg.conninfo.make_conninfo(database_url, dbname=name)
+        ),
+    }
+    migrated = subprocess.run(
+        [str(Path(sys.executable).parent / "airflow"), "db", "migrate"],
+        env=env,
+        cwd=home,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    if migrated.returncode != 0:
+        raise RuntimeError(f"airflow db migrate failed:\n{migrated.stdout[-3000:]}\n{migrated.stderr[-3000:]}")
+
+
+def copy_database(database_url: str, name: str, template: str) -> None:
+    """Create the database ``name`` as a copy of ``template`` (which nobody may be connected to meanwhile)."""
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(sql.Identifier(name), sql.Identifier(template)))
