@@ -280,3 +280,78 @@ def test_pause_and_resume_refuse_what_cannot_be_paused(database_url, schema, clo
         state = ops.pause("shops", "acme", "account closing", by="ana", now=clock.now)
         assert (state.paused_at, state.paused_reason, state.paused_by) == (clock.now, "account closing", "ana")
         assert ops.resume("shops", "never-paused", now=clock.now) == OwnerState("shops", "never-paused")
+
+
+# --- seen and alerted ------------------------------------------------------------------------------------------
+
+
+def test_the_health_check_fails_once_when_a_handler_pauses_its_owner_and_once_when_an_owner_turns_failing(
+    database_url, schema, clock, store
+):
+    handler = Revoked("acme", after=0)
+    declaration = declare(schema, products(handler), owner_source=owners("acme", "globex", "initech"))
+    database = declaration.database(database_url)
+    with Operations(declaration, database) as ops, WorkerSlot(declaration, database, "shops", clock=clock) as slot:
+        ops.plan("shops", now=clock.now)
+        ops.store.upsert_owner(OwnerState("shops", "acme", last_error="HTTPError: 401 Unauthorized"))
+        slot.drain()
+        first = ops.check_health("shops", abandoned_since=None, now=clock.now)
+        assert [(f.problem, f.owner) for f in first.findings] == [("paused", "acme")]
+        assert first.findings[0].message == (
+            "paused: owner acme was paused by its handler at 2026-11-30 10:20 UTC: 401 Unauthorized: the token of "
+            "acme was revoked; last error: HTTPError: 401 Unauthorized; none of its jobs runs until it is resumed"
+        )
+        assert ops.check_health("shops", abandoned_since=None, now=clock.advance(timedelta(minutes=5))).healthy
+        assert ops.check_health("shops", abandoned_since=None, now=clock.advance(timedelta(minutes=5))).healthy
+
+        failing_since = clock.now - timedelta(minutes=1)
+        store.upsert_owner(
+            OwnerState(
+                "shops",
+                "globex",
+                health=OwnerHealth.FAILING,
+                consecutive_failures=10,
+                last_error="ShopError: 503",
+                failing_since=failing_since,
+            )
+        )
+        ops.pause("shops", "initech", "contract ended", by="ana", now=clock.now)  # a person's pause: no alert
+        [failing] = ops.check_health("shops", abandoned_since=None, now=clock.now).findings
+        assert failing.message == (
+            "failing: owner globex is failing since 2026-11-30 10:29 UTC after 10 failed attempt(s) in a row; "
+            "last error: ShopError: 503"
+        )
+        assert ops.check_health("shops", abandoned_since=None, now=clock.now).healthy
+
+        ops.resume("shops", "acme", now=clock.advance(timedelta(minutes=1)))  # revoked again on its next page
+        slot.drain()
+        [again] = ops.check_health("shops", abandoned_since=None, now=clock.now).findings
+        assert (again.problem, again.owner) == ("paused", "acme")  # a new pause is a new event
+
+        gauges = ops.gauges("shops", now=clock.now)
+        assert (gauges.owners_healthy, gauges.owners_degraded, gauges.owners_failing, gauges.owners_paused) == (
+            2,
+            0,
+            1,
+            2,
+        )
+
+
+def test_the_owner_gauges_are_emitted_beside_the_queue_gauges(database_url, schema, clock, store):
+    declaration = declare(schema, products(), owner_source=owners("acme", "globex"))
+    sent: dict[str, float] = {}
+
+    class Recording:
+        def gauge(self, metric, tags, value):
+            sent[metric.name] = value
+
+    with Operations(declaration, declaration.database(database_url)) as ops:
+        store.upsert_owner(OwnerState("shops", "acme", health=OwnerHealth.DEGRADED))
+        ops.pause("shops", "globex", "token revoked", now=clock.now)
+        ops.gauges("shops", now=clock.now).emit(Recording())
+    assert {name: value for name, value in sent.items() if name.startswith("synclane.owners.")} == {
+        "synclane.owners.healthy": 1,
+        "synclane.owners.degraded": 1,
+        "synclane.owners.failing": 0,
+        "synclane.owners.paused": 1,
+    }

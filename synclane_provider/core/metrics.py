@@ -74,6 +74,20 @@ QUEUE_MAX_LAG = Metric(
     "completed window of a windowed type); 0 while none has completed a window",
 )
 
+OWNERS_HEALTHY = Metric(
+    "synclane.owners.healthy",
+    Kind.GAUGE,
+    ("queue",),
+    "owners the owner source lists that are neither degraded nor failing",
+)
+OWNERS_DEGRADED = Metric(
+    "synclane.owners.degraded", Kind.GAUGE, ("queue",), "owners degraded: failing attempts in a row"
+)
+OWNERS_FAILING = Metric("synclane.owners.failing", Kind.GAUGE, ("queue",), "owners failing: their period is stretched")
+OWNERS_PAUSED = Metric(
+    "synclane.owners.paused", Kind.GAUGE, ("queue",), "owners paused (by their handler or a person) until resumed"
+)
+
 CATALOGUE: tuple[Metric, ...] = (
     JOBS_FINISHED,
     PAGES,
@@ -86,6 +100,10 @@ CATALOGUE: tuple[Metric, ...] = (
     QUEUE_RUNNING,
     QUEUE_ABANDONED,
     QUEUE_MAX_LAG,
+    OWNERS_HEALTHY,
+    OWNERS_DEGRADED,
+    OWNERS_FAILING,
+    OWNERS_PAUSED,
 )
 """Every metric the engine emits."""
 

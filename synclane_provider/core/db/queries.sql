@@ -1212,3 +1212,33 @@ SET health = excluded.health,
     alerted_for = excluded.alerted_for,
     updated_at = excluded.updated_at
 RETURNING *;
+
+-- name: owner_counts
+-- How many of a queue's owners are degraded, failing and paused (read through owners_in_trouble and
+-- owners_paused: the few in trouble, however many owners have rows); the rest are healthy.
+SELECT (SELECT count(*) FROM {schema}.owners WHERE queue = %(queue)s AND health = 'degraded')::int AS degraded,
+       (SELECT count(*) FROM {schema}.owners WHERE queue = %(queue)s AND health = 'failing')::int AS failing,
+       (SELECT count(*) FROM {schema}.owners WHERE queue = %(queue)s AND paused_at IS NOT NULL)::int AS paused;
+
+-- name: claim_owner_alerts
+-- The owners of a queue to alert about now, each claimed once: an owner paused by its handler (the event
+-- 'paused:<when>') or, failing that, one whose health is failing ('failing:<since>'), whose alerted_for is not
+-- already that event. The claim writes alerted_at and alerted_for in the same statement, so that however many
+-- checks run, and however often, each event is alerted once; a new pause or a new spell of failing is a new
+-- event. Returns the claimed owners' rows, at most %(limit)s, by name.
+WITH trouble AS (
+    SELECT o.queue, o.owner,
+           CASE WHEN o.paused_at IS NOT NULL AND o.paused_by = 'handler' THEN 'paused:' || o.paused_at::text
+                ELSE 'failing:' || coalesce(o.failing_since::text, '') END AS event
+    FROM {schema}.owners AS o
+    WHERE o.queue = %(queue)s
+      AND ((o.paused_at IS NOT NULL AND o.paused_by = 'handler') OR o.health = 'failing')
+),
+claimed AS (
+    UPDATE {schema}.owners AS o
+    SET alerted_at = coalesce(%(now)s::timestamptz, statement_timestamp()), alerted_for = trouble.event
+    FROM (SELECT * FROM trouble ORDER BY owner LIMIT %(limit)s) AS trouble
+    WHERE o.queue = trouble.queue AND o.owner = trouble.owner AND o.alerted_for IS DISTINCT FROM trouble.event
+    RETURNING o.*
+)
+SELECT * FROM claimed ORDER BY owner;

@@ -497,6 +497,18 @@ class Store:
         rows = self.session.run("list_owners", queue=queue, after=after, troubled=troubled, limit=limit)
         return [OwnerState.from_row(row) for row in rows]
 
+    def owner_counts(self, queue: str) -> tuple[int, int, int]:
+        """How many of the queue's owners are degraded, failing and paused."""
+        row = self.session.one("owner_counts", queue=queue)
+        assert row is not None
+        return row["degraded"], row["failing"], row["paused"]
+
+    def claim_owner_alerts(self, queue: str, *, limit: int, now: datetime | None) -> list[OwnerState]:
+        """The owners paused by their handler or failing that no check has alerted about yet, claimed (see
+        queries.sql): each such event is returned once, to one caller."""
+        rows = self.session.run("claim_owner_alerts", queue=queue, limit=limit, now=now)
+        return [OwnerState.from_row(row) for row in rows]
+
     def upsert_owner(self, state: OwnerState, *, now: datetime | None = None) -> OwnerState:
         """Write the owner's whole state (its row made when missing), ``updated_at`` stamped now; returns the row."""
         row = self.session.one(

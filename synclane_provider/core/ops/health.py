@@ -6,7 +6,10 @@ Three things a person must hear about, because nothing in the engine will fix th
 * a running job whose heartbeat is older than its lease: its worker is **stuck** (a page that hangs) or gone
   and no worker has taken the job over;
 * an owner **lagging**: the end of its newest completed window of a windowed type is further behind now than
-  the queue's ``max_lag``.
+  the queue's ``max_lag``;
+* an owner **paused** by its handler (it raised ``OwnerPaused``: its token is gone) or turned **failing** (its
+  attempts kept failing): reported once per event, not on every check while it lasts -- the check claims the
+  event on the owner's row (``alerted_at``, ``alerted_for``) in the statement that finds it.
 
 The check keeps no state of its own: "since the last check" is a time range the caller passes (the Airflow
 operator passes its run's data interval), matched against the moment each job was abandoned, which the row
@@ -26,8 +29,18 @@ from synclane_provider.core.db.store import Store
 from synclane_provider.core.declare.declarations import Queue
 from synclane_provider.core.declare.owners import owners_of
 from synclane_provider.core.durations import duration_text
-from synclane_provider.core.metrics import QUEUE_ABANDONED, QUEUE_MAX_LAG, QUEUE_RUNNING, QUEUE_WAITING, Metrics
-from synclane_provider.core.records import Freshness, Job
+from synclane_provider.core.metrics import (
+    OWNERS_DEGRADED,
+    OWNERS_FAILING,
+    OWNERS_HEALTHY,
+    OWNERS_PAUSED,
+    QUEUE_ABANDONED,
+    QUEUE_MAX_LAG,
+    QUEUE_RUNNING,
+    QUEUE_WAITING,
+    Metrics,
+)
+from synclane_provider.core.records import Freshness, Job, OwnerState
 
 MAX_FINDINGS = 50
 """Findings of each kind a check reports at most; more are summed up in one line (the message stays readable)."""
@@ -37,6 +50,8 @@ class Problem(StrEnum):
     ABANDONED = "abandoned"
     STUCK = "stuck"
     LAGGING = "lagging"
+    PAUSED = "paused"
+    FAILING = "failing"
 
 
 @dataclass(frozen=True)
@@ -103,6 +118,24 @@ def _lagging(row: Freshness, max_lag: timedelta) -> Finding:
     )
 
 
+def _owner_in_trouble(state: OwnerState) -> Finding:
+    last_error = state.last_error or "no error recorded"
+    if state.paused and state.paused_by == "handler":
+        return Finding(
+            Problem.PAUSED,
+            state.owner,
+            f"paused: owner {state.owner} was paused by its handler at {state.paused_at:%Y-%m-%d %H:%M} UTC: "
+            f"{state.paused_reason}; last error: {last_error}; none of its jobs runs until it is resumed",
+        )
+    since = f" since {state.failing_since:%Y-%m-%d %H:%M} UTC" if state.failing_since else ""
+    return Finding(
+        Problem.FAILING,
+        state.owner,
+        f"failing: owner {state.owner} is failing{since} after {state.consecutive_failures} failed attempt(s) in a "
+        f"row; last error: {last_error}",
+    )
+
+
 def check(
     store: Store,
     queue: Queue,
@@ -112,7 +145,9 @@ def check(
     now: datetime | None = None,
 ) -> HealthReport:
     """Check ``queue``: jobs abandoned in ``[abandoned_since, abandoned_until)`` (None: no bound), stuck
-    workers, and, when the queue declares ``max_lag``, owners listed by its owner source that lag more."""
+    workers, owners paused by their handler or turned failing since the last alert about them (each such event
+    is claimed here, so it is reported once), and, when the queue declares ``max_lag``, owners listed by its owner
+    source that lag more."""
     more: dict[Problem, bool] = {}
     abandoned = store.abandoned_between(
         queue.name, since=abandoned_since, until=abandoned_until, limit=MAX_FINDINGS + 1
@@ -127,7 +162,9 @@ def check(
             queue.name, owners, queue.windowed_types, over=queue.max_lag, limit=MAX_FINDINGS + 1, now=now
         )
         more[Problem.LAGGING] = len(lagging) > MAX_FINDINGS
+    troubled = store.claim_owner_alerts(queue.name, limit=MAX_FINDINGS, now=now)
     findings = [_abandoned(job) for job in abandoned[:MAX_FINDINGS]]
+    findings += [_owner_in_trouble(state) for state in troubled]
     findings += [_stuck(job, queue.lease) for job in stuck[:MAX_FINDINGS]]
     if queue.max_lag is not None:
         findings += [_lagging(row, queue.max_lag) for row in lagging[:MAX_FINDINGS]]
@@ -144,6 +181,11 @@ class QueueGauges:
     abandoned: int
     max_freshness_lag: timedelta | None
     """None when no listed owner has completed a window yet (or the queue has no windowed type)."""
+    owners_healthy: int = 0
+    """Owners the owner source lists that are neither degraded nor failing."""
+    owners_degraded: int = 0
+    owners_failing: int = 0
+    owners_paused: int = 0
 
     def emit(self, metrics: Metrics) -> None:
         tags = {"queue": self.queue}
@@ -152,14 +194,30 @@ class QueueGauges:
         metrics.gauge(QUEUE_ABANDONED, tags, self.abandoned)
         lag = self.max_freshness_lag.total_seconds() if self.max_freshness_lag is not None else 0.0
         metrics.gauge(QUEUE_MAX_LAG, tags, max(lag, 0.0))
+        metrics.gauge(OWNERS_HEALTHY, tags, self.owners_healthy)
+        metrics.gauge(OWNERS_DEGRADED, tags, self.owners_degraded)
+        metrics.gauge(OWNERS_FAILING, tags, self.owners_failing)
+        metrics.gauge(OWNERS_PAUSED, tags, self.owners_paused)
 
 
 def gauges(store: Store, queue: Queue, *, now: datetime | None = None) -> QueueGauges:
-    """Read the queue's gauges; the freshness lag covers the owners its owner source lists now."""
+    """Read the queue's gauges; the freshness lag and the healthy owners cover the owners its owner source lists
+    now."""
     counts = store.queue_counts(queue.name)
+    owners = [owner.id for owner in owners_of(queue)]
     lag = None
     if queue.windowed_types:
-        owners = [owner.id for owner in owners_of(queue)]
         behind = store.window_lags(queue.name, owners, queue.windowed_types, over=None, limit=1, now=now)
         lag = behind[0].lag if behind else None
-    return QueueGauges(queue.name, counts.waiting, counts.running, counts.abandoned, lag)
+    degraded, failing, paused = store.owner_counts(queue.name)
+    return QueueGauges(
+        queue.name,
+        counts.waiting,
+        counts.running,
+        counts.abandoned,
+        lag,
+        owners_healthy=max(len(owners) - degraded - failing, 0),
+        owners_degraded=degraded,
+        owners_failing=failing,
+        owners_paused=paused,
+    )
