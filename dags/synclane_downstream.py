@@ -3,7 +3,9 @@
 Scheduled on the Asset ``synclane://<schema>/<queue>/orders``; a worker task of ``synclane_work`` emits one
 event per run in which orders jobs completed, its ``extra`` naming each account (owner) with its jobs,
 records and window span. This DAG reads those events and logs, and returns, the new orders per account: the
-place to start a dbt run, a refresh, a report. Set ``[synclane] declaration`` and ``queue`` (or
+place to start a dbt run, a refresh, a report. When a run carried re-sync work, the event's ``resyncs`` names
+each request's re-fetched windows per account, and ``rebuild_resynced_partitions`` turns them into exactly the
+daily partitions to rebuild. Set ``[synclane] declaration`` and ``queue`` (or
 $SYNCLANE_DECLARATION and $SYNCLANE_QUEUE) as for
 ``synclane_work`` (and SYNCLANE_DOWNSTREAM_TYPE for another type than ``orders``).
 """
@@ -12,7 +14,7 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from airflow.sdk import DAG, task
@@ -51,4 +53,32 @@ with DAG(
                 )
         return dict(sorted(per_account.items()))
 
+    @task
+    def rebuild_resynced_partitions(triggering_asset_events: Any = None) -> dict[str, dict[str, list[str]]]:
+        """The daily partitions to rebuild per re-sync request and account: exactly the days whose windows a
+        re-sync fetched again in the runs that triggered this one (``extra["resyncs"]``), nothing else."""
+        partitions: dict[str, dict[str, set[str]]] = {}
+        for event in (triggering_asset_events or {}).get(landed, []):
+            for request, accounts in event.extra.get("resyncs", {}).items():
+                for owner, windows in accounts.items():
+                    days = partitions.setdefault(request, {}).setdefault(owner, set())
+                    for window in windows:
+                        days.update(days_of(window["window_start"], window["window_end"]))
+        for request, accounts in sorted(partitions.items()):
+            for owner, days in sorted(accounts.items()):
+                print(f"re-sync {request}: rebuild {owner}'s {TYPE} for {len(days)} day(s): {', '.join(sorted(days))}")
+        return {
+            request: {owner: sorted(days) for owner, days in accounts.items()}
+            for request, accounts in partitions.items()
+        }
+
     count_new_records()
+    rebuild_resynced_partitions()
+
+
+def days_of(start: str | None, end: str | None) -> list[str]:
+    """The days (UTC) a window ``[start, end)`` touches, as ``2026-03-01``; none for a snapshot (no window)."""
+    if start is None or end is None:
+        return []
+    first, last = datetime.fromisoformat(start), datetime.fromisoformat(end) - timedelta(microseconds=1)
+    return [(first.date() + timedelta(days=n)).isoformat() for n in range((last.date() - first.date()).days + 1)]

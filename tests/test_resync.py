@@ -197,3 +197,25 @@ def test_requests_are_listed_with_their_progress_cancelled_whole_and_their_failu
     assert ops.resyncs("shops", key="k2")[0].pending == 4  # the other request untouched
     with pytest.raises(DeclarationError, match="no re-sync request 'nope'"):
         ops.cancel_resync("shops", "nope")
+
+
+def test_what_a_run_landed_names_the_windows_each_request_fetched_again(declaration, database_url, ops, clock):
+    ops.resync(
+        "shops", "orders", MARCH, MARCH + timedelta(days=12), owners=["acme"], reason="r", key="m", now=clock.now
+    )
+    ops.plan("shops", owner="globex", now=clock.now)
+    with WorkerSlot(declaration, declaration.database(database_url), "shops", clock=clock) as slot:
+        summary = slot.drain()
+    extra = summary.landed.extra("shops", "orders")
+    assert list(extra["owners"]) == ["globex"]  # where new data landed: the planned jobs alone
+    assert extra["jobs"] == len(ops.list_jobs("shops", owner="globex", type="orders"))
+    assert extra["resyncs"] == {
+        "m": {
+            "acme": [
+                {"window_start": "2026-03-03T00:00:00+00:00", "window_end": "2026-03-13T00:00:00+00:00", "records": 0},
+                {"window_start": "2026-03-01T00:00:00+00:00", "window_end": "2026-03-03T00:00:00+00:00", "records": 0},
+            ]
+        }
+    }
+    again = type(summary.landed).from_dict(summary.landed.as_dict())  # through XCom and a deferral
+    assert again.extra("shops", "orders") == extra

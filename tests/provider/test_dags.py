@@ -49,7 +49,7 @@ def test_the_dag_files_parse_without_touching_any_database_or_connection(declara
         "synclane_work",
     ]
     assert report["tasks"] == {
-        "synclane_downstream": ["count_new_records"],
+        "synclane_downstream": ["count_new_records", "rebuild_resynced_partitions"],
         "synclane_health": ["check"],
         "synclane_plan": ["plan"],
         "synclane_requeue": ["requeue"],
@@ -301,3 +301,22 @@ def test_the_resync_dag_makes_one_request_from_its_params_and_the_workers_comple
         [progress] = ops.resyncs("shops", key="march")
     assert (progress.done, progress.total, progress.request.reason) == (made["jobs"], made["jobs"], "March totals")
     assert progress.request.requested_by.startswith("dag run ")
+
+
+def test_the_downstream_dag_rebuilds_exactly_the_days_a_re_sync_fetched_again(dags):
+    from types import SimpleNamespace
+
+    rebuild = dags["synclane_downstream"].get_task("rebuild_resynced_partitions").python_callable
+    landed = rebuild.__globals__["landed"]
+    window = {"window_start": "2026-03-03T00:00:00+00:00", "window_end": "2026-03-05T00:00:00+00:00", "records": 9}
+    part = {"window_start": "2026-03-01T06:00:00+00:00", "window_end": "2026-03-03T00:00:00+00:00", "records": 1}
+    events = [
+        SimpleNamespace(extra={"owners": {"globex": {"records": 3}}}),  # fresh data only: nothing to rebuild
+        SimpleNamespace(extra={"resyncs": {"march": {"acme": [window]}}}),
+        SimpleNamespace(extra={"resyncs": {"march": {"acme": [part]}, "other": {"globex": [part]}}}),
+    ]
+    assert rebuild(triggering_asset_events={landed: events}) == {
+        "march": {"acme": ["2026-03-01", "2026-03-02", "2026-03-03", "2026-03-04"]},
+        "other": {"globex": ["2026-03-01", "2026-03-02"]},
+    }
+    assert rebuild(triggering_asset_events={landed: events[:1]}) == {}

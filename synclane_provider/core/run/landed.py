@@ -18,14 +18,27 @@ from synclane_provider.core.records import Job
 
 @dataclass
 class OwnerLanding:
-    """One owner's completed jobs of one type: count, records, and the earliest start and latest end of their windows."""
+    """One owner's completed jobs of one type: count, records, and the earliest start and latest end of their windows.
+
+    A re-sync's jobs fetched an old range again: they are kept apart (``resyncs``: per request key, each window
+    and the records it brought), so that the span says where new data landed and a downstream DAG can rebuild
+    exactly the re-fetched windows.
+    """
 
     jobs: int = 0
     records: int = 0
     window_start: datetime | None = None
     window_end: datetime | None = None
+    resyncs: dict[str, list[list[Any]]] = field(default_factory=dict)
+    """Per re-sync request key: ``[window_start, window_end, records]`` of each re-fetched window (ISO texts;
+    None for a snapshot)."""
 
     def add(self, job: Job, records: int) -> None:
+        if job.request_key is not None:
+            self.resyncs.setdefault(job.request_key, []).append(
+                [_text(job.window_start), _text(job.window_end), records]
+            )
+            return
         self.jobs += 1
         self.records += records
         if job.window_start is not None and (self.window_start is None or job.window_start < self.window_start):
@@ -40,14 +53,19 @@ class OwnerLanding:
         ends = [e for e in (self.window_end, other.window_end) if e is not None]
         self.window_start = min(starts) if starts else None
         self.window_end = max(ends) if ends else None
+        for key, windows in other.resyncs.items():
+            self.resyncs.setdefault(key, []).extend(windows)
 
     def as_dict(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "jobs": self.jobs,
             "records": self.records,
-            "window_start": self.window_start.isoformat() if self.window_start else None,
-            "window_end": self.window_end.isoformat() if self.window_end else None,
+            "window_start": _text(self.window_start),
+            "window_end": _text(self.window_end),
         }
+        if self.resyncs:
+            data["resyncs"] = self.resyncs
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "OwnerLanding":
@@ -56,7 +74,12 @@ class OwnerLanding:
             records=int(data["records"]),
             window_start=datetime.fromisoformat(data["window_start"]) if data.get("window_start") else None,
             window_end=datetime.fromisoformat(data["window_end"]) if data.get("window_end") else None,
+            resyncs={key: [list(w) for w in windows] for key, windows in data.get("resyncs", {}).items()},
         )
+
+
+def _text(instant: datetime | None) -> str | None:
+    return instant.isoformat() if instant is not None else None
 
 
 @dataclass
@@ -81,7 +104,8 @@ class Landed:
                 mine.setdefault(owner, OwnerLanding()).merge(landing)
 
     def extra(self, queue: str, type_name: str) -> dict[str, Any]:
-        """The asset event's ``extra`` for one type: totals, and per owner its jobs, records and window span.
+        """The asset event's ``extra`` for one type: totals, per owner its jobs, records and window span, and -- when
+        re-sync work completed -- ``resyncs``: per request key, per owner, the windows fetched again.
 
         >>> from datetime import timezone
         >>> landed = Landed()
@@ -89,15 +113,32 @@ class Landed:
         ...                                                  datetime(2026, 11, 30, tzinfo=timezone.utc))}
         >>> landed.extra("shops", "orders")["owners"]["acme"]["records"]
         150
+        >>> landed.by_type["orders"]["acme"].resyncs["march"] = [["2026-03-01T00:00:00+00:00", "2026-03-02T00:00:00+00:00", 7]]
+        >>> landed.extra("shops", "orders")["resyncs"]
+        {'march': {'acme': [{'window_start': '2026-03-01T00:00:00+00:00', 'window_end': '2026-03-02T00:00:00+00:00', 'records': 7}]}}
         """
         owners = self.by_type.get(type_name, {})
-        return {
+        extra: dict[str, Any] = {
             "queue": queue,
             "type": type_name,
             "jobs": sum(o.jobs for o in owners.values()),
             "records": sum(o.records for o in owners.values()),
-            "owners": {owner: owners[owner].as_dict() for owner in sorted(owners)},
+            "owners": {
+                owner: {k: v for k, v in owners[owner].as_dict().items() if k != "resyncs"}
+                for owner in sorted(owners)
+                if owners[owner].jobs
+            },
         }
+        resyncs: dict[str, dict[str, list[dict[str, Any]]]] = {}
+        for owner in sorted(owners):
+            for key, windows in owners[owner].resyncs.items():
+                resyncs.setdefault(key, {})[owner] = [
+                    {"window_start": start, "window_end": end, "records": records}
+                    for start, end, records in sorted(windows, key=lambda w: w[0] or "", reverse=True)
+                ]
+        if resyncs:
+            extra["resyncs"] = {key: resyncs[key] for key in sorted(resyncs)}
+        return extra
 
     def as_dict(self) -> dict[str, dict[str, dict[str, Any]]]:
         return {t: {o: landing.as_dict() for o, landing in owners.items()} for t, owners in self.by_type.items()}
