@@ -18,7 +18,7 @@ from datetime import timedelta
 import pytest
 from psycopg import sql
 
-from synclane_provider.core import Job, Operations, Page, WorkerPool
+from synclane_provider.core import Job, Operations, Page, WorkerPool, WorkerSlot
 from synclane_provider.core.db.database import Traffic
 from tests.support.helpers import declare, products
 
@@ -171,3 +171,18 @@ def test_a_statement_s_column_names_are_read_once_per_connection(schema, databas
         session.close()
         assert sorted(session.run("connection_room")[0]) == ["role_room", "server_room"]
         assert (database.traffic - before).described == 2
+
+
+def test_a_lease_keeper_renews_nothing_once_its_job_has_ended(schema, database_url, due_jobs, caplog):
+    """The keeper renews a lease only while the job runs: after the job, an idle slot's keeper sends nothing
+    (a renewal of the ended job would be refused and read as a lost lease)."""
+    due_jobs(jobs=1, lanes=1)
+    declaration = declare(schema, products(lambda job: Page(None, 1)), lease=timedelta(milliseconds=300))
+    database = declaration.database(database_url)
+    with WorkerSlot(declaration, database, "shops") as slot:
+        assert slot.run_one(then_continue=False) is not None
+        before = database.traffic.snapshot()
+        time.sleep(0.5)  # five of the keeper's renewal intervals (a third of the lease)
+        assert (database.traffic - before).statements["renew_lease"] == 0
+    assert "stops writing" not in caplog.text
+    database.close()
