@@ -26,11 +26,13 @@ def provider_schema_cleanup(database_url: str) -> Iterator[str]:
 
 @pytest.fixture
 def provider_schema(provider_schema_cleanup: str, admin: psycopg.Connection) -> str:
-    """The provider tests' schema with an empty jobs table (the declaration in declaration.py uses it)."""
+    """The provider tests' schema with empty tables (the declaration in declaration.py uses it)."""
     from tests.support import provider_declaration as declaration
 
     create_schema(admin, PROVIDER_SCHEMA)
-    admin.execute(sql.SQL("TRUNCATE {0}.jobs, {0}.coverage RESTART IDENTITY").format(sql.Identifier(PROVIDER_SCHEMA)))
+    admin.execute(
+        sql.SQL("TRUNCATE {0}.jobs, {0}.coverage, {0}.owners RESTART IDENTITY").format(sql.Identifier(PROVIDER_SCHEMA))
+    )
     declaration.reset()
     return PROVIDER_SCHEMA
 

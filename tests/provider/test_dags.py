@@ -228,6 +228,29 @@ def test_the_health_dag_reports_jobs_abandoned_where_no_run_checked_once_and_onl
     assert dag.test(logical_date=end + 4 * every).state == "success"
 
 
+def test_the_health_dag_fails_once_when_a_handler_pauses_its_owner_and_passes_while_the_pause_lasts(
+    dags, provider_schema, capsys
+):
+    from datetime import datetime, timedelta, timezone
+
+    dag = dags["synclane_health"]
+    every = dag.timetable.delta
+    end = datetime.now(timezone.utc).replace(microsecond=0) + timedelta(days=60)  # after the other tests' runs
+    assert dag.test(logical_date=end).state == "success"
+    with operations(decl.synclane) as ops:
+        ops.plan("shops")
+        ops.store.pause_owner("shops", "globex", reason="401 Unauthorized: token revoked", by="handler", now=None)
+    capsys.readouterr()
+    failed = dag.test(logical_date=end + every)
+    assert failed.state == "failed"
+    assert "paused: owner globex was paused by its handler at " in (out := capsys.readouterr().out)
+    assert ": 401 Unauthorized: token revoked; last error: no error recorded; none of its jobs runs" in out
+    # The pause lasts; the check alerted about it once: the runs after it pass.
+    assert dag.test(logical_date=end + 2 * every).state == "success"
+    assert dag.test(logical_date=end + 3 * every).state == "success"
+    assert "paused: owner globex" not in capsys.readouterr().out
+
+
 def test_every_operator_and_sensor_serializes_into_a_dag():
     from datetime import datetime, timezone
 
