@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import datetime
 from importlib import resources
 from typing import Any
 
@@ -70,6 +71,15 @@ class PauseBody(BaseModel):
 
 class ResumeBody(BaseModel):
     owner: str = Field(description="the paused owner to resume")
+
+
+class ResyncBody(BaseModel):
+    type: str = Field(description="the job type to sync again")
+    start: datetime = Field(description="the range's start, ISO 8601 with a time zone")
+    end: datetime = Field(description="the range's end (excluded), ISO 8601 with a time zone")
+    owners: list[str] | None = Field(None, description="only these owners (empty: every owner)")
+    reason: str = Field(description="why, shown with the request")
+    key: str | None = Field(None, description="the request's key: the same key again adds nothing")
 
 
 class PlanBody(BaseModel):
@@ -259,6 +269,61 @@ def create_app(
             **plain(state),
             "message": f"Resumed owner {state.owner} of queue {queue}: its jobs go on from their cursors.",
         }
+
+    @app.get("/api/queues/{queue}/resyncs", summary="Re-sync requests, newest first: progress, who asked and why")
+    def resyncs(queue: str, limit: int = Query(50, ge=1, le=MAX_PAGE)) -> list[dict[str, Any]]:
+        with _answering() as operations:
+            return [{**plain(p), "finished": p.finished} for p in operations.resyncs(queue, limit=limit)]
+
+    @app.post(
+        "/api/queues/{queue}/resync",
+        dependencies=[edit_access()],
+        summary="Sync a range of one type again, as one request: sliced like history, newest first, after fresh work",
+    )
+    def resync(queue: str, body: ResyncBody, by: str = user_name()) -> dict[str, Any]:
+        with _answering() as operations:
+            request = operations.resync(
+                queue,
+                body.type,
+                body.start,
+                body.end,
+                owners=body.owners or None,
+                reason=body.reason,
+                key=body.key,
+                by=by,
+            )
+        who = ", ".join(request.owners) if request.owners is not None else "every owner"
+        return {
+            **plain(request),
+            "message": f"Re-sync {request.key} of queue {queue}: {_jobs_word(request.made)} made for {request.type} "
+            f"of {who}."
+            if request.made
+            else f"Re-sync {request.key} of queue {queue} was asked for already: nothing added.",
+        }
+
+    @app.post(
+        "/api/queues/{queue}/resyncs/{key}/cancel",
+        dependencies=[edit_access()],
+        summary="Cancel a whole re-sync request: waiting jobs now, running ones after their page",
+    )
+    def cancel_resync(queue: str, key: str, by: str = user_name()) -> dict[str, Any]:
+        with _answering() as operations:
+            done = operations.cancel_resync(queue, key, by=by)
+        return {
+            **plain(done),
+            "message": f"Cancelled re-sync {key} of queue {queue}: {_jobs_word(done.abandoned)} abandoned now, "
+            f"{_jobs_word(done.stopping)} stopping after the current page.",
+        }
+
+    @app.post(
+        "/api/queues/{queue}/resyncs/{key}/requeue",
+        dependencies=[edit_access()],
+        summary="Fresh attempts for a re-sync request's failed jobs, from their cursors",
+    )
+    def requeue_resync(queue: str, key: str) -> dict[str, Any]:
+        with _answering() as operations:
+            count = operations.requeue_resync(queue, key)
+        return {"requeued": count, "message": f"Requeued {_jobs_word(count)} of re-sync {key}: pending, from cursors."}
 
     @app.post("/api/queues/{queue}/plan", dependencies=[edit_access()], summary="Plan the queue (or one owner) now")
     def plan(queue: str, body: PlanBody) -> dict[str, Any]:

@@ -210,3 +210,87 @@ def _rows(database_url: str, schema: str) -> list[dict]:
 
     with psycopg.connect(database_url, row_factory=dict_row) as conn:
         return conn.execute(sql.SQL("SELECT * FROM {}.jobs").format(sql.Identifier(schema))).fetchall()
+
+
+def test_an_operator_asks_for_a_re_sync_on_the_owners_view_and_follows_it_on_the_re_syncs_view(
+    api_server, scene, browser_page, database_url, operate_schema
+):
+    from playwright.sync_api import expect
+
+    expect.set_options(timeout=30_000)
+    page = browser_page
+    page.goto(api_server.base + "/")
+    page.locator("input[name=username]").fill("admin")
+    page.locator("input[name=password]").fill(api_server.password("admin"))
+    page.locator("button[type=submit]").click()
+    page.goto(api_server.base + "/plugin/synclane")
+    frame = page.frame_locator("iframe")
+    frame.get_by_role("button", name="Owners", exact=True).click()
+
+    form = frame.locator("#resync-form")
+    form.locator("input[name=owner]").fill("globex")
+    form.locator("select[name=type]").select_option("orders")
+    form.locator("input[name=start]").fill("2026-03-01")
+    form.locator("input[name=end]").fill("2026-04-01")
+    form.locator("input[name=reason]").fill("March totals were wrong")
+    form.get_by_role("button", name="Re-sync…").click()
+    confirm = frame.get_by_role("dialog")
+    expect(confirm).to_contain_text("Re-sync orders of globex from 2026-03-01 to 2026-04-01")
+    _shot(page, "resync-1-form")
+    assert _resync_jobs(database_url, operate_schema) == []  # nothing before a yes
+    confirm.get_by_role("button", name="Yes, do it").click()
+    expect(frame.locator("#message")).to_contain_text("job")
+    [request] = _requests(database_url, operate_schema)
+    assert (request["requested_by"], request["reason"], request["owners"]) == (
+        "admin",
+        "March totals were wrong",
+        ["globex"],
+    )
+    made = len(_resync_jobs(database_url, operate_schema))
+    assert made == request["jobs"] > 0
+
+    _complete_one(database_url, operate_schema, request["key"])
+    frame.get_by_role("button", name="Re-syncs", exact=True).click()
+    row = frame.locator(f"#resyncs-table tr[data-key='{request['key']}']")
+    expect(row.locator("td.progress")).to_contain_text(f"1/{made}")
+    expect(row).to_contain_text("March totals were wrong")
+    expect(row).to_contain_text("by admin")
+    _shot(page, "resync-2-view")
+
+    status, body = api_server.call("GET", "/synclane/api/queues/shops/resyncs", token=api_server.token("viewer"))
+    assert status == 200 and json.loads(body)[0]["done"] == 1  # the page's JSON
+
+    row.get_by_role("button", name="Cancel", exact=True).click()
+    expect(confirm).to_contain_text(f"Cancel re-sync {request['key']}?")
+    confirm.get_by_role("button", name="Yes, do it").click()
+    expect(frame.locator("#message")).to_contain_text(f"Cancelled re-sync {request['key']}")
+    expect(row.locator("td.progress")).to_contain_text("cancelled")
+    _shot(page, "resync-3-cancelled")
+
+
+def _requests(database_url: str, schema: str) -> list[dict]:
+    import psycopg
+    from psycopg import sql
+    from psycopg.rows import dict_row
+
+    with psycopg.connect(database_url, row_factory=dict_row) as conn:
+        return conn.execute(sql.SQL("SELECT * FROM {}.resync_requests").format(sql.Identifier(schema))).fetchall()
+
+
+def _resync_jobs(database_url: str, schema: str) -> list[dict]:
+    return [row for row in _rows(database_url, schema) if row["request_key"] is not None]
+
+
+def _complete_one(database_url: str, schema: str, key: str) -> None:
+    """The newest window of the request completes, as a worker would leave it."""
+    import psycopg
+    from psycopg import sql
+
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute(
+            sql.SQL(
+                "UPDATE {0}.jobs SET status = 'completed', completed_at = now(), processed_count = 12"
+                " WHERE id = (SELECT id FROM {0}.jobs WHERE request_key = %s ORDER BY window_end DESC LIMIT 1)"
+            ).format(sql.Identifier(schema)),
+            [key],
+        )

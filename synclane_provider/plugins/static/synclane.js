@@ -1,4 +1,4 @@
-// The SyncLane page: four views over the JSON endpoints of this app, refreshed every few seconds, and the
+// The SyncLane page: five views over the JSON endpoints of this app, refreshed every few seconds, and the
 // operator's actions (each confirmed, each answered with what it changed). Every URL is relative, so the
 // page works wherever Airflow mounts it (a proxy, a base path).
 "use strict";
@@ -112,7 +112,21 @@ const actions = {
   "plan-owner": (d) => act("plan", `Plan ${d.owner} now?`, {owner: d.owner}),
   "plan-queue": () => act("plan", `Plan every owner of ${state.queue} now?`, {}),
   "show-job": (d) => showJob(d.job),
+  "cancel-resync": (d) => act(`resyncs/${encodeURIComponent(d.key)}/cancel`, `Cancel re-sync ${d.key}? Its waiting jobs are abandoned now, its running ones after their current page; what completed stays.`, {}),
+  "requeue-resync": (d) => act(`resyncs/${encodeURIComponent(d.key)}/requeue`, `Requeue the failed jobs of re-sync ${d.key}? Each restarts from its cursor.`, {}),
 };
+
+// The Owners view's "Re-sync" form: one request for an owner (or every owner), confirmed first.
+async function askResync(form) {
+  const v = formValues(form);
+  const who = v.owner ? v.owner : "every owner";
+  if (!(await ask(`Re-sync ${v.type} of ${who} from ${v.start} to ${v.end} (00:00 UTC, the end excluded)? The range is fetched again newest window first, after each lane's fresh work; coverage and freshness do not move.`))) return;
+  const body = {type: v.type, start: `${v.start}T00:00:00+00:00`, end: `${v.end}T00:00:00+00:00`, reason: v.reason, owners: v.owner ? [v.owner] : null};
+  try {
+    say((await api(queuePath("resync"), {method: "POST", body: JSON.stringify(body)})).message);
+  } catch (error) { say(`re-sync refused: ${error.message}`, true); }
+  await refresh();
+}
 document.addEventListener("click", (event) => {
   const button = event.target.closest("[data-action]");
   if (!button) return;
@@ -192,6 +206,25 @@ function renderOwners(page) {
     }).join("")}</tbody></table>`;
 }
 
+function renderResyncs(requests) {
+  if (!requests.length) return `<p class="muted">No re-sync has been asked for. Ask for one on the Owners view.</p>`;
+  return `<table id="resyncs-table"><thead><tr><th>Request</th><th>Type</th><th>Range</th><th>Owners</th><th>Windows done</th>
+    <th class="num">Running</th><th class="num">Failed</th><th class="num">Records</th><th>Asked</th><th>Why</th><th>Actions</th></tr></thead><tbody>
+    ${requests.map((p) => {
+      const r = p.request, pct = p.total ? Math.round(100 * p.done / p.total) : 0;
+      const state = r.cancelled_at ? `<span class="status abandoned">cancelled</span> <span class="muted">by ${esc(r.cancelled_by ?? "?")}</span>` : (p.finished ? "✓" : "");
+      return `<tr data-key="${esc(r.key)}" class="${p.stopped && !r.cancelled_at ? "bad" : ""}">
+        <td><code>${esc(r.key)}</code></td><td>${esc(r.type)}</td><td>${windowText(r.window_start, r.window_end)}</td>
+        <td>${r.owners ? esc(r.owners.join(", ")) : '<span class="muted">every owner</span>'}</td>
+        <td class="progress"><span class="bar" title="${pct}%"><span style="width:${pct}%"></span></span> ${p.done}/${p.total} ${state}</td>
+        <td class="num">${p.running}</td><td class="num ${p.stopped ? "bad" : ""}">${p.stopped}</td><td class="num">${number(p.records)}</td>
+        <td>${when(r.requested_at)} <span class="muted">by ${esc(r.requested_by ?? "?")}</span></td><td>${esc(r.reason)}</td>
+        <td>${p.stopped && !r.cancelled_at ? button("requeue-resync", "Requeue failed", {key: r.key}) : ""}
+            ${!r.cancelled_at && !p.finished ? button("cancel-resync", "Cancel", {key: r.key}, true) : ""}</td>
+      </tr>`;
+    }).join("")}</tbody></table>`;
+}
+
 const STOPPED = new Set(["failed", "deferred", "abandoned"]);
 function renderJobs(page) {
   if (!page.items.length) return `<p class="muted">No job matches.</p>`;
@@ -235,6 +268,8 @@ async function load() {
     const query = {...state.ownerFilters, ...(state.cursor ? {after: state.cursor} : {})};
     const page = await api(queuePath("owners?" + new URLSearchParams(query)));
     html = renderOwners(page); next = page.next;
+  } else if (state.view === "resyncs") {
+    html = renderResyncs(await api(queuePath("resyncs")));
   } else {
     const query = {...state.jobFilters, ...(state.cursor ? {before: state.cursor} : {})};
     const page = await api(queuePath("jobs?" + new URLSearchParams(query)));
@@ -242,7 +277,7 @@ async function load() {
   }
   target.innerHTML = html;
   state.next = next;
-  $("#pager").hidden = state.view === "queues";
+  $("#pager").hidden = state.view === "queues" || state.view === "resyncs";
   $("#next-page").disabled = !next;
   $("#first-page").disabled = !state.cursor;
 }
@@ -257,6 +292,7 @@ async function refresh() {
       const types = $("#job-filters select[name=type]");
       const current = state.queues[0];
       if (current) types.innerHTML += current.types.map((t) => `<option>${esc(t)}</option>`).join("");
+      if (current) $("#resync-form select[name=type]").innerHTML = current.types.map((t) => `<option>${esc(t)}</option>`).join("");
     }
     if (state.queue) await load();
     if (state.detail && state.view === "jobs") await showJob(state.detail);
@@ -284,12 +320,13 @@ document.querySelectorAll("#views button").forEach((b) => b.addEventListener("cl
 $("#queue").addEventListener("change", (e) => { state.queue = e.target.value; switchView(state.view); });
 $("#owner-filters").addEventListener("submit", (e) => { e.preventDefault(); state.ownerFilters = formValues(e.target); state.cursor = null; refresh(); });
 $("#job-filters").addEventListener("submit", (e) => { e.preventDefault(); state.jobFilters = formValues(e.target); state.cursor = null; state.detail = null; $("#job-detail").hidden = true; refresh(); });
+$("#resync-form").addEventListener("submit", (e) => { e.preventDefault(); askResync(e.target); });
 $("#plan-queue").addEventListener("click", () => actions["plan-queue"]());
 $("#next-page").addEventListener("click", () => { if (state.next) { state.cursor = state.next; refresh(); } });
 $("#first-page").addEventListener("click", () => { state.cursor = null; refresh(); });
 
 // ?view= opens a view; the tab on a DAG's page (?dag=…, the worker DAG's) opens on the lanes it works.
 const initial = state.params.get("view") || (state.params.get("dag") ? "lanes" : null);
-if (initial && ["queues", "lanes", "owners", "jobs"].includes(initial)) switchView(initial, false);
+if (initial && ["queues", "lanes", "owners", "jobs", "resyncs"].includes(initial)) switchView(initial, false);
 refresh();
 setInterval(refresh, REFRESH_MS);
