@@ -23,9 +23,10 @@ from synclane_provider.core import (
 )
 from synclane_provider.core.db.database import Session
 from synclane_provider.core.db.store import Store
+from synclane_provider.core.ops.health import STUCK_AFTER_REQUEUES
 from synclane_provider.core.records import OwnerState
 from synclane_provider.core.states import OwnerHealth
-from tests.support.helpers import declare, execute, orders, owners, paged, products, rows
+from tests.support.helpers import declare, execute, failing, orders, owners, paged, products, rows
 
 
 @pytest.fixture
@@ -355,3 +356,28 @@ def test_the_owner_gauges_are_emitted_beside_the_queue_gauges(database_url, sche
         "synclane.owners.failing": 0,
         "synclane.owners.paused": 1,
     }
+
+
+def test_a_window_abandoned_again_after_its_requeues_is_a_stuck_window_said_once(database_url, schema, clock):
+    declaration = declare(schema, products(failing(RuntimeError("page 50 answers 500"))), max_attempts=1)
+    database = declaration.database(database_url)
+    problems = []
+    with Operations(declaration, database) as ops, WorkerSlot(declaration, database, "shops", clock=clock) as slot:
+        ops.plan("shops", now=clock.now)
+        for round in range(STUCK_AFTER_REQUEUES + 2):
+            since = clock.now
+            while slot.run_one() is not None:
+                clock.advance(timedelta(hours=1))  # its retry, then its last attempt, come due
+            [job] = ops.list_jobs("shops")
+            assert job.status == "abandoned"
+            report = ops.check_health("shops", abandoned_since=since, now=clock.now)
+            problems.append([finding.problem.value for finding in report.findings])
+            if round == STUCK_AFTER_REQUEUES:
+                assert report.findings[0].message.startswith(
+                    f"stuck window: owner acme, job acme/products #{job.id}, abandoned again at cursor None after "
+                    f"{STUCK_AFTER_REQUEUES} requeues: RuntimeError: page 50 answers 500"
+                )
+            assert ops.requeue("shops", now=clock.now) == 1
+    of_the_window = [[problem for problem in found if problem != "failing"] for found in problems]
+    assert of_the_window == [["abandoned"]] * STUCK_AFTER_REQUEUES + [["stuck window"], ["abandoned"]]
+    assert sum(found.count("failing") for found in problems) == 1  # its owner turned failing on the way: said once

@@ -770,13 +770,15 @@ SELECT *, 0 AS made FROM {schema}.resync_requests WHERE queue = %(queue)s AND ke
 -- name: requeue
 -- Give failed, deferred and abandoned jobs (of one owner, type or job, or all) fresh attempts, due now;
 -- cursors and counts are kept. A pending job set to run later (by hand, or enqueued with run_at) is brought
--- forward to now as well.
+-- forward to now as well. Each failed, deferred or abandoned job requeued counts one more requeue
+-- (requeue_count: a window abandoned again after several is stuck, and the health check says so).
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now
 )
 UPDATE {schema}.jobs
 SET status = 'pending',
     attempt_count = 0,
+    requeue_count = requeue_count + CASE WHEN status IN ('failed', 'deferred', 'abandoned') THEN 1 ELSE 0 END,
     next_run_at = clock.now
 FROM clock
 WHERE queue = %(queue)s

@@ -554,9 +554,12 @@ class Store:
         )
         return [Freshness(**row) for row in rows]
 
-    def abandoned_between(self, queue: str, *, since: datetime | None, until: datetime | None, limit: int) -> list[Job]:
+    def abandoned_between(
+        self, queue: str, *, since: datetime | None, until: datetime | None, limit: int
+    ) -> list[tuple[Job, int]]:
+        """Jobs abandoned in ``[since, until)``, each with how many times it had been requeued before."""
         rows = self.session.run("abandoned_between", queue=queue, since=since, until=until, limit=limit)
-        return [Job.from_row(row) for row in rows]
+        return [(Job.from_row(row), row["requeue_count"]) for row in rows]
 
     def stuck_running(self, queue: str, *, lease: timedelta, now: datetime | None, limit: int) -> list[Job]:
         rows = self.session.run("stuck_running", queue=queue, lease=lease, now=now, limit=limit)

@@ -7,6 +7,8 @@ Three things a person must hear about, because nothing in the engine will fix th
   and no worker has taken the job over;
 * an owner **lagging**: the end of its newest completed window of a windowed type is further behind now than
   the queue's ``max_lag``;
+* a **stuck window**: a job abandoned again after ``STUCK_AFTER_REQUEUES`` requeues (said once, instead of
+  its abandonment, by the check that sees it);
 * an owner **paused** by its handler (it raised ``OwnerPaused``: its token is gone) or turned **failing** (its
   attempts kept failing): reported once per event, not on every check while it lasts -- the check claims the
   event on the owner's row (``alerted_at``, ``alerted_for``) in the statement that finds it.
@@ -42,6 +44,9 @@ from synclane_provider.core.metrics import (
 )
 from synclane_provider.core.records import Freshness, Job, OwnerState
 
+STUCK_AFTER_REQUEUES = 3
+"""A window abandoned again after this many requeues is a stuck window: said once, by the check that sees that
+abandonment (its next abandonments are plain abandonments again)."""
 MAX_FINDINGS = 50
 """Findings of each kind a check reports at most; more are summed up in one line (the message stays readable)."""
 
@@ -52,6 +57,7 @@ class Problem(StrEnum):
     LAGGING = "lagging"
     PAUSED = "paused"
     FAILING = "failing"
+    STUCK_WINDOW = "stuck window"
 
 
 @dataclass(frozen=True)
@@ -94,6 +100,16 @@ def _abandoned(job: Job) -> Finding:
         job.owner,
         f"abandoned: owner {job.owner}, job {job.describe()}, at cursor {job.cursor!r} after "
         f"{job.attempt_count} attempt(s): {job.error or 'no error recorded'}",
+        job.id,
+    )
+
+
+def _stuck_window(job: Job) -> Finding:
+    return Finding(
+        Problem.STUCK_WINDOW,
+        job.owner,
+        f"stuck window: owner {job.owner}, job {job.describe()}, abandoned again at cursor {job.cursor!r} after "
+        f"{STUCK_AFTER_REQUEUES} requeues: {job.error or 'no error recorded'}; requeuing it again will not help",
         job.id,
     )
 
@@ -163,7 +179,10 @@ def check(
         )
         more[Problem.LAGGING] = len(lagging) > MAX_FINDINGS
     troubled = store.claim_owner_alerts(queue.name, limit=MAX_FINDINGS, now=now)
-    findings = [_abandoned(job) for job in abandoned[:MAX_FINDINGS]]
+    findings = [
+        _stuck_window(job) if requeues == STUCK_AFTER_REQUEUES else _abandoned(job)
+        for job, requeues in abandoned[:MAX_FINDINGS]
+    ]
     findings += [_owner_in_trouble(state) for state in troubled]
     findings += [_stuck(job, queue.lease) for job in stuck[:MAX_FINDINGS]]
     if queue.max_lag is not None:
