@@ -26,8 +26,10 @@ sys.path.insert(0, str(ROOT))
 from synclane_provider.core import Job, Page, Queue, SnapshotType, SyncLane, WorkerPool  # noqa: E402
 from synclane_provider.core.db.queries import statement  # noqa: E402
 from synclane_provider.core.db.wakeups import channel, payload  # noqa: E402
+from synclane_provider.core.declare.backoff import OwnerBackoff  # noqa: E402
 from synclane_provider.core.run.slot import WORKER_SETTINGS  # noqa: E402
 from synclane_provider.core.schema import create_schema  # noqa: E402
+from synclane_provider.core.states import OwnerHealth  # noqa: E402
 from tools.postgres import find_url  # noqa: E402
 
 QUEUE = "bench"
@@ -158,6 +160,9 @@ def run_baseline(
         worker = f"baseline-{number}"
         base = {"queue": QUEUE, "worker": worker, "lease": lease, "now": None, "channel": channel(schema)}
         base["payload"] = payload(QUEUE)
+        degraded_after, failing_after = OwnerBackoff().health_after  # the owner's health, as a queue's default
+        base.update(degraded_after=degraded_after, failing_after=failing_after, owner_failed=False)
+        base.update({health.value: health.value for health in OwnerHealth})
         jobs = done_pages = empty = races = 0
         job_id = lane = None
         with psycopg.connect(
