@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import time
-import uuid
 from collections.abc import Sequence
 from datetime import datetime, timedelta, timezone
 
@@ -17,11 +15,10 @@ from synclane_provider.core.declare.declarations import Owner, SyncLane, Windowe
 from synclane_provider.core.declare.owners import owners_of, resolve_owner
 from synclane_provider.core.errors import DeclarationError
 from synclane_provider.core.numbers import whole
-from synclane_provider.core.ops import health
+from synclane_provider.core.ops import health, resync
 from synclane_provider.core.ops.health import HealthReport, QueueGauges
 from synclane_provider.core.plan import planner, retention
 from synclane_provider.core.plan.planner import PlanSummary
-from synclane_provider.core.plan.resync import MAX_JOBS, checked_range, resync_key, resync_priority, resync_windows
 from synclane_provider.core.plan.retention import Pruned
 from synclane_provider.core.plan.rule import instant_key, instant_text
 from synclane_provider.core.records import Activity, Cancelled, Job, OwnerState, Progress, ResyncProgress, ResyncRequest
@@ -176,72 +173,18 @@ class Operations:
         does not list (any more), an owner that is paused, an empty reason. A request of every owner leaves the
         paused ones out.
         """
-        declared = self.synclane.queue(queue)
-        job_type = declared.job_type(type)
-        windows: Sequence[tuple[datetime | None, datetime | None]] = resync_windows(job_type, start, end) or [
-            (None, None)
-        ]
-        start, end = checked_range(start, end)
-        checked_name("reason", reason)
-        if by is not None:
-            checked_name("by", by)
-        key = checked_name("key", key) if key is not None else uuid.uuid4().hex[:16]
-        listed = owners_of(declared) if owners is None else [resolve_owner(declared, owner) for owner in owners]
-        paused = self.store.paused_among(queue, [owner.id for owner in listed])
-        if paused and owners is not None:
-            raise DeclarationError(
-                f"owner(s) of queue {queue!r} paused, whose re-sync would not run: "
-                + ", ".join(f"{name!r} ({why or 'no reason given'})" for name, why in paused.items())
-                + "; resume them first"
-            )
-        listed = [owner for owner in listed if owner.id not in paused]  # every owner: the paused ones left out
-        if not listed:
-            raise DeclarationError(f"a re-sync of queue {queue!r} needs owners: its owner source lists none not paused")
-        if len(listed) * len(windows) > MAX_JOBS:
-            raise DeclarationError(
-                f"a re-sync of {len(listed)} owner(s) x {len(windows)} window(s) of {type!r} would make "
-                f"{len(listed) * len(windows)} jobs, more than {MAX_JOBS}: ask for a shorter range or fewer owners"
-            )
-        rows = json.dumps(
-            [
-                {
-                    "owner": owner.id,
-                    "lane": owner.lane_or_id,
-                    "lane_width": owner.lane_width,
-                    "window_start": window_start.isoformat() if window_start is not None else None,
-                    "window_end": window_end.isoformat() if window_end is not None else None,
-                    "dedup_key": resync_key(key, window_start),
-                }
-                for owner in listed
-                for window_start, window_end in windows
-            ]
-        )
-        request = self.store.insert_resync(
-            queue=queue,
-            key=key,
-            rows_json=rows,
-            type=type,
-            window_start=start,
-            window_end=end,
-            owners=None if owners is None else [owner.id for owner in listed],
+        return resync.request(
+            self.store,
+            self.synclane.queue(queue),
+            type,
+            start,
+            end,
+            owners=owners,
             reason=reason,
-            requested_by=by,
-            mode=JobMode.MANUAL.value,
-            priority=resync_priority(declared.priority_of(type)),
-            jobs=len(listed) * len(windows),
+            key=key,
+            by=by,
             now=self.at(now),
         )
-        asked = (type, start, end, None if owners is None else tuple(owner.id for owner in listed))
-        recorded = (request.type, request.window_start, request.window_end, request.owners)
-        if asked != recorded:
-            raise DeclarationError(
-                f"re-sync key {key!r} of queue {queue!r} was used for {_described(*recorded)}; "
-                f"this call asks for {_described(*asked)}: give another key"
-            )
-        if request.made:
-            self.store.notify(queue)
-            log.info("queue %s: re-sync %s of %s made %s job(s): %s", queue, key, type, request.made, reason)
-        return request
 
     def resyncs(self, queue: str, *, key: str | None = None, limit: int = 100) -> list[ResyncProgress]:
         """The queue's re-sync requests (or the one of ``key``), newest first, at most ``limit`` (1 to 10,000):
@@ -507,8 +450,3 @@ class Operations:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _described(type: str, start: datetime, end: datetime, owners: tuple[str, ...] | None) -> str:
-    who = "every owner" if owners is None else "owner(s) " + ", ".join(owners)
-    return f"{type} [{instant_text(start)}, {instant_text(end)}) of {who}"
