@@ -125,3 +125,29 @@ def fresh_schema(schemas: Callable[[], str]) -> str:
 @pytest.fixture
 def clock() -> PinnedClock:
     return PinnedClock(datetime(2026, 11, 30, 10, 20, tzinfo=timezone.utc))
+
+
+LANDING_TABLE = """
+CREATE TABLE {schema}.items (
+    account text NOT NULL, id integer NOT NULL, updated_at timestamptz NOT NULL, name text, price integer,
+    PRIMARY KEY (account, id)
+);
+CREATE TABLE {schema}.writes (op text NOT NULL, id integer);
+CREATE FUNCTION {schema}.count_write() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO {schema}.writes VALUES (TG_OP, coalesce(NEW.id, OLD.id));
+    RETURN NULL;
+END $$;
+CREATE TRIGGER count_write AFTER INSERT OR UPDATE OR DELETE ON {schema}.items
+    FOR EACH ROW EXECUTE FUNCTION {schema}.count_write();
+"""
+"""A destination table for landing tests, and a trigger that counts every tuple written to it."""
+
+
+@pytest.fixture
+def landing_schema(schemas: Callable[[], str], admin: psycopg.Connection) -> str:
+    """A schema of its own holding ``items``, the landing tests' destination, and ``writes``, what was written."""
+    name = schemas()
+    admin.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(name)))
+    admin.execute(sql.SQL(LANDING_TABLE).format(schema=sql.Identifier(name)).as_string(admin).encode())
+    return name

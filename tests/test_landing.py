@@ -6,7 +6,7 @@ seen, not inferred from the counts the landing reports.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -23,21 +23,6 @@ from synclane_provider.core.states import JobMode, JobStatus
 
 T0 = datetime(2026, 12, 1, tzinfo=timezone.utc)
 
-TABLE = """
-CREATE TABLE {schema}.items (
-    account text NOT NULL, id integer NOT NULL, updated_at timestamptz NOT NULL, name text, price integer,
-    PRIMARY KEY (account, id)
-);
-CREATE TABLE {schema}.writes (op text NOT NULL, id integer);
-CREATE FUNCTION {schema}.count_write() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    INSERT INTO {schema}.writes VALUES (TG_OP, coalesce(NEW.id, OLD.id));
-    RETURN NULL;
-END $$;
-CREATE TRIGGER count_write AFTER INSERT OR UPDATE OR DELETE ON {schema}.items
-    FOR EACH ROW EXECUTE FUNCTION {schema}.count_write();
-"""
-
 
 def job_of(owner: str) -> Job:
     return Job(
@@ -49,14 +34,6 @@ def job_of(owner: str) -> Job:
 
 
 ACME = job_of("acme")
-
-
-@pytest.fixture
-def landing_schema(schemas: Callable[[], str], admin: psycopg.Connection) -> str:
-    name = schemas()
-    admin.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(name)))
-    admin.execute(sql.SQL(TABLE).format(schema=sql.Identifier(name)).as_string(admin).encode())
-    return name
 
 
 @pytest.fixture

@@ -220,7 +220,13 @@ def enqueue_command(args: Any) -> None:
 
 def requeue_command(args: Any) -> None:
     with _operations(args) as operations:
-        count = operations.requeue(_queue(operations, args), owner=args.owner, type=args.type, job_id=args.job_id)
+        count = operations.requeue(
+            _queue(operations, args),
+            owner=args.owner,
+            type=args.type,
+            job_id=args.job_id,
+            force_deletions=args.force_deletions,
+        )
         _print([{"requeued": count}], args)
 
 

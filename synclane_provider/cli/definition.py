@@ -34,6 +34,11 @@ ARG_OWNER_POSITIONAL = Arg(("owner",), nargs="?", help="one owner (default: ever
 ARG_OWNER_REQUIRED = Arg(("owner",), help="the owner")
 ARG_TYPE_REQUIRED = Arg(("type",), help="the job type")
 ARG_JOB_ID = Arg(("--job-id",), type=int, help="only this job")
+ARG_FORCE_DELETIONS = Arg(
+    ("--force-deletions",),
+    action="store_true",
+    help="let a snapshot delete the rows it did not see even past its destination's declared share",
+)
 ARG_REASON = Arg(("--reason",), required=True, help="why (written into each job's error), e.g. 'account disconnected'")
 ARG_PAUSE_REASON = Arg(("--reason",), required=True, help="why the owner is paused, e.g. 'token revoked'")
 ARG_BY = Arg(("--by",), help="who pauses it (default: the user running the command)")
@@ -126,6 +131,7 @@ SYNCLANE_COMMANDS = (
         ARG_OWNER,
         ARG_TYPE,
         ARG_JOB_ID,
+        ARG_FORCE_DELETIONS,
     ),
     _command(
         "cancel",

@@ -56,6 +56,8 @@ class Job:
     """How many jobs of the lane may run at once (the owner source's ``Owner.lane_width``)."""
     lane_slot: int = 0
     """Which of the lane's slots (0 … lane_width - 1) the job holds while it runs; the last one it held after."""
+    force_deletions: bool = False
+    """Requeued with force: a snapshot's landing deletes the rows it did not see even past its declared share."""
     request_key: str | None = None
     """The key of the re-sync request that made the job (see :class:`ResyncRequest`); None for any other job."""
 

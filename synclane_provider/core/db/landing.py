@@ -98,6 +98,9 @@ class Destination:
         owner: str | None = None,
         conninfo: str | None = None,
         connect: Callable[[], psycopg.Connection[Any]] | None = None,
+        deletions: str | None = None,
+        deleted_column: str | None = None,
+        deletion_share: float = 0.5,
     ) -> None:
         parts = table.split(".") if isinstance(table, str) else []
         if not 1 <= len(parts) <= 2 or not all(parts):
@@ -114,11 +117,29 @@ class Destination:
             raise DeclarationError(f"the version column {version!r} cannot be part of the key {key!r}")
         if conninfo is not None and connect is not None:
             raise DeclarationError("give at most one of conninfo or connect")
+        if deletions not in (None, "delete", "mark"):
+            raise DeclarationError(f"deletions must be 'delete', 'mark' or None, not {deletions!r}")
+        if deletions is not None and owner is None:
+            raise DeclarationError(
+                "deletions need the owner column: a snapshot deletes its owner's rows it did not see"
+            )
+        if (deletions == "mark") != (deleted_column is not None):
+            raise DeclarationError(
+                "deletions='mark' needs deleted_column (a timestamptz column), and only it takes one"
+            )
+        if not isinstance(deletion_share, (int, float)) or not 0 < deletion_share <= 1:
+            raise DeclarationError(f"deletion_share must be a share above 0 and at most 1, not {deletion_share!r}")
         self.table = table
         self.key = key
         self.version = version
         self.compare = compare
         self.owner = owner
+        self.deletions = deletions
+        self.deleted_column = deleted_column
+        self.deletion_share = float(deletion_share)
+        self._seen = sql.Identifier(*parts[:-1], f"synclane_seen_{parts[-1]}"[:63])
+        self._seen_index = sql.Identifier(f"synclane_seen_{parts[-1]}_job"[:63])
+        """Where a snapshot's pages note the keys they landed, by job, until it completes."""
         self._conninfo = conninfo
         self._connect = connect
         self._name = sql.Identifier(*parts)
@@ -140,8 +161,14 @@ class Destination:
         in the transaction that saves the job's cursor (exactly once)."""
         return self._conninfo is None and self._connect is None
 
-    def land(self, job: Job, rows: Iterable[Row]) -> LandCounts:
-        """Land one page of ``job``'s records (mappings of column to value); what it did.
+    def land(self, job: Job, rows: Iterable[Row], *, complete: bool = False) -> LandCounts:
+        r"""Land one page of ``job``'s records (mappings of column to value); what it did.
+
+        With deletions declared, each page notes the keys it landed, and the page that ``complete``\ s the
+        snapshot (its last: the handler returns no next cursor) deletes, or marks deleted, the owner's rows
+        none of its pages saw -- unless it saw nothing at all, or more than ``deletion_share`` of the owner's
+        rows would go: then it raises :class:`~synclane_provider.core.errors.LandingError` naming both counts,
+        nothing of the page is written, and the job fails; a requeue with ``force_deletions`` goes ahead.
 
         In the jobs database, run by a worker, the rows are written in the page's transaction, which commits with
         the job's cursor and count, fenced on its lease: the page lands exactly once, and not at all when the
@@ -150,17 +177,25 @@ class Destination:
         """
         page_transaction = job.page_transaction
         if self.in_jobs_database and isinstance(page_transaction, PageTransaction):
-            return self.write(page_transaction.connection(), rows, owner=job.owner)
+            return self._land(page_transaction.connection(), job, rows, complete)
         conn = self._connection()
         try:
             with conn.transaction():
-                return self.write(conn, rows, owner=job.owner)
+                return self._land(conn, job, rows, complete)
         except (psycopg.OperationalError, psycopg.InterfaceError):
             self._local.conn = None
             conn.close()
             raise
 
-    def write(self, conn: psycopg.Connection[Any], rows: Iterable[Row], *, owner: str | None) -> LandCounts:
+    def _land(self, conn: psycopg.Connection[Any], job: Job, rows: Iterable[Row], complete: bool) -> LandCounts:
+        counts = self.write(conn, rows, owner=job.owner, job_id=job.id if self.deletions else None)
+        if self.deletions is not None and complete:
+            counts += LandCounts(deleted=self._delete_unseen(conn, job))
+        return counts
+
+    def write(
+        self, conn: psycopg.Connection[Any], rows: Iterable[Row], *, owner: str | None, job_id: int | None = None
+    ) -> LandCounts:
         """Land ``rows`` on ``conn`` inside the caller's transaction, which commits or rolls back with them.
 
         Rows of the same key in one page are landed once: the newest by the version column (the last one when
@@ -183,6 +218,12 @@ class Destination:
                     for row in page:
                         copy.write_row(tuple(row.values()))
                 counted = cur.execute(land_page).fetchone()
+                if job_id is not None:  # a snapshot's page: its keys are what it saw
+                    cur.execute(
+                        sql.SQL(_texts()["note_seen"]).format(
+                            seen=self._seen, stage=self._stage, key=_column_list(self.key), job=sql.Literal(job_id)
+                        )
+                    )
         except BaseException:
             self._staged.pop(conn, None)  # the stage may have been made in this very transaction
             raise
@@ -194,6 +235,42 @@ class Destination:
             unchanged=len(page) - inserted - updated - stale,
             stale=stale + superseded,
         )
+
+    def _delete_unseen(self, conn: psycopg.Connection[Any], job: Job) -> int:
+        """Delete (or mark) the owner's rows the snapshot ``job`` did not see, within the share; the rows gone."""
+        assert self.owner is not None
+        names = dict(
+            seen=self._seen,
+            table=self._name,
+            key=_column_list(self.key),
+            owner_column=sql.Identifier(self.owner),
+            owner=sql.Literal(job.owner),
+            job=sql.Literal(job.id),
+            match=sql.SQL(" AND ").join(sql.SQL("s.{0} = t.{0}").format(sql.Identifier(k)) for k in self.key),
+            live=sql.SQL("t.{} IS NULL").format(sql.Identifier(self.deleted_column))
+            if self.deleted_column is not None
+            else sql.SQL("true"),
+        )
+        with conn.cursor(row_factory=tuple_row) as cur:
+            counted = cur.execute(sql.SQL(_texts()["unseen_counts"]).format(**names)).fetchone()
+            assert counted is not None
+            seen, unseen, stored = (int(n) for n in counted)
+            share = f"{self.deletion_share:.0%}"
+            if not job.force_deletions and unseen and (seen == 0 or unseen > self.deletion_share * stored):
+                why = "it saw none of them" if seen == 0 else f"more than the declared share ({share})"
+                raise LandingError(
+                    f"{self.table}: the snapshot of {job.owner} saw {seen} row(s) and would delete {unseen} of the "
+                    f"owner's {stored} row(s), {why}; nothing deleted (requeue the job with force_deletions "
+                    "to delete them)"
+                )
+            if self.deleted_column is None:
+                statement = _texts()["delete_unseen"]
+            else:
+                statement = _texts()["mark_unseen"]
+                names["deleted"] = sql.Identifier(self.deleted_column)
+            deleted = cur.execute(sql.SQL(statement).format(**names)).rowcount
+            cur.execute(sql.SQL(_texts()["forget_seen"]).format(**names))
+        return deleted
 
     def close(self) -> None:
         """Close every thread's connection (each reopens at its next page)."""
@@ -259,6 +336,18 @@ class Destination:
                     f"table {self.table} has no unique index on the key ({', '.join(self.key)}): "
                     f"ON CONFLICT needs one (CREATE UNIQUE INDEX ON {self.table} ({', '.join(self.key)}))"
                 )
+            if self.deleted_column is not None and self.deleted_column not in table_columns:
+                raise LandingError(f"table {self.table} has no column {self.deleted_column!r} (the deleted column)")
+            if self.deletions is not None:
+                for name in ("create_seen", "index_seen"):
+                    conn.execute(
+                        sql.SQL(_texts()[name]).format(
+                            seen=self._seen,
+                            seen_index=self._seen_index,
+                            table=self._name,
+                            key=_column_list(self.key),
+                        )
+                    )
             self._table_columns = table_columns
         unknown = [name for name in columns if name not in self._table_columns]
         if unknown:
@@ -277,6 +366,12 @@ class Destination:
         if any(conn.adapters.types.get(oid) is None for oid in types or ()):
             types = None  # a type psycopg has no binary dumper for (an enum, a domain): copied as text
         content = [c for c in columns if c not in self.key]
+        revived = (
+            sql.Identifier(self.deleted_column)
+            if self.deleted_column is not None and self.deleted_column not in columns
+            else None
+        )
+        """The deleted column, when a page that lands a row marked deleted must clear the mark."""
         guard: list[sql.Composable] = []
         if self.version is not None:
             version = sql.Identifier(self.version)
@@ -294,15 +389,17 @@ class Destination:
         else:
             stale = sql.SQL("0")
         if self.compare and content:
-            guard.append(
-                sql.SQL("ROW({}) IS DISTINCT FROM ROW({})").format(
-                    _column_list(content, "target"), _column_list(content, "excluded")
-                )
+            changed: sql.Composable = sql.SQL("ROW({}) IS DISTINCT FROM ROW({})").format(
+                _column_list(content, "target"), _column_list(content, "excluded")
             )
+            if revived is not None:  # a row marked deleted that comes back is written, to clear its mark
+                changed = sql.SQL("({} OR target.{} IS NOT NULL)").format(changed, revived)
+            guard.append(changed)
         if content:
-            on_conflict: sql.Composable = sql.SQL("DO UPDATE SET {}").format(
-                sql.SQL(", ").join(sql.SQL("{0} = excluded.{0}").format(sql.Identifier(c)) for c in content)
-            )
+            assignments = [sql.SQL("{0} = excluded.{0}").format(sql.Identifier(c)) for c in content]
+            if revived is not None:
+                assignments.append(sql.SQL("{} = NULL").format(revived))
+            on_conflict: sql.Composable = sql.SQL("DO UPDATE SET {}").format(sql.SQL(", ").join(assignments))
             if guard:
                 on_conflict = sql.SQL("{} WHERE {}").format(on_conflict, sql.SQL(" AND ").join(guard))
         else:

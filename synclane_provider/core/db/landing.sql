@@ -51,3 +51,42 @@ SELECT count(*) FILTER (WHERE written.inserted)::int AS inserted,
        count(*) FILTER (WHERE NOT written.inserted)::int AS updated,
        ({stale})::int AS stale
 FROM written;
+
+-- name: create_seen
+-- Where a snapshot's pages note the keys they landed, by job, in the table's own database and schema: what
+-- the snapshot saw, kept across its attempts (a failed job continues from its cursor) and committed with each
+-- page, until the page that completes it deletes the rows not seen.
+CREATE TABLE IF NOT EXISTS {seen} AS SELECT 0::bigint AS job, {key} FROM {table} WITH NO DATA;
+
+-- name: index_seen
+-- A job's keys found without reading the others'.
+CREATE INDEX IF NOT EXISTS {seen_index} ON {seen} (job);
+
+-- name: note_seen
+-- The page's keys, seen by the snapshot job (in the page's transaction).
+INSERT INTO {seen} (job, {key}) SELECT {job}, {key} FROM {stage};
+
+-- name: unseen_counts
+-- Before deleting: the keys the snapshot saw, the owner's rows it did not see, and the owner's rows (rows
+-- already marked deleted count as gone).
+SELECT (SELECT count(*) FROM {seen} WHERE job = {job}) AS seen,
+       (SELECT count(*) FROM {table} AS t
+        WHERE t.{owner_column} = {owner} AND {live}
+          AND NOT EXISTS (SELECT FROM {seen} AS s WHERE s.job = {job} AND {match})) AS unseen,
+       (SELECT count(*) FROM {table} AS t WHERE t.{owner_column} = {owner} AND {live}) AS stored;
+
+-- name: delete_unseen
+-- The owner's rows the completed snapshot did not see.
+DELETE FROM {table} AS t
+WHERE t.{owner_column} = {owner}
+  AND NOT EXISTS (SELECT FROM {seen} AS s WHERE s.job = {job} AND {match});
+
+-- name: mark_unseen
+-- The same, marked deleted instead (now), once: a row already marked keeps its time.
+UPDATE {table} AS t SET {deleted} = now()
+WHERE t.{owner_column} = {owner} AND {live}
+  AND NOT EXISTS (SELECT FROM {seen} AS s WHERE s.job = {job} AND {match});
+
+-- name: forget_seen
+-- The completed snapshot's keys, no longer needed.
+DELETE FROM {seen} WHERE job = {job};

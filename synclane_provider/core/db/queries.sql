@@ -772,6 +772,8 @@ SELECT *, 0 AS made FROM {schema}.resync_requests WHERE queue = %(queue)s AND ke
 -- cursors and counts are kept. A pending job set to run later (by hand, or enqueued with run_at) is brought
 -- forward to now as well. Each failed, deferred or abandoned job requeued counts one more requeue
 -- (requeue_count: a window abandoned again after several is stuck, and the health check says so).
+-- With %(force_deletions)s, a snapshot's landing may delete more of the owner's rows
+-- than its declared share (kept once set: the job is the one that was refused).
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now
 )
@@ -779,7 +781,8 @@ UPDATE {schema}.jobs
 SET status = 'pending',
     attempt_count = 0,
     requeue_count = requeue_count + CASE WHEN status IN ('failed', 'deferred', 'abandoned') THEN 1 ELSE 0 END,
-    next_run_at = clock.now
+    next_run_at = clock.now,
+    force_deletions = force_deletions OR %(force_deletions)s
 FROM clock
 WHERE queue = %(queue)s
   AND (status IN ('failed', 'deferred', 'abandoned') OR (status = 'pending' AND next_run_at > clock.now))

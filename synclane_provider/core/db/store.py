@@ -395,9 +395,20 @@ class Store:
         return ResyncRequest.from_row(row)
 
     def requeue(
-        self, queue: str, *, owner: str | None, type: str | None, job_id: int | None = None, now: datetime | None
+        self,
+        queue: str,
+        *,
+        owner: str | None,
+        type: str | None,
+        job_id: int | None = None,
+        now: datetime | None,
+        force_deletions: bool = False,
     ) -> int:
-        return len(self.session.run("requeue", queue=queue, owner=owner, type=type, id=job_id, now=now))
+        return len(
+            self.session.run(
+                "requeue", queue=queue, owner=owner, type=type, id=job_id, now=now, force_deletions=force_deletions
+            )
+        )
 
     def cancel(self, queue: str, owner: str, *, type: str | None, error: str, now: datetime | None = None) -> Cancelled:
         row = self.session.one("cancel", queue=queue, owner=owner, type=type, error=error, now=now)

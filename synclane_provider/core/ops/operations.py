@@ -235,11 +235,16 @@ class Operations:
         type: str | None = None,
         job_id: int | None = None,
         now: datetime | None = None,
+        force_deletions: bool = False,
     ) -> int:
         """Give failed, deferred and abandoned jobs (all, or of one owner, type or ``job_id``) fresh attempts from
-        their cursors. Returns how many."""
+        their cursors. Returns how many. With ``force_deletions`` a snapshot's landing that was refused for the
+        share of the owner's rows it would delete (see :class:`~synclane_provider.core.db.landing.Destination`)
+        goes ahead."""
         self.synclane.queue(queue)
-        requeued = self.store.requeue(queue, owner=owner, type=type, job_id=job_id, now=self.at(now))
+        requeued = self.store.requeue(
+            queue, owner=owner, type=type, job_id=job_id, now=self.at(now), force_deletions=force_deletions
+        )
         if requeued:
             self.store.notify(queue)
         return requeued
