@@ -382,7 +382,7 @@ class OwnerState:
     paused_by: str | None = None
     """Who paused it: ``handler`` (its handler raised ``OwnerPaused``) or the name an operator gave."""
     last_clean_at: datetime | None = None
-    """When a job of the owner last completed without a failed attempt."""
+    """When a job of the owner last completed (a completion also makes it healthy again)."""
     alerted_at: datetime | None = None
     alerted_for: str | None = None
     """What the health check last alerted about this owner (at ``alerted_at``): it alerts once per event."""
