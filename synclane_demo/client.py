@@ -34,6 +34,10 @@ class UnreadablePage(ShopError):
     """The shop answered 200 with a body that is not the page it promised."""
 
 
+class AccessRevoked(ShopError):
+    """401 or 403: the account's token no longer works; asking again will not help until someone reconnects it."""
+
+
 class AccountNotFound(ShopError):
     """404 for the account: it is gone at the shop, and asking again will not bring it back."""
 
@@ -87,6 +91,8 @@ class ShopClient:
         if exc.code == 429:
             wait = _retry_after(exc.headers.get("Retry-After"))
             return ShopThrottled(f"the shop asked us to slow down ({path}, Retry-After {wait})", wait)
+        if exc.code in (401, 403):
+            return AccessRevoked(f"the shop refused the account's token: {exc.code} ({path})")
         if exc.code == 404 and "/accounts/" in path:
             return AccountNotFound(f"the shop has no such account ({path})")
         if exc.code >= 500:

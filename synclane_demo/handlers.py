@@ -8,6 +8,8 @@ as one of three things:
 * 429 → :class:`JobThrottled` with the wait from ``Retry-After``: the job, and every job of its lane (acme-us
   and acme-eu share acme's), waits exactly that long.
 * an unknown account → :class:`JobAbandoned`: a retry cannot help, a person should look.
+* a revoked token (401/403) → :class:`OwnerPaused`: nothing can be done for the account until it reconnects;
+  the owner is paused (no more requests for it) until someone resumes it.
 * anything else (a 503, an unreadable page, a timeout) → the exception itself: an ordinary
   failure, retried with backoff from the same cursor.
 """
@@ -17,20 +19,22 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from synclane_demo.client import AccountNotFound, ShopClient, ShopThrottled
+from synclane_demo.client import AccessRevoked, AccountNotFound, ShopClient, ShopThrottled
 from synclane_demo.store import Store
-from synclane_provider.core import Job, JobAbandoned, JobThrottled, Page
+from synclane_provider.core import Job, JobAbandoned, JobThrottled, OwnerPaused, Page
 
 
 @contextmanager
 def shop_answers() -> Iterator[None]:
-    """Translate the shop's refusals that mean more than "failed" into SyncLane's two exceptions."""
+    """Translate the shop's refusals that mean more than "failed" into SyncLane's exceptions."""
     try:
         yield
     except ShopThrottled as exc:
         raise JobThrottled(str(exc), retry_after=exc.retry_after) from exc
     except AccountNotFound as exc:
         raise JobAbandoned(str(exc)) from exc
+    except AccessRevoked as exc:
+        raise OwnerPaused(str(exc)) from exc
 
 
 class OrdersHandler:

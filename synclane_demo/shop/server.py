@@ -11,6 +11,8 @@
     POST /control/heal                                               the broken page works from now on
     POST /control/break                                              it is broken again (no automatic heal)
     POST /control/settings  {"latency": .., "rate_429": .., "rate_503": ..}
+    POST /control/revoke    {"account": ..}                          its token is revoked: every call answers 401
+    POST /control/restore   {"account": ..}                          its token works again
 
 A page is ``{"items": [...], "next_cursor": "50" | null}``; the cursor is an
 offset. The request log is what lets a test prove that a retried job asked
@@ -52,6 +54,8 @@ class Shop:
         self.faults = faults or Faults()
         self.limits = limits or Limits()
         self.requests: deque[dict] = deque(maxlen=REQUEST_LOG_SIZE)
+        self.revoked: set[str] = set()
+        """Accounts whose token the shop has revoked: every call for them answers 401 until restored."""
         self._sequence = 0
         self._lock = threading.Lock()
 
@@ -161,6 +165,9 @@ class ShopRequestHandler(BaseHTTPRequestHandler):
         if account not in ACCOUNTS:
             shop.record({**entry, "status": 404})
             return self._json(404, {"error": f"no account {account!r}"})
+        if account in shop.revoked:
+            shop.record({**entry, "status": 401, "fault": "revoked"})
+            return self._json(401, {"error": f"the token of account {account!r} was revoked"})
         if refusal is not None:
             shop.record({**entry, "status": 429, "fault": refusal.reason})
             return self._json(429, {"error": "slow down"}, {"Retry-After": str(refusal.retry_after)})
@@ -191,7 +198,15 @@ class ShopRequestHandler(BaseHTTPRequestHandler):
     def _control(self, method: str, parts: list[str], query: dict) -> None:
         faults = self.server.shop.faults
         if method == "GET" and parts == ["status"]:
-            return self._json(200, {**faults.status(), **self.server.shop.limits.status()})
+            shop = self.server.shop
+            return self._json(200, {**faults.status(), **shop.limits.status(), "revoked": sorted(shop.revoked)})
+        if method == "POST" and parts in (["revoke"], ["restore"]):
+            account = self._body().get("account")
+            if account not in ACCOUNTS:
+                raise BadRequest(f"no account {account!r} to {parts[0]}")
+            (self.server.shop.revoked.add if parts == ["revoke"] else self.server.shop.revoked.discard)(account)
+            log.info("the token of account %s is %s", account, "revoked" if parts == ["revoke"] else "restored")
+            return self._json(200, {"revoked": sorted(self.server.shop.revoked)})
         if method == "GET" and parts == ["requests"]:
             after = int((query.get("after") or ["0"])[0])
             return self._json(200, {"items": self.server.shop.requests_after(after)})

@@ -95,10 +95,15 @@ class SyncLanePlanOperator(QueueOperator):
         gauges.emit(AirflowStats())
         lag = duration_text(gauges.max_freshness_lag) if gauges.max_freshness_lag is not None else "none yet"
         self.log.info(
-            "queue %s: %s job(s) waiting, %s running, %s abandoned; largest freshness lag %s",
+            "queue %s: %s job(s) waiting, %s running, %s abandoned; largest freshness lag %s; "
+            "owners %s healthy, %s degraded, %s failing, %s paused",
             queue,
             gauges.waiting,
             gauges.running,
             gauges.abandoned,
             lag,
+            gauges.owners_healthy,
+            gauges.owners_degraded,
+            gauges.owners_failing,
+            gauges.owners_paused,
         )

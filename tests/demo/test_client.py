@@ -7,7 +7,14 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from synclane_demo.client import AccountNotFound, ShopClient, ShopThrottled, ShopUnavailable, UnreadablePage
+from synclane_demo.client import (
+    AccessRevoked,
+    AccountNotFound,
+    ShopClient,
+    ShopThrottled,
+    ShopUnavailable,
+    UnreadablePage,
+)
 from tests.demo.test_shop import broken_window
 
 
@@ -49,3 +56,10 @@ def test_a_shop_that_is_not_there_or_too_slow_is_unavailable(start_shop):
         ShopClient(f"http://127.0.0.1:{free_port}").products("globex", None)
     with pytest.raises(ShopUnavailable):
         ShopClient(start_shop(latency=0.5).url, timeout=0.1).products("globex", None)
+
+
+def test_a_revoked_token_is_access_revoked(start_shop):
+    shop = start_shop()
+    shop.shop.revoked.add("initech")
+    with pytest.raises(AccessRevoked, match="401"):
+        ShopClient(shop.url).products("initech", None)

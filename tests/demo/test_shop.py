@@ -242,3 +242,16 @@ def test_a_random_429_starts_a_named_wait_for_the_seller(start_shop):
 def test_a_bad_rate_limit_is_named(text):
     with pytest.raises(ValueError, match=re.escape(repr(text))):
         parse_limits(text)
+
+
+def test_a_revoked_token_answers_401_until_it_is_restored(start_shop):
+    shop = start_shop()
+    assert post(f"{shop.url}/control/revoke", {"account": "initech"}) == {"revoked": ["initech"]}
+    status, _, body = get(f"{shop.url}/accounts/initech/products")
+    assert status == 401 and b"revoked" in body
+    assert get(f"{shop.url}/accounts/globex/products")[0] == 200  # the others are served
+    assert json.loads(get(f"{shop.url}/control/status")[2])["revoked"] == ["initech"]
+    assert post(f"{shop.url}/control/restore", {"account": "initech"}) == {"revoked": []}
+    assert get(f"{shop.url}/accounts/initech/products")[0] == 200
+    with pytest.raises(urllib.error.HTTPError):
+        post(f"{shop.url}/control/revoke", {"account": "hooli"})

@@ -313,3 +313,29 @@ def test_without_the_budget_and_the_lane_pause_the_shop_refuses_acme(demo, monke
     running.result(timeout=60)
     assert counters.get("429_over_limit", 0) > 0, counters
     assert counters.get("429_ignored_wait", 0) > 0, counters
+
+
+def test_a_revoked_token_pauses_its_account_and_restore_then_resume_completes_it_from_its_cursors(demo):
+    shop, config, synclane, database = demo()
+    shop.shop.revoked.add("initech")
+    settle(synclane, database)
+    with Operations(synclane, database) as ops:
+        state = ops.owner("shops", "initech")
+        assert state.paused and state.paused_by == "handler" and "401" in (state.paused_reason or "")
+        findings = ops.check_health("shops", abandoned_since=None).findings  # globex's broken slice besides
+        assert [(f.problem, f.owner) for f in findings if f.owner == "initech"] == [("paused", "initech")]
+        assert "initech" not in ops.check_health("shops", abandoned_since=None).describe()  # alerted once
+    waiting = jobs(config.database_url, config.schema, "owner = 'initech'")
+    assert waiting and {job["status"] for job in waiting} == {"pending"}
+    refused = [e for e in shop.shop.requests_after(0) if e["account"] == "initech"]
+    assert [e["status"] for e in refused] == [401]  # one request, then not one more
+    seen = shop.shop.requests_after(0)[-1]["seq"]
+
+    shop.shop.revoked.discard("initech")
+    with Operations(synclane, database) as ops:
+        ops.resume("shops", "initech")
+    settle(synclane, database)
+    done = jobs(config.database_url, config.schema, "owner = 'initech'")
+    assert {job["status"] for job in done} == {"completed"}
+    asked = [e for e in shop.shop.requests_after(seen) if e["account"] == "initech"]
+    assert asked and {e["status"] for e in asked} == {200}
