@@ -398,7 +398,8 @@ def test_the_planner_follows_an_owners_own_period_as_it_changes_without_gaps_or_
 ):
     database = declaration_with_periods(schema, declared, None).database(database_url)
     made: dict[timedelta | None, Operations] = {}
-    Operations(declaration_with_periods(schema, declared, None), database).activity("shops")
+    with Operations(declaration_with_periods(schema, declared, None), database) as ops:
+        ops.activity("shops")  # creates the table on first use
     admin.execute(sql.SQL("TRUNCATE {0}.jobs, {0}.coverage").format(sql.Identifier(schema)))
     now, reach, refreshes = first, {}, set()
     try:
@@ -468,3 +469,50 @@ def test_an_owner_backed_off_through_any_failures_and_recoveries_misses_no_windo
     recurring = [(job.window_start, job.window_end) for job, _ in table.rows.values() if job.mode is JobMode.RECURRING]
     assert_recurring_chain(recurring, midnight(first), job_type.overlap)
     assert max([midnight(first)] + [end for _, end in recurring]) == reach
+
+
+@AGAINST_POSTGRES
+@given(first=instants, declared=windowed_settings(), backoff=backoffs, plan=outcomes)
+def test_the_planner_backs_off_an_owner_through_any_failures_and_recoveries_without_gaps_or_repeats(
+    database_url, schema, admin, first, declared, backoff, plan
+):
+    """The owner's row says how many attempts failed in a row (as the finish writes it); the real planner
+    stretches its period from it. Its recurring windows still follow one another; its lane-mate is untouched."""
+    listed = [Owner("trouble", lane="shared"), Owner("mate", lane="shared")]
+    declaration = SyncLane(
+        queues=[Queue("shops", owners=owners(*listed), types=[windowed(declared)], owner_backoff=backoff)],
+        schema=schema,
+    )
+    every = declared["every"]
+    reach = {"trouble": midnight(first), "mate": midnight(first)}
+    now, failures = first, 0
+    with Operations(declaration, declaration.database(database_url)) as ops:
+        ops.activity("shops")
+        admin.execute(sql.SQL("TRUNCATE {0}.jobs, {0}.coverage, {0}.owners").format(sql.Identifier(schema)))
+        for number, (advance, failed) in enumerate(plan):
+            now += advance if number else timedelta(0)
+            failures = failures + failed if failed else 0
+            health = backoff.health(failures)
+            admin.execute(
+                sql.SQL(
+                    "INSERT INTO {}.owners (queue, owner, health, consecutive_failures) VALUES ('shops', 'trouble', "
+                    "%s, %s) ON CONFLICT (queue, owner) DO UPDATE SET health = excluded.health, "
+                    "consecutive_failures = excluded.consecutive_failures"
+                ).format(sql.Identifier(schema)),
+                [health.value, failures],
+            )
+            ops.plan("shops", now=now)
+            assert ops.plan("shops", now=now).total == 0, "planning again at once inserts nothing"
+            stretched = every * backoff.stretch(health, failures)
+            reach["trouble"] = max(reach["trouble"], period_start(now, stretched))
+            reach["mate"] = max(reach["mate"], period_start(now, every))
+
+    found = rows(admin, schema)
+    assert len(found) == len({(r["owner"], r["dedup_key"]) for r in found})
+    for owner in ("trouble", "mate"):
+        recurring = [
+            (r["window_start"], r["window_end"]) for r in found if r["owner"] == owner and r["mode"] == "recurring"
+        ]
+        assert_recurring_chain(recurring, midnight(first), declared["overlap"])
+        assert max([midnight(first)] + [end for _, end in recurring]) == reach[owner]
+        assert {r["lane"] for r in found if r["owner"] == owner} == {"shared"}
