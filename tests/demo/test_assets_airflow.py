@@ -129,6 +129,53 @@ def test_the_downstream_dag_runs_when_orders_land_with_owners_windows_and_counts
                 max(r["window_end"] for r in mine).isoformat(),
             )
         print(f"\ndownstream runs counted {counted}; {len(events)} orders event(s); expected {dict(expected)}")
+
+        # A re-sync triggered through the DAG synclane_resync with params: the page's JSON shows the request
+        # complete, and a downstream run rebuilds exactly the days it fetched again.
+        conf = {
+            "type": "orders",
+            "start": "2026-03-01",
+            "end": "2026-04-05",
+            "owners": ["globex"],
+            "reason": "March orders again",
+            "key": "march-again",
+        }
+        created = api.post("/api/v2/dags/synclane_resync/dagRuns", {"logical_date": None, "conf": conf})
+        run_id = urllib.parse.quote(created["dag_run_id"], safe="")
+        wait_until(
+            lambda: api.get(f"/api/v2/dags/synclane_resync/dagRuns/{run_id}")["state"] == "success",
+            180,
+            "the re-sync DAG run to succeed",
+            explain=explain,
+        )
+
+        def request_done() -> dict | None:
+            listed = [p for p in api.get("/synclane/api/queues/shops/resyncs") if p["request"]["key"] == "march-again"]
+            return listed[0] if listed and listed[0]["total"] and listed[0]["done"] == listed[0]["total"] else None
+
+        done = wait_until(request_done, 300, "the re-sync request to complete on the page's JSON", explain=explain)
+        assert (done["total"], done["request"]["reason"], done["request"]["owners"]) == (
+            2,
+            "March orders again",
+            ["globex"],
+        )
+
+        def rebuilt() -> dict | None:
+            for run in api.runs("synclane_downstream"):
+                if run["state"] != "success":
+                    continue
+                entry = api.get(
+                    f"/api/v2/dags/synclane_downstream/dagRuns/{urllib.parse.quote(run['dag_run_id'], safe='')}"
+                    "/taskInstances/rebuild_resynced_partitions/xcomEntries/return_value"
+                )
+                if "march-again" in entry["value"]:
+                    return entry["value"]["march-again"]
+            return None
+
+        days = wait_until(rebuilt, 300, "a downstream run to rebuild the re-fetched days", every=2, explain=explain)
+        assert days == {
+            "globex": [f"2026-03-{d:02d}" for d in range(1, 32)] + [f"2026-04-{d:02d}" for d in range(1, 5)]
+        }
     finally:
         airflow.stop(graceful=60)
         with psycopg.connect(database_url, autocommit=True) as conn:
