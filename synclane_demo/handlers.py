@@ -1,8 +1,9 @@
 """The two handlers, written the way we tell users to write theirs: one page in, one page stored, one Page out.
 
 A handler is given the job (owner, window, cursor), asks the shop for the
-page that starts at the cursor, stores it with an upsert (a page may run twice)
-and says where the next page starts. What the shop said goes back to SyncLane
+page that starts at the cursor, lands it in its table in one line (a
+:class:`~synclane_provider.core.Destination`: a page that runs twice, or a
+re-sync of what is stored, writes nothing) and says where the next page starts. What the shop said goes back to SyncLane
 as one of three things:
 
 * 429 → :class:`JobThrottled` with the wait from ``Retry-After``: the job, and every job of its lane (acme-us
@@ -47,7 +48,7 @@ class OrdersHandler:
     def __call__(self, job: Job) -> Page:
         with shop_answers():
             page = self._shop().orders(job.owner, job.window_start, job.window_end, job.cursor)
-        self._store.upsert_orders(job.owner, page.items)
+        self._store.land_orders(job, page.items)
         return Page(page.next_cursor, len(page.items))
 
 
@@ -61,5 +62,5 @@ class ProductsHandler:
     def __call__(self, job: Job) -> Page:
         with shop_answers():
             page = self._shop().products(job.owner, job.cursor)
-        self._store.upsert_products(job.owner, page.items)
+        self._store.land_products(job, page.items, complete=page.next_cursor is None)
         return Page(page.next_cursor, len(page.items))

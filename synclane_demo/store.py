@@ -14,6 +14,7 @@ import threading
 import psycopg
 from psycopg import sql
 
+from synclane_provider.core import Destination, Job, LandCounts
 from synclane_provider.core.db.queries import named_statements
 
 DEMO_ACCOUNTS = (("acme-us", "acme"), ("acme-eu", "acme"), ("globex", None), ("initech", None))
@@ -34,6 +35,14 @@ class Store:
         self._local = threading.local()
         self._opened: list[psycopg.Connection] = []
         self._lock = threading.Lock()
+        self.orders = Destination(
+            f"{schema}.orders", key=("account", "id"), owner="account", version="updated_at", conninfo=conninfo
+        )
+        """Orders land by ``updated_at``: an older copy of an order never overwrites a newer one."""
+        self.products = Destination(
+            f"{schema}.products", key=("account", "id"), owner="account", deletions="delete", conninfo=conninfo
+        )
+        """The catalogue is a snapshot: products an account no longer lists are deleted when a sync completes."""
 
     def run(self, name: str, **params: object) -> list[tuple]:
         """Run one named statement of ``store.sql`` and return its rows."""
@@ -77,27 +86,13 @@ class Store:
     def connected_accounts(self) -> list[tuple[str, str | None]]:
         return [(row[0], row[1]) for row in self.run("connected_accounts")]
 
-    def upsert_orders(self, account: str, orders: list[dict]) -> None:
-        if orders:
-            self.run(
-                "upsert_orders",
-                account=account,
-                ids=[o["id"] for o in orders],
-                placed_ats=[o["placed_at"] for o in orders],
-                totals=[o["total_cents"] for o in orders],
-                currencies=[o["currency"] for o in orders],
-                statuses=[o["status"] for o in orders],
-            )
+    def land_orders(self, job: Job, orders: list[dict]) -> LandCounts:
+        """One page of orders: an order unchanged since it was stored writes nothing."""
+        return self.orders.land(job, orders)
 
-    def upsert_products(self, account: str, products: list[dict]) -> None:
-        if products:
-            self.run(
-                "upsert_products",
-                account=account,
-                ids=[p["id"] for p in products],
-                names=[p["name"] for p in products],
-                prices=[p["price_cents"] for p in products],
-            )
+    def land_products(self, job: Job, products: list[dict], *, complete: bool) -> LandCounts:
+        """One page of the catalogue; the last (``complete``) deletes what the account no longer lists."""
+        return self.products.land(job, products, complete=complete)
 
     def close(self) -> None:
         """Close every thread's connection (each reopens on its next use)."""
@@ -105,3 +100,5 @@ class Store:
             opened, self._opened = self._opened, []
         for conn in opened:
             conn.close()
+        self.orders.close()
+        self.products.close()

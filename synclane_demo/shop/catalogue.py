@@ -84,6 +84,7 @@ class Catalogue:
             {
                 "id": f"{account}-{day:%Y%m%d}-{number:03d}",
                 "placed_at": midnight + timedelta(seconds=second),
+                "updated_at": midnight + timedelta(seconds=second),
                 "total_cents": rng.randint(500, 50_000),
                 "currency": currency,
                 "status": rng.choice(STATUSES),

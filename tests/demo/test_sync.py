@@ -262,9 +262,21 @@ def test_a_page_stored_twice_changes_nothing(demo):
     with Operations(synclane, database) as ops:
         [job] = ops.list_jobs("shops", owner="initech", type="products")
     handler = synclane.queue("shops").job_type("products").handler
-    first, again = handler(job), handler(job)
+    first = handler(job)
+    before = row_versions(config.database_url, config.data_schema, "products", "initech")
+    again = handler(job)
     assert first == again and first.count == 50
     assert stored(config.database_url, config.data_schema, "products", "initech") == 50
+    # landed again, equal to what is stored: not one row written (each row's version, its xmin, is the same)
+    assert row_versions(config.database_url, config.data_schema, "products", "initech") == before
+
+
+def row_versions(database_url, schema, table, account) -> dict[str, str]:
+    with psycopg.connect(database_url) as conn:
+        query = sql.SQL("SELECT id, xmin::text FROM {}.{} WHERE account = %s").format(
+            sql.Identifier(schema), sql.Identifier(table)
+        )
+        return dict(conn.execute(query, [account]).fetchall())
 
 
 def rate_limited_demo(demo):

@@ -146,7 +146,7 @@ class Destination:
         self._stage = sql.Identifier(f"synclane_land_{'_'.join(parts)}"[:63])
         self._table_columns: dict[str, int] | None = None
         """The table's columns and their types' OIDs, read at the first page."""
-        self._statements: dict[tuple[str, ...], tuple[sql.Composed, sql.Composed, list[int] | None]] = {}
+        self._statements: dict[tuple[str, ...], tuple[sql.Composed, sql.Composed]] = {}
         self._staged: weakref.WeakKeyDictionary[psycopg.Connection[Any], bool] = weakref.WeakKeyDictionary()
         self._lock = threading.Lock()
         self._local = threading.local()
@@ -206,15 +206,13 @@ class Destination:
             return LandCounts(stale=superseded)
         columns = tuple(page[0])
         self._check(conn, columns)
-        copy_page, land_page, types = self._statements_for(conn, columns)
+        copy_page, land_page = self._statements_for(columns)
         if conn not in self._staged or not conn.autocommit:  # a page transaction may be rolled back with it
             conn.execute(sql.SQL(_texts()["create_stage"]).format(stage=self._stage, table=self._name))
         self._staged[conn] = True
         try:
             with conn.cursor(row_factory=tuple_row) as cur:
                 with cur.copy(copy_page) as copy:
-                    if types is not None:
-                        copy.set_types(types)
                     for row in page:
                         copy.write_row(tuple(row.values()))
                 counted = cur.execute(land_page).fetchone()
@@ -353,18 +351,11 @@ class Destination:
         if unknown:
             raise LandingError(f"table {self.table} has no column {', '.join(map(repr, unknown))} (named by a row)")
 
-    def _statements_for(
-        self, conn: psycopg.Connection[Any], columns: tuple[str, ...]
-    ) -> tuple[sql.Composed, sql.Composed, list[int] | None]:
-        """``copy_page`` and ``land_page`` for a page of these columns, composed once; and the columns' types when
-        the page is copied in binary."""
+    def _statements_for(self, columns: tuple[str, ...]) -> tuple[sql.Composed, sql.Composed]:
+        """``copy_page`` and ``land_page`` for a page of these columns, composed once."""
         made = self._statements.get(columns)
         if made is not None:
             return made
-        assert self._table_columns is not None
-        types: list[int] | None = [self._table_columns[c] for c in columns]
-        if any(conn.adapters.types.get(oid) is None for oid in types or ()):
-            types = None  # a type psycopg has no binary dumper for (an enum, a domain): copied as text
         content = [c for c in columns if c not in self.key]
         revived = (
             sql.Identifier(self.deleted_column)
@@ -406,11 +397,8 @@ class Destination:
             on_conflict = sql.SQL("DO NOTHING")
         names = dict(stage=self._stage, table=self._name, columns=_column_list(columns), key=_column_list(self.key))
         made = (
-            sql.SQL(_texts()["copy_page"]).format(
-                **names, binary=sql.SQL(" (FORMAT BINARY)" if types is not None else "")
-            ),
+            sql.SQL(_texts()["copy_page"]).format(**names),
             sql.SQL(_texts()["land_page"]).format(**names, on_conflict=on_conflict, stale=stale),
-            types,
         )
         self._statements[columns] = made
         return made

@@ -28,9 +28,9 @@ WHERE c.oid = to_regclass({table_name});
 CREATE TEMPORARY TABLE IF NOT EXISTS {stage} ON COMMIT DELETE ROWS AS SELECT * FROM {table} WITH NO DATA;
 
 -- name: copy_page
--- The page's rows into the staging table (COPY: one round trip whatever the page's size), in binary when
--- every column's type has a binary dumper.
-COPY {stage} ({columns}) FROM STDIN{binary};
+-- The page's rows into the staging table (COPY: one round trip whatever the page's size). In text: a value
+-- may come as the API gave it (a time as an ISO string) and the server reads it as the column's type.
+COPY {stage} ({columns}) FROM STDIN;
 
 -- name: land_page
 -- The staged page into the table, in one statement. A new key is inserted; an existing row is rewritten
