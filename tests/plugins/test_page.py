@@ -137,7 +137,8 @@ def test_an_operator_pauses_an_owner_finds_it_in_trouble_and_resumes_it_from_the
     page.locator("input[name=username]").fill("admin")
     page.locator("input[name=password]").fill(api_server.password("admin"))
     page.locator("button[type=submit]").click()
-    page.goto(api_server.base + "/plugin/synclane")
+    page.get_by_role("link", name="SyncLane").click()  # once the login has landed on Airflow's home page
+    expect(page).to_have_url(re.compile(r"/plugin/synclane$"))
     frame = page.frame_locator("iframe")
     frame.get_by_role("button", name="Owners", exact=True).click()
 
