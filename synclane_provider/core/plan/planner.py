@@ -114,9 +114,10 @@ def _plan_batch(
     that was down), while its lane moves like anyone's. The paused owners are read only when the batch lacks
     something: a repeated plan that adds nothing costs no statement more."""
     reach = [coverage_wanted(job_type, now) for job_type in queue.types]
-    own_every = {
+    own_every = {  # looked at only for owners with periods or a stretch of their own: most have neither
         (owner.id, job_type.name): every
         for owner in owners
+        if owner.every or owner.id in stretch
         for job_type in queue.types
         if (every := _own_every(owner, job_type, stretch.get(owner.id, 1))) is not None
     }
