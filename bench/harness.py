@@ -160,6 +160,7 @@ def run_baseline(
         worker = f"baseline-{number}"
         base = {"queue": QUEUE, "worker": worker, "lease": lease, "now": None, "channel": channel(schema)}
         base["payload"] = payload(QUEUE)
+        base["landed"] = None  # the job's land counts: this loop lands no rows
         degraded_after, failing_after = OwnerBackoff().health_after  # the owner's health, as a queue's default
         base.update(degraded_after=degraded_after, failing_after=failing_after, owner_failed=False)
         base.update({health.value: health.value for health in OwnerHealth})
@@ -185,6 +186,7 @@ def run_baseline(
                                     "worker": worker,
                                     "cursor": str(page),
                                     "processed_count": page,
+                                    "landed": None,
                                     "lease": lease,
                                     "now": None,
                                 }

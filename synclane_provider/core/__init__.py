@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from synclane_provider.core.clock import PinnedClock
     from synclane_provider.core.db.database import Database, Session
-    from synclane_provider.core.db.landing import Destination, LandCounts
+    from synclane_provider.core.db.landing import Destination
     from synclane_provider.core.declare.backoff import OwnerBackoff
     from synclane_provider.core.declare.declarations import Owner, Queue, SnapshotType, SyncLane, WindowedType
     from synclane_provider.core.declare.ratelimit import Rate
@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from synclane_provider.core.ops.operations import Operations
     from synclane_provider.core.plan.planner import PlanSummary
     from synclane_provider.core.plan.retention import Pruned
-    from synclane_provider.core.records import Activity, Cancelled, Job, Page, Progress, ResyncRequest
+    from synclane_provider.core.records import Activity, Cancelled, Job, LandCounts, Page, Progress, ResyncRequest
     from synclane_provider.core.run.pool import WorkerPool
     from synclane_provider.core.run.runner import Outcome, RunResult
     from synclane_provider.core.run.slot import WorkerSlot
@@ -61,7 +61,7 @@ _HOMES = {
     "JobMode": "synclane_provider.core.states",
     "JobStatus": "synclane_provider.core.states",
     "JobThrottled": "synclane_provider.core.errors",
-    "LandCounts": "synclane_provider.core.db.landing",
+    "LandCounts": "synclane_provider.core.records",
     "LandingError": "synclane_provider.core.errors",
     "LeaseLostError": "synclane_provider.core.errors",
     "MigrationPrivilegeError": "synclane_provider.core.errors",

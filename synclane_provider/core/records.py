@@ -26,6 +26,45 @@ class Coverage:
 
 
 @dataclass(frozen=True)
+class LandCounts:
+    """What landing some records did to the table, row by row.
+
+    ``stale``: rows older (by the version column) than the row stored, or than another row of the same key
+    in the same page; none of them was written. ``unchanged``: rows equal to the row stored (content compared),
+    none written either.
+
+    >>> LandCounts(inserted=2, unchanged=1) + LandCounts(updated=1, stale=3)
+    LandCounts(inserted=2, updated=1, unchanged=1, stale=3, deleted=0)
+    """
+
+    inserted: int = 0
+    updated: int = 0
+    unchanged: int = 0
+    stale: int = 0
+    deleted: int = 0
+
+    def __add__(self, other: LandCounts) -> LandCounts:
+        return LandCounts(*(getattr(self, f.name) + getattr(other, f.name) for f in fields(self)))
+
+    @property
+    def written(self) -> int:
+        """Rows written: inserted, updated or deleted."""
+        return self.inserted + self.updated + self.deleted
+
+    def as_list(self) -> list[int]:
+        """The counts in the order of the job's columns (inserted, updated, unchanged, stale, deleted)."""
+        return [self.inserted, self.updated, self.unchanged, self.stale, self.deleted]
+
+    def describe(self) -> str:
+        """``3 inserted, 1 updated, 0 unchanged, 2 stale, 0 deleted``: for a job's log line.
+
+        >>> LandCounts(3, 1, stale=2).describe()
+        '3 inserted, 1 updated, 0 unchanged, 2 stale, 0 deleted'
+        """
+        return ", ".join(f"{getattr(self, f.name)} {f.name}" for f in fields(self))
+
+
+@dataclass(frozen=True)
 class Job:
     """One row of the jobs table, as read. Handlers receive it; it is never written back whole."""
 
@@ -60,6 +99,31 @@ class Job:
     """Requeued with force: a snapshot's landing deletes the rows it did not see even past its declared share."""
     request_key: str | None = None
     """The key of the re-sync request that made the job (see :class:`ResyncRequest`); None for any other job."""
+    inserted_count: int = 0
+    """Rows the job's committed pages inserted into their destination tables (see :class:`LandCounts`)."""
+    updated_count: int = 0
+    unchanged_count: int = 0
+    stale_count: int = 0
+    deleted_count: int = 0
+
+    @property
+    def land_counts(self) -> LandCounts:
+        """What the job's committed pages, in all its attempts, did to their destination tables."""
+        return LandCounts(
+            self.inserted_count, self.updated_count, self.unchanged_count, self.stale_count, self.deleted_count
+        )
+
+    def count_landed(self, counts: LandCounts) -> None:
+        """Add what one landing did to the page's counts (a worker's job; outside a worker it goes nowhere).
+        Called by :meth:`~synclane_provider.core.db.landing.Destination.land`."""
+        count: Callable[[LandCounts], None] | None = self.__dict__.get("_count_landed")  # see with_land_counter
+        if count is not None:
+            count(counts)
+
+    def with_land_counter(self, count: Callable[[LandCounts], None]) -> "Job":
+        """A copy whose :meth:`count_landed` calls ``count``: how a worker learns what its page landed (like
+        :meth:`with_spend`)."""
+        return self._with("_count_landed", count)
 
     def spend(self, units: int = 1) -> timedelta:
         """Take ``units`` more of the lane's rate budget before making that many more requests in this page.

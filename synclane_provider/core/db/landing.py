@@ -25,7 +25,6 @@ import functools
 import threading
 import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, fields
 from typing import Any, TypeVar
 
 import psycopg
@@ -36,7 +35,7 @@ from synclane_provider.core.db.database import Database, Session
 from synclane_provider.core.db.queries import named_statements
 from synclane_provider.core.db.store import Finish, SavedPage, Store
 from synclane_provider.core.errors import DeclarationError, LandingError
-from synclane_provider.core.records import Job
+from synclane_provider.core.records import Job, LandCounts
 
 Row = Mapping[str, Any]
 T = TypeVar("T")
@@ -45,33 +44,6 @@ T = TypeVar("T")
 @functools.cache
 def _texts() -> dict[str, str]:
     return named_statements(__package__, "landing.sql")
-
-
-@dataclass(frozen=True)
-class LandCounts:
-    """What landing some records did to the table, row by row.
-
-    ``stale``: rows older (by the version column) than the row stored, or than another row of the same key
-    in the same page; none of them was written. ``unchanged``: rows equal to the row stored (content compared),
-    none written either.
-
-    >>> LandCounts(inserted=2, unchanged=1) + LandCounts(updated=1, stale=3)
-    LandCounts(inserted=2, updated=1, unchanged=1, stale=3, deleted=0)
-    """
-
-    inserted: int = 0
-    updated: int = 0
-    unchanged: int = 0
-    stale: int = 0
-    deleted: int = 0
-
-    def __add__(self, other: LandCounts) -> LandCounts:
-        return LandCounts(*(getattr(self, f.name) + getattr(other, f.name) for f in fields(self)))
-
-    @property
-    def written(self) -> int:
-        """Rows written: inserted, updated or deleted."""
-        return self.inserted + self.updated + self.deleted
 
 
 def _column_list(names: Iterable[str], prefix: str | None = None) -> sql.Composable:
@@ -174,18 +146,25 @@ class Destination:
         the job's cursor and count, fenced on its lease: the page lands exactly once, and not at all when the
         job was taken over meanwhile. In another database they are committed now: a page cut off before its
         cursor is saved lands again, which the key, the version guard and the content comparison make harmless.
+
+        Run by a worker, what it did is added to the job's counts (``inserted_count`` … ``deleted_count`` on its
+        row), written by the statement that saves the page's cursor or completes the job: a page whose cursor is
+        not saved (it failed, its lease was lost) counts nothing, and a retry adds what its pages land.
         """
         page_transaction = job.page_transaction
         if self.in_jobs_database and isinstance(page_transaction, PageTransaction):
-            return self._land(page_transaction.connection(), job, rows, complete)
-        conn = self._connection()
-        try:
-            with conn.transaction():
-                return self._land(conn, job, rows, complete)
-        except (psycopg.OperationalError, psycopg.InterfaceError):
-            self._local.conn = None
-            conn.close()
-            raise
+            counts = self._land(page_transaction.connection(), job, rows, complete)
+        else:
+            conn = self._connection()
+            try:
+                with conn.transaction():
+                    counts = self._land(conn, job, rows, complete)
+            except (psycopg.OperationalError, psycopg.InterfaceError):
+                self._local.conn = None
+                conn.close()
+                raise
+        job.count_landed(counts)  # a worker adds them to the job's row with the page's cursor
+        return counts
 
     def _land(self, conn: psycopg.Connection[Any], job: Job, rows: Iterable[Row], complete: bool) -> LandCounts:
         counts = self.write(conn, rows, owner=job.owner, job_id=job.id if self.deletions else None)

@@ -100,7 +100,8 @@ RETURNING *
 -- between, so a lane whose next job is this worker's best choice passes straight to it instead of being
 -- raced for by every idle worker.
 --
--- Finishing leaves running for completed, failed, deferred or abandoned, with the final count, the error
+-- Finishing leaves running for completed, failed, deferred or abandoned, with the final count (and, when
+-- %(landed)s is not NULL, what the job's pages landed: see save_page), the error
 -- (if any) and the delay before the next attempt; it is fenced on the lease, and frees the lane. A cancel that
 -- asked the job to stop (stop_reason) wins over any end but completion: a page that failed after the cancel
 -- (an account being disconnected typically answers 401) ends the job abandoned with the cancel's reason,
@@ -152,6 +153,11 @@ finished AS (
     SET status = CASE WHEN done.stop_reason IS NOT NULL AND %(status)s <> 'completed' THEN 'abandoned'
                       ELSE %(status)s END,
         processed_count = %(processed_count)s,
+        inserted_count = coalesce((%(landed)s::bigint[])[1], done.inserted_count),
+        updated_count = coalesce((%(landed)s::bigint[])[2], done.updated_count),
+        unchanged_count = coalesce((%(landed)s::bigint[])[3], done.unchanged_count),
+        stale_count = coalesce((%(landed)s::bigint[])[4], done.stale_count),
+        deleted_count = coalesce((%(landed)s::bigint[])[5], done.deleted_count),
         error = CASE WHEN done.stop_reason IS NOT NULL AND %(status)s <> 'completed' THEN done.stop_reason
                      ELSE %(error)s END,
         next_run_at = clock.now + CASE WHEN done.stop_reason IS NOT NULL AND %(status)s <> 'completed'
@@ -322,10 +328,17 @@ LEFT JOIN taken ON true;
 -- the stop reason a cancel may have set meanwhile: the worker then ends the job after this page; and the
 -- seconds left of a pause a throttle put on the job's lane (NULL: none), to wait out before the next page; and
 -- whether the job's owner has been paused meanwhile (one probe of the owners key): the worker then hands the
--- job back at the cursor just saved instead of asking for another page.
+-- job back at the cursor just saved instead of asking for another page. %(landed)s, when not NULL, is what the
+-- job's pages landed so far (inserted, updated, unchanged, stale, deleted: absolute, like the count), committed
+-- with the cursor in the page's transaction.
 UPDATE {schema}.jobs
 SET cursor = %(cursor)s,
     processed_count = %(processed_count)s,
+    inserted_count = coalesce((%(landed)s::bigint[])[1], inserted_count),
+    updated_count = coalesce((%(landed)s::bigint[])[2], updated_count),
+    unchanged_count = coalesce((%(landed)s::bigint[])[3], unchanged_count),
+    stale_count = coalesce((%(landed)s::bigint[])[4], stale_count),
+    deleted_count = coalesce((%(landed)s::bigint[])[5], deleted_count),
     heartbeat_at = coalesce(%(now)s::timestamptz, statement_timestamp()),
     lease_expires_at = coalesce(%(now)s::timestamptz, statement_timestamp()) + %(lease)s::interval
 WHERE id = %(id)s AND leased_by = %(worker)s AND status = 'running'

@@ -24,6 +24,7 @@ from synclane_provider.core.records import (
     Coverage,
     Freshness,
     Job,
+    LandCounts,
     OwnerState,
     Progress,
     QueueCounts,
@@ -49,6 +50,8 @@ class Finish:
     """How long from now until the job is due again (failed, deferred)."""
     owner_failed: bool = False
     """The attempt failed in a way that counts against its owner's health (any error but a throttle)."""
+    landed: LandCounts | None = None
+    """What the job's pages landed, all its attempts (the completing page's counts too); None: as last saved."""
 
 
 @dataclass(frozen=True)
@@ -171,6 +174,7 @@ class Store:
             error=finish.error if finish else None,
             delay=finish.delay if finish else None,
             owner_failed=finish.owner_failed if finish else False,
+            landed=finish.landed.as_list() if finish and finish.landed else None,
             degraded_after=health_after[0],
             failing_after=health_after[1],
             healthy=OwnerHealth.HEALTHY.value,
@@ -192,15 +196,33 @@ class Store:
         if row["finished"]:
             status = JobStatus(row["finished_status"])
             delay = finish.delay if status is finish.status else timedelta(0)
-            written = Finish(finish.job_id, status, finish.processed_count, row["finished_error"], delay)
+            written = Finish(
+                finish.job_id, status, finish.processed_count, row["finished_error"], delay, landed=finish.landed
+            )
         return FinishAndTake(finished=row["finished"], taken=taken, written=written)
 
     def save_page(
-        self, job_id: int, *, worker: str, cursor: str, processed_count: int, lease: timedelta, now: datetime | None
+        self,
+        job_id: int,
+        *,
+        worker: str,
+        cursor: str,
+        processed_count: int,
+        lease: timedelta,
+        now: datetime | None,
+        landed: LandCounts | None = None,
     ) -> SavedPage | None:
-        """Store the cursor and absolute count after a page and renew the lease; None when the lease is lost."""
+        """Store the cursor and absolute count after a page (and, when ``landed``, the job's land counts, absolute
+        too) and renew the lease; None when the lease is lost."""
         row = self.session.one(
-            "save_page", id=job_id, worker=worker, cursor=cursor, processed_count=processed_count, lease=lease, now=now
+            "save_page",
+            id=job_id,
+            worker=worker,
+            cursor=cursor,
+            processed_count=processed_count,
+            landed=landed.as_list() if landed is not None else None,
+            lease=lease,
+            now=now,
         )
         if row is None:
             return None

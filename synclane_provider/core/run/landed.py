@@ -1,7 +1,8 @@
 """What a worker's completed jobs brought in, per type and owner: the ``extra`` of the asset event it emits.
 
 Downstream work (an Airflow DAG scheduled on a queue/type's Asset) wants to know *which* accounts got new data
-and over which windows, not that a job ran. One event per worker run (not per page or per job) keeps the
+and over which windows, not that a job ran -- and what its pages did to the destination tables (``landed``: rows
+inserted, updated, unchanged, stale and deleted, the jobs' counts). One event per worker run (not per page or per job) keeps the
 metadata database small, so this folds every completed job into one entry per owner: how many jobs, how many
 records, and the span of their windows. Its size grows with the owners a worker served, never with the pages.
 JSON-ready both ways, because it rides through deferrals inside the trigger's event.
@@ -9,11 +10,11 @@ JSON-ready both ways, because it rides through deferrals inside the trigger's ev
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
 
-from synclane_provider.core.records import Job
+from synclane_provider.core.records import Job, LandCounts
 
 
 @dataclass
@@ -32,8 +33,11 @@ class OwnerLanding:
     resyncs: dict[str, list[list[Any]]] = field(default_factory=dict)
     """Per re-sync request key: ``[window_start, window_end, records]`` of each re-fetched window (ISO texts;
     None for a snapshot)."""
+    landed: LandCounts = LandCounts()
+    """What the jobs' pages did to their destination tables (re-sync jobs' too), from the jobs' rows."""
 
-    def add(self, job: Job, records: int) -> None:
+    def add(self, job: Job, records: int, landed: LandCounts = LandCounts()) -> None:
+        self.landed += landed
         if job.request_key is not None:
             self.resyncs.setdefault(job.request_key, []).append(
                 [_text(job.window_start), _text(job.window_end), records]
@@ -47,6 +51,7 @@ class OwnerLanding:
             self.window_end = job.window_end
 
     def merge(self, other: "OwnerLanding") -> None:
+        self.landed += other.landed
         self.jobs += other.jobs
         self.records += other.records
         starts = [s for s in (self.window_start, other.window_start) if s is not None]
@@ -62,6 +67,7 @@ class OwnerLanding:
             "records": self.records,
             "window_start": _text(self.window_start),
             "window_end": _text(self.window_end),
+            "landed": asdict(self.landed),
         }
         if self.resyncs:
             data["resyncs"] = self.resyncs
@@ -75,6 +81,7 @@ class OwnerLanding:
             window_start=datetime.fromisoformat(data["window_start"]) if data.get("window_start") else None,
             window_end=datetime.fromisoformat(data["window_end"]) if data.get("window_end") else None,
             resyncs={key: [list(w) for w in windows] for key, windows in data.get("resyncs", {}).items()},
+            landed=LandCounts(**data.get("landed", {})),
         )
 
 
@@ -88,14 +95,14 @@ class Landed:
 
     by_type: dict[str, dict[str, OwnerLanding]] = field(default_factory=dict)
 
-    def add(self, job: Job, records: int) -> None:
+    def add(self, job: Job, records: int, landed: LandCounts = LandCounts()) -> None:
         owners = self.by_type.get(job.type)
         if owners is None:
             owners = self.by_type[job.type] = {}
         landing = owners.get(job.owner)
         if landing is None:
             landing = owners[job.owner] = OwnerLanding()
-        landing.add(job, records)
+        landing.add(job, records, landed)
 
     def merge(self, other: "Landed") -> None:
         for type_name, owners in other.by_type.items():
@@ -104,7 +111,8 @@ class Landed:
                 mine.setdefault(owner, OwnerLanding()).merge(landing)
 
     def extra(self, queue: str, type_name: str) -> dict[str, Any]:
-        """The asset event's ``extra`` for one type: totals, per owner its jobs, records and window span, and -- when
+        """The asset event's ``extra`` for one type: totals, per owner its jobs, records, window span and ``landed``
+        (rows inserted, updated, unchanged, stale and deleted by its completed jobs), and -- when
         re-sync work completed -- ``resyncs``: per request key, per owner, the windows fetched again.
 
         >>> from datetime import timezone
@@ -123,6 +131,7 @@ class Landed:
             "type": type_name,
             "jobs": sum(o.jobs for o in owners.values()),
             "records": sum(o.records for o in owners.values()),
+            "landed": asdict(sum((o.landed for o in owners.values()), LandCounts())),
             "owners": {
                 owner: {k: v for k, v in owners[owner].as_dict().items() if k != "resyncs"}
                 for owner in sorted(owners)

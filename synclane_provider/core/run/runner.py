@@ -19,7 +19,7 @@ from synclane_provider.core.declare.declarations import JobType, Queue
 from synclane_provider.core.durations import duration_text
 from synclane_provider.core.errors import JobThrottled, OwnerPaused, PageTimeout, UnknownJobTypeError
 from synclane_provider.core.metrics import NO_METRICS, PAGE_DURATION, PAGES, RECORDS, THROTTLES, Metrics
-from synclane_provider.core.records import Job, Page
+from synclane_provider.core.records import Job, LandCounts, Page
 from synclane_provider.core.run.lane_gate import LaneGate, PageNotSent, Turn
 from synclane_provider.core.run.lease import LeaseKeeper, why_lost
 from synclane_provider.core.run.outcomes import CANCELLED, describe_error, lost_attempt
@@ -61,9 +61,13 @@ class RunResult:
     error: str | None = None
     waited: timedelta = timedelta(0)
     """How long the job waited before its pages for its lane's rate budget or a pause on its lane."""
+    landed: LandCounts = LandCounts()
+    """What the job's saved pages landed in their destination tables, all its attempts (its row's counts)."""
 
     def describe(self) -> str:
         text = f"{self.job.describe()}: {self.outcome} after {self.pages} page(s), {self.records} record(s)"
+        if self.landed != LandCounts():
+            text += f" (rows {self.landed.describe()})"
         if self.waited >= timedelta(milliseconds=1):
             text += f", waited {duration_text(timedelta(seconds=round(self.waited.total_seconds(), 2)))} for lane {self.job.lane}"
         return f"{text}; {self.error}" if self.error else text
@@ -157,13 +161,15 @@ class JobRunner:
         delay: timedelta = timedelta(0),
         write: FinalWrite | None = None,
         owner_failed: bool = False,
+        landed: LandCounts | None = None,
     ) -> RunResult:
         resent = self._store.repeats
-        written = (write or self._final_write)(Finish(job.id, status, processed, error, delay, owner_failed))
+        finish = Finish(job.id, status, processed, error, delay, owner_failed, landed)
+        written = (write or self._final_write)(finish)
         if written is not None:
             status, error = written.status, written.error
         else:
-            landed = self._landed(
+            read_back = self._landed(
                 job,
                 resent,
                 cancellable=status is not JobStatus.COMPLETED,
@@ -171,10 +177,12 @@ class JobRunner:
                 processed_count=processed,
                 error=error,
             )
-            if landed is None:
+            if read_back is None:
                 return self._lost(job, pages, records)
-            status, error = landed.status, landed.error
-        result = RunResult(job, Outcome(status.value), pages, records, error, self._waited_so_far())
+            status, error = read_back.status, read_back.error
+        result = RunResult(
+            job, Outcome(status.value), pages, records, error, self._waited_so_far(), landed or job.land_counts
+        )
         self._log.info("%s", result)
         return result
 
@@ -295,6 +303,8 @@ class _Attempt:
         """The job's count, with the page that just landed (saved or not)."""
         self.pages = 0
         self.tags = {"queue": runner._queue.name, "type": job.type}
+        self.page_counts: list[LandCounts] = []
+        """What the page in flight landed so far (each Destination.land it made)."""
 
     @property
     def records(self) -> int:
@@ -349,7 +359,8 @@ class _Attempt:
     def call(self, turn: Turn) -> Page:
         """The handler's page, on the page thread, checked."""
         runner = self.runner
-        job = self.current.with_spend(runner._spender(self.current))
+        self.page_counts = []  # a fresh list: a page left behind that lands later adds to its own
+        job = self.current.with_spend(runner._spender(self.current)).with_land_counter(self.page_counts.append)
         if runner._page_transaction is not None:
             job = job.with_page_transaction(runner._page_transaction)
         answer = runner._pages.call(
@@ -383,6 +394,7 @@ class _Attempt:
         runner._metrics.incr(RECORDS, self.tags, page.count)
         self.pages += 1
         self.processed = self.current.processed_count + page.count
+        landed = sum(self.page_counts, self.current.land_counts)  # the job's, with this page's
         landing = runner._page_transaction
         if landing is not None and not landing.open:
             landing = None  # nothing landed in the jobs database: the cursor is saved on its own
@@ -391,8 +403,8 @@ class _Attempt:
             return self.lost()
         if page.next_cursor is None:
             if landing is None:
-                return self.finish(JobStatus.COMPLETED)
-            return self.finish(JobStatus.COMPLETED, write=self.finish_with_landing(landing))
+                return self.finish(JobStatus.COMPLETED, landed=landed)
+            return self.finish(JobStatus.COMPLETED, write=self.finish_with_landing(landing), landed=landed)
         save = runner._store.save_page if landing is None else landing.save_page
         try:
             saved = save(
@@ -400,6 +412,7 @@ class _Attempt:
                 worker=runner._worker,
                 cursor=page.next_cursor,
                 processed_count=self.processed,
+                landed=landed,
                 lease=runner._queue.lease,
                 now=runner._clock(),
             )
@@ -416,6 +429,11 @@ class _Attempt:
             cursor=page.next_cursor,
             processed_count=self.processed,
             lease_expires_at=saved.lease_expires_at,
+            inserted_count=landed.inserted,
+            updated_count=landed.updated,
+            unchanged_count=landed.unchanged,
+            stale_count=landed.stale,
+            deleted_count=landed.deleted,
         )
         if saved.stop_reason is not None:  # cancelled while this page ran
             return self.finish(JobStatus.ABANDONED, error=saved.stop_reason)
@@ -468,6 +486,7 @@ class _Attempt:
         delay: timedelta = timedelta(0),
         write: FinalWrite | None = None,
         owner_failed: bool = False,
+        landed: LandCounts | None = None,
     ) -> RunResult:
         return self.runner._finish(
             self.current,
@@ -479,6 +498,7 @@ class _Attempt:
             delay=delay,
             write=write,
             owner_failed=owner_failed,
+            landed=landed,
         )
 
     def release(self) -> RunResult:

@@ -38,7 +38,7 @@ class Summary:
                 self.repeated += 1
                 return
             self.completed_jobs.add(result.job.id)
-            self.landed.add(result.job, result.records)
+            self.landed.add(result.job, result.records, result.landed)
         self.outcomes[result.outcome.value] += 1
 
     def merge(self, other: "Summary") -> None:
