@@ -18,7 +18,7 @@ from datetime import datetime
 from importlib import resources
 from typing import Any
 
-from fastapi import Depends, FastAPI, HTTPException, Query, Request, Response
+from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request, Response
 from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
 from pydantic import BaseModel, Field
 
@@ -108,41 +108,62 @@ def create_app(
     edit_access: Callable[[], Any] = _edit_access,
     user_name: Callable[[], Any] = _user_name,
 ) -> FastAPI:
-    """The app; the access dependencies (and the user's name) are Airflow's unless a test passes its own."""
+    """The app; the access dependencies (and the user's name) are Airflow's unless a test passes its own.
+
+    Every route needs read access (the app's own dependency); the action routers are included behind edit
+    access as well, so a route added to one of them cannot be served without it.
+    """
     app = FastAPI(
         title="SyncLane",
         description="SyncLane's queues, lanes, owners and jobs, and the operator's actions on them.",
         dependencies=[read_access()],
         # FastAPI's own docs and schema routes would ignore the dependencies above and answer anyone:
-        # they are added below as routes of the app, behind the same access as the page.
+        # they are added by _documents as routes of the app, behind the same access as the page.
         docs_url=None,
         redoc_url=None,
         openapi_url=None,
     )
+    app.include_router(_documents(app))
+    app.include_router(_reads())
+    for actions in (_job_actions(), _owner_actions(user_name), _resync_actions(user_name)):
+        app.include_router(actions, dependencies=[edit_access()])
+    return app
 
-    @app.get("/openapi.json", include_in_schema=False)
+
+def _documents(app: FastAPI) -> APIRouter:
+    """The page, its files, and the API's schema and docs pages."""
+    router = APIRouter()
+
+    @router.get("/openapi.json", include_in_schema=False)
     def openapi() -> dict[str, Any]:
         return app.openapi()
 
-    @app.get("/docs", include_in_schema=False)
+    @router.get("/docs", include_in_schema=False)
     def docs(request: Request) -> Response:
         return get_swagger_ui_html(openapi_url=_mounted(request, "/openapi.json"), title="SyncLane API")
 
-    @app.get("/redoc", include_in_schema=False)
+    @router.get("/redoc", include_in_schema=False)
     def redoc(request: Request) -> Response:
         return get_redoc_html(openapi_url=_mounted(request, "/openapi.json"), title="SyncLane API")
 
-    @app.get("/", include_in_schema=False)
+    @router.get("/", include_in_schema=False)
     def page() -> Response:
         return Response(_static("index.html"), media_type="text/html")
 
-    @app.get("/static/{name}", include_in_schema=False)
+    @router.get("/static/{name}", include_in_schema=False)
     def static(name: str) -> Response:
         if name not in STATIC:
             raise HTTPException(404, f"no file {name!r}")
         return Response(_static(name), media_type=STATIC[name], headers={"Cache-Control": "no-cache"})
 
-    @app.get("/api/queues", summary="Every declared queue: jobs by status, the last hour, the backlog's age")
+    return router
+
+
+def _reads() -> APIRouter:
+    """What the page shows: each route one Monitor or Operations read."""
+    router = APIRouter()
+
+    @router.get("/api/queues", summary="Every declared queue: jobs by status, the last hour, the backlog's age")
     def queues() -> list[dict[str, Any]]:
         with _answering() as operations:
             monitor = Monitor(operations)
@@ -151,12 +172,12 @@ def create_app(
                 for summary in monitor.queues()
             ]
 
-    @app.get("/api/queues/{queue}/lanes", summary="Busy lanes by name: running job, waiting jobs, last error")
+    @router.get("/api/queues/{queue}/lanes", summary="Busy lanes by name: running job, waiting jobs, last error")
     def lanes(queue: str, after: str | None = None, limit: int = Query(50, ge=1, le=MAX_PAGE)) -> dict[str, Any]:
         with _answering() as operations:
             return plain(Monitor(operations).lanes(queue, after=after, limit=limit))
 
-    @app.get("/api/queues/{queue}/owners", summary="Owners by name: health, pause, initial load, freshness, trouble")
+    @router.get("/api/queues/{queue}/owners", summary="Owners by name: health, pause, initial load, freshness, trouble")
     def owners(
         queue: str,
         after: str | None = None,
@@ -169,13 +190,13 @@ def create_app(
                 Monitor(operations).owners(queue, after=after, owner=owner or None, troubled=troubled, limit=limit)
             )
 
-    @app.get("/api/queues/{queue}/owners/{owner}/progress", summary="One owner's initial-load progress")
+    @router.get("/api/queues/{queue}/owners/{owner}/progress", summary="One owner's initial-load progress")
     def progress(queue: str, owner: str, type: str | None = None) -> dict[str, Any]:
         with _answering() as operations:
             done = operations.progress(queue, owner, type=type or None)
             return {**plain(done), "complete": done.complete, "settled": done.settled}
 
-    @app.get("/api/queues/{queue}/jobs", summary="Jobs newest first, filtered, a page at a time")
+    @router.get("/api/queues/{queue}/jobs", summary="Jobs newest first, filtered, a page at a time")
     def jobs(
         queue: str,
         owner: str | None = None,
@@ -197,7 +218,7 @@ def create_app(
             )
             return plain(page)
 
-    @app.get("/api/jobs/{job_id}", summary="One job's whole row")
+    @router.get("/api/jobs/{job_id}", summary="One job's whole row")
     def job(job_id: int) -> dict[str, Any]:
         with _answering() as operations:
             found = operations.job(job_id)
@@ -205,9 +226,20 @@ def create_app(
                 raise HTTPException(404, f"no job {job_id}")
             return plain(found)
 
-    @app.post(
+    @router.get("/api/queues/{queue}/resyncs", summary="Re-sync requests, newest first: progress, who asked and why")
+    def resyncs(queue: str, limit: int = Query(50, ge=1, le=MAX_PAGE)) -> list[dict[str, Any]]:
+        with _answering() as operations:
+            return [{**plain(p), "finished": p.finished} for p in operations.resyncs(queue, limit=limit)]
+
+    return router
+
+
+def _job_actions() -> APIRouter:
+    """Requeue, cancel and plan: each route one Operations call."""
+    router = APIRouter()
+
+    @router.post(
         "/api/queues/{queue}/requeue",
-        dependencies=[edit_access()],
         summary="Fresh attempts for failed, deferred and abandoned jobs (a job, an owner, an owner's type)",
     )
     def requeue(queue: str, body: RequeueBody) -> dict[str, Any]:
@@ -228,9 +260,8 @@ def create_app(
             )
         return {"requeued": count, "message": message}
 
-    @app.post(
+    @router.post(
         "/api/queues/{queue}/cancel",
-        dependencies=[edit_access()],
         summary="Stop an owner's work: waiting jobs abandoned now, a running one after its page",
     )
     def cancel(queue: str, body: CancelBody) -> dict[str, Any]:
@@ -243,9 +274,26 @@ def create_app(
             f"{_jobs_word(done.stopping)} stopping after the current page.",
         }
 
-    @app.post(
+    @router.post("/api/queues/{queue}/plan", summary="Plan the queue (or one owner) now")
+    def plan(queue: str, body: PlanBody) -> dict[str, Any]:
+        with _answering() as operations:
+            summary = operations.plan(queue, owner=body.owner or None)
+        scope = _scope(queue, body.owner, None)
+        return {
+            **plain(summary),
+            "total": summary.total,
+            "message": f"Planned {scope}: {_jobs_word(summary.total)} added.",
+        }
+
+    return router
+
+
+def _owner_actions(user_name: Callable[[], Any]) -> APIRouter:
+    """Pause and resume an owner, recording who did."""
+    router = APIRouter()
+
+    @router.post(
         "/api/queues/{queue}/pause",
-        dependencies=[edit_access()],
         summary="Pause an owner: none of its jobs is taken (a running one stops after its page) until it is resumed",
     )
     def pause(queue: str, body: PauseBody, by: str = user_name()) -> dict[str, Any]:
@@ -257,9 +305,8 @@ def create_app(
             "none of its jobs is taken until it is resumed.",
         }
 
-    @app.post(
+    @router.post(
         "/api/queues/{queue}/resume",
-        dependencies=[edit_access()],
         summary="Resume a paused owner: its jobs go on from their cursors, what the pause skipped is planned",
     )
     def resume(queue: str, body: ResumeBody) -> dict[str, Any]:
@@ -270,14 +317,15 @@ def create_app(
             "message": f"Resumed owner {state.owner} of queue {queue}: its jobs go on from their cursors.",
         }
 
-    @app.get("/api/queues/{queue}/resyncs", summary="Re-sync requests, newest first: progress, who asked and why")
-    def resyncs(queue: str, limit: int = Query(50, ge=1, le=MAX_PAGE)) -> list[dict[str, Any]]:
-        with _answering() as operations:
-            return [{**plain(p), "finished": p.finished} for p in operations.resyncs(queue, limit=limit)]
+    return router
 
-    @app.post(
+
+def _resync_actions(user_name: Callable[[], Any]) -> APIRouter:
+    """Ask for a re-sync, cancel one, requeue its failures."""
+    router = APIRouter()
+
+    @router.post(
         "/api/queues/{queue}/resync",
-        dependencies=[edit_access()],
         summary="Sync a range of one type again, as one request: sliced like history, newest first, after fresh work",
     )
     def resync(queue: str, body: ResyncBody, by: str = user_name()) -> dict[str, Any]:
@@ -301,9 +349,8 @@ def create_app(
             else f"Re-sync {request.key} of queue {queue} was asked for already: nothing added.",
         }
 
-    @app.post(
+    @router.post(
         "/api/queues/{queue}/resyncs/{key}/cancel",
-        dependencies=[edit_access()],
         summary="Cancel a whole re-sync request: waiting jobs now, running ones after their page",
     )
     def cancel_resync(queue: str, key: str, by: str = user_name()) -> dict[str, Any]:
@@ -315,9 +362,8 @@ def create_app(
             f"{_jobs_word(done.stopping)} stopping after the current page.",
         }
 
-    @app.post(
+    @router.post(
         "/api/queues/{queue}/resyncs/{key}/requeue",
-        dependencies=[edit_access()],
         summary="Fresh attempts for a re-sync request's failed jobs, from their cursors",
     )
     def requeue_resync(queue: str, key: str) -> dict[str, Any]:
@@ -325,18 +371,7 @@ def create_app(
             count = operations.requeue_resync(queue, key)
         return {"requeued": count, "message": f"Requeued {_jobs_word(count)} of re-sync {key}: pending, from cursors."}
 
-    @app.post("/api/queues/{queue}/plan", dependencies=[edit_access()], summary="Plan the queue (or one owner) now")
-    def plan(queue: str, body: PlanBody) -> dict[str, Any]:
-        with _answering() as operations:
-            summary = operations.plan(queue, owner=body.owner or None)
-        scope = _scope(queue, body.owner, None)
-        return {
-            **plain(summary),
-            "total": summary.total,
-            "message": f"Planned {scope}: {_jobs_word(summary.total)} added.",
-        }
-
-    return app
+    return router
 
 
 def _mounted(request: Request, path: str) -> str:

@@ -28,6 +28,7 @@ READS = [
     "/synclane/api/queues/shops/owners/globex/progress",
     "/synclane/api/queues/shops/jobs?status=abandoned",
     "/synclane/api/jobs/1",
+    "/synclane/api/queues/shops/resyncs",
     "/synclane/docs",
     "/synclane/redoc",
     "/synclane/openapi.json",
@@ -38,6 +39,12 @@ ACTIONS = [
     ("/synclane/api/queues/shops/plan", {"owner": "globex"}),
     ("/synclane/api/queues/shops/pause", {"owner": "globex", "reason": "test"}),
     ("/synclane/api/queues/shops/resume", {"owner": "globex"}),
+    (
+        "/synclane/api/queues/shops/resync",
+        {"type": "orders", "start": "2026-03-01T00:00:00Z", "end": "2026-03-03T00:00:00Z", "reason": "test"},
+    ),
+    ("/synclane/api/queues/shops/resyncs/march/cancel", {}),
+    ("/synclane/api/queues/shops/resyncs/march/requeue", {}),
 ]
 
 
@@ -56,6 +63,7 @@ def test_an_action_without_a_token_is_refused_and_changes_nothing(
     assert status == 401
     assert job(database_url, operate_schema, scene["abandoned"])["status"] == "abandoned"
     assert owner_rows(database_url, operate_schema) == []
+    assert resync_requests(database_url, operate_schema) == 0
 
 
 def test_a_forged_token_is_refused(api_server, scene):
@@ -76,6 +84,7 @@ def test_a_viewer_may_not_act_and_the_table_is_unchanged(api_server, scene, data
     assert (status, json.loads(answer)["detail"]) == (403, "Forbidden")
     assert job(database_url, operate_schema, scene["abandoned"]) == before
     assert owner_rows(database_url, operate_schema) == []
+    assert resync_requests(database_url, operate_schema) == 0
 
 
 def test_an_admin_requeues_a_job_and_is_told_what_changed(api_server, scene, database_url, operate_schema):
@@ -119,6 +128,12 @@ def test_an_admin_pauses_and_resumes_an_owner_and_the_pause_names_who(api_server
 def owner_rows(database_url: str, schema: str) -> list[dict]:
     with psycopg.connect(database_url, row_factory=dict_row) as conn:
         return conn.execute(sql.SQL("SELECT * FROM {}.owners ORDER BY owner").format(sql.Identifier(schema))).fetchall()
+
+
+def resync_requests(database_url: str, schema: str) -> int:
+    with psycopg.connect(database_url) as conn:
+        query = sql.SQL("SELECT count(*) FROM {}.resync_requests").format(sql.Identifier(schema))
+        return conn.execute(query).fetchone()[0]
 
 
 def test_the_views_answer_as_documented(api_server, scene):
