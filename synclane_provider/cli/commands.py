@@ -62,11 +62,13 @@ NARROW_JOB = (
     "window_end",
     "cursor",
     "processed_count",
+    "landed",
     "attempt_count",
     "next_run_at",
     "error",
 )
-"""The job columns ``jobs`` prints as a table; json and yaml give the whole row."""
+"""The job columns ``jobs`` prints as a table (``landed``: its counts of rows inserted, updated, unchanged, stale and
+deleted that are not zero); json and yaml give the whole row, the five ``*_count`` columns among them."""
 
 
 def _queue(operations: Operations, args: Any) -> str:
@@ -141,6 +143,8 @@ def jobs_command(args: Any) -> None:
         )
         rows = [plain(job) for job in page.items]
         if args.output in ("table", "plain"):  # a terminal's width: the columns an operator scans
+            for job, row in zip(page.items, rows, strict=True):
+                row["landed"] = job.land_counts.brief()
             rows = [{name: row[name] for name in NARROW_JOB} for row in rows]
         _print(rows, args, next_page=page.next, hint="--before")
 

@@ -63,6 +63,14 @@ class LandCounts:
         """
         return ", ".join(f"{getattr(self, f.name)} {f.name}" for f in fields(self))
 
+    def brief(self) -> str:
+        """The counts that are not zero, for a table's cell; empty when nothing was landed.
+
+        >>> LandCounts(60, 10, 5).brief()
+        '60 inserted, 10 updated, 5 unchanged'
+        """
+        return ", ".join(f"{getattr(self, f.name)} {f.name}" for f in fields(self) if getattr(self, f.name))
+
 
 @dataclass(frozen=True)
 class Job:

@@ -136,15 +136,19 @@ def test_jobs_filter_and_say_where_the_next_page_starts(scene, env, database_url
         newest = conn.execute(
             sql.SQL("SELECT max(id) FROM {}.jobs WHERE owner = 'globex'").format(sql.Identifier(cli_schema))
         ).fetchone()[0]
-    by_status, done, as_json, before = at_once(
+    by_status, done, as_json, before, table = at_once(
         ("synclane", "jobs", "--status", "abandoned", "-o", "json"),
         ("synclane", "jobs", "--owner", "globex", "--limit", "1"),
         ("synclane", "jobs", "--owner", "globex", "--limit", "1", "-o", "json"),
         ("synclane", "jobs", "--owner", "globex", "--limit", "1", "--before", str(newest), "-o", "json"),
+        ("synclane", "jobs", "--status", "abandoned", "-o", "plain"),
         env=env,
     )
     [abandoned] = json.loads(by_status.stdout)
     assert (abandoned["id"], abandoned["cursor"], abandoned["error"]) == (str(scene["abandoned"]), "50", BROKEN)
+    landed = {name: abandoned[f"{name}_count"] for name in ("inserted", "updated", "unchanged", "stale", "deleted")}
+    assert landed == {"inserted": "40", "updated": "8", "unchanged": "0", "stale": "2", "deleted": "0"}
+    assert "40 inserted, 8 updated, 2 stale" in table.stdout  # the table's landed column: the counts not zero
     assert done.returncode == 0 and f"more: --before {newest}" in done.stderr
     assert json.loads(as_json.stdout)[0]["id"] == str(newest)  # the hint stays off stdout, which is the JSON
     assert f"more: --before {newest}" in as_json.stderr

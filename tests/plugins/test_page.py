@@ -106,6 +106,7 @@ def test_an_operator_finds_the_abandoned_slice_and_requeues_it_from_the_page(
     row = frame.locator(f"#jobs-table tr[data-job='{scene['abandoned']}']")
     expect(row).to_contain_text("abandoned")
     expect(row).to_contain_text("never (requeue to run)")  # not the instant it was abandoned, as if due then
+    expect(row.locator("td.landed")).to_have_text("40 inserted, 8 updated, 2 stale")  # what its pages landed
     row.get_by_role("button", name=f"#{scene['abandoned']}").click()
     expect(frame.locator("#job-detail")).to_contain_text(BROKEN)
     shot(page, "4-jobs")
@@ -295,3 +296,16 @@ def _complete_one(database_url: str, schema: str, key: str) -> None:
             ).format(sql.Identifier(schema)),
             [key],
         )
+
+
+def test_the_jobs_view_gives_what_each_jobs_pages_landed(api_server, scene):
+    status, body = api_server.call(
+        "GET", "/synclane/api/queues/shops/jobs?status=abandoned", token=api_server.token("viewer")
+    )
+    assert status == 200
+    [abandoned] = json.loads(body)["items"]
+    landed = {name: abandoned[f"{name}_count"] for name in ("inserted", "updated", "unchanged", "stale", "deleted")}
+    assert (abandoned["id"], landed) == (
+        scene["abandoned"],
+        {"inserted": 40, "updated": 8, "unchanged": 0, "stale": 2, "deleted": 0},
+    )

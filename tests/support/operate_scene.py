@@ -2,7 +2,8 @@
 
 After planning the operator tests' declaration (``operate_declaration.py``): ``acme-us``'s first load is
 done; ``acme-eu`` runs its two slices side by side, one in each slot of the two-wide lane ``acme``;
-``globex`` has a slice abandoned at cursor 50 with the shop's error and another running at cursor 75 on
+``globex`` has a slice abandoned at cursor 50 with the shop's error (its pages landed 40 rows, updated 8 and
+found 2 stale) and another running at cursor 75 on
 ``worker-host-1``, its heartbeat 12 seconds old; ``initech``'s products failed once.
 """
 
@@ -58,7 +59,7 @@ def set_scene(database_url: str, schema: str) -> dict[str, int]:
         ]
         run(
             "UPDATE {jobs} SET status = 'abandoned', cursor = '50', processed_count = 50, attempt_count = 5, "
-            "error = %s WHERE id = %s RETURNING id",
+            "inserted_count = 40, updated_count = 8, stale_count = 2, error = %s WHERE id = %s RETURNING id",
             [BROKEN, globex[0]],
         )
         run(

@@ -226,15 +226,20 @@ function renderResyncs(requests) {
 }
 
 const STOPPED = new Set(["failed", "deferred", "abandoned"]);
+const LANDED = ["inserted", "updated", "unchanged", "stale", "deleted"];
+function landedText(j) {  // the job's rows landed, the counts that are not zero (as the CLI's jobs table)
+  return LANDED.filter((k) => Number(j[`${k}_count`] ?? 0))
+    .map((k) => `<span class="landed ${k}">${number(j[`${k}_count`])} ${k}</span>`).join(", ");
+}
 function renderJobs(page) {
   if (!page.items.length) return `<p class="muted">No job matches.</p>`;
   return `<table id="jobs-table"><thead><tr><th>Job</th><th>Owner</th><th>Type</th><th>Mode</th><th>Status</th><th>Window</th>
-    <th>Cursor</th><th class="num">Records</th><th class="num">Attempts</th><th>Next run</th><th>Error</th><th></th></tr></thead><tbody>
+    <th>Cursor</th><th class="num">Records</th><th>Rows landed</th><th class="num">Attempts</th><th>Next run</th><th>Error</th><th></th></tr></thead><tbody>
     ${page.items.map((j) => `<tr data-job="${j.id}" data-status="${esc(j.status)}">
       <td>${button("show-job", `#${j.id}`, {job: j.id})}</td><td>${esc(j.owner)}</td><td>${esc(j.type)}</td><td>${esc(j.mode)}</td>
       <td><span class="status ${esc(j.status)}">${esc(j.status)}</span></td>
       <td>${windowText(j.window_start, j.window_end)}</td><td><code>${esc(j.cursor ?? "")}</code></td>
-      <td class="num">${number(j.processed_count)}</td><td class="num">${j.attempt_count}</td><td>${nextRun(j)}</td>
+      <td class="num">${number(j.processed_count)}</td><td class="landed">${landedText(j)}</td><td class="num">${j.attempt_count}</td><td>${nextRun(j)}</td>
       <td>${j.error ? `<span class="error-text">${esc(j.error)}</span>` : ""}</td>
       <td>${STOPPED.has(j.status) ? button("requeue-job", "Requeue", {job: j.id, owner: j.owner, type: j.type}) : ""}</td>
     </tr>`).join("")}</tbody></table>`;
