@@ -1,19 +1,22 @@
-"""Landing records in PostgreSQL: a Destination's COPY + one guarded upsert per page, against the usual upserts.
+"""Landing records in PostgreSQL: a Destination's one guarded upsert per page, against the usual upserts.
 
-From one run on one server, into fresh tables of the same shape (text key pair, a version, three columns):
+From one run on one server, the same rows (as an API gives them: no owner column) land in three tables of the same
+shape (text key pair, a version, three columns), one per way of landing, each page in a transaction of its own:
 
-* ``rows_per_s``: rows landed per second by ``Destination.write``, one transaction per page.
+* ``rows_per_s``: rows landed per second by ``Destination.write`` on the first landing (every row new).
 * ``vs_executemany``: that over a plain ``executemany`` of an ``INSERT … ON CONFLICT … DO UPDATE`` of the same
-  rows, one transaction per page (psycopg 3 pipelines executemany).
-* ``vs_insert_rows``: that over Airflow's ``PostgresHook.insert_rows(..., replace=True)``, one commit per page.
+  rows (psycopg 3 pipelines it), each page a transaction.
+* ``vs_insert_rows``: that over Airflow's ``PostgresHook.insert_rows(..., replace=True)``, a commit per page.
 * ``unchanged_writes``: tuples written (n_tup_ins + n_tup_upd + n_tup_del) when the same rows land again.
 * ``stale_writes``: the same when rows one version older land.
 
-The two write counts are read from ``pg_stat_xact_user_tables`` before and after the landing, in the one
-transaction that did it (each page a savepoint in it), so the statistics' flush delay plays no part (the view
-also holds counts of earlier transactions not flushed yet, hence the difference).
+The ways take turns (in a rotating order, ten pages each), so the machine's load weighs on them alike; the
+baselines build their tuples from the same rows inside the timed part, as their users would. The same three
+passes (first landing, the same rows again, rows one version older) run on every side, and the ratios of the
+second and third are printed too. The write counts are read from ``pg_stat_user_tables``, flushed after each
+pass (``pg_stat_force_next_flush``); the first landing must count exactly one insert per row, which checks them.
 
-    .venv/bin/python bench/land.py --quick              # 100,000 rows; the baselines on 20,000 of them
+    .venv/bin/python bench/land.py --quick              # 100,000 rows in pages of 1,000
     .venv/bin/python bench/land.py --rows 300000 --page 5000
 """
 
@@ -23,6 +26,7 @@ import argparse
 import os
 import time
 import uuid
+from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -32,6 +36,7 @@ from psycopg import sql
 
 from synclane_provider.core import Destination
 
+OWNER = "acme"
 COLUMNS = ("account", "id", "updated_at", "name", "price", "status")
 KEY = ("account", "id")
 T0 = datetime(2026, 12, 1, tzinfo=timezone.utc)
@@ -44,6 +49,10 @@ UPSERT = """
 INSERT INTO {table} (account, id, updated_at, name, price, status) VALUES (%s, %s, %s, %s, %s, %s)
 ON CONFLICT (account, id) DO UPDATE
 SET updated_at = excluded.updated_at, name = excluded.name, price = excluded.price, status = excluded.status"""
+PASSES = ("first", "again", "older")
+WAYS = ("destination", "executemany", "insert_rows")
+TURN = 10
+"""Pages each way lands before the next takes its turn."""
 
 
 def records(count: int, *, older: bool = False) -> list[dict[str, Any]]:
@@ -58,92 +67,101 @@ def pages(rows: list[dict[str, Any]], size: int) -> list[list[dict[str, Any]]]:
     return [rows[i : i + size] for i in range(0, len(rows), size)]
 
 
-def written(conn: psycopg.Connection, schema: str) -> int:
-    """Tuples written to the table in the current transaction."""
+def as_tuples(page: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    return [(OWNER, r["id"], r["updated_at"], r["name"], r["price"], r["status"]) for r in page]
+
+
+def tuples_written(conn: psycopg.Connection, schema: str, table: str) -> int:
+    """Tuples written to the table so far, every backend's statistics flushed (this one's by the first statement)."""
+    conn.execute("SELECT pg_stat_force_next_flush()")
+    time.sleep(0.05)
+    conn.execute("SELECT pg_stat_clear_snapshot()")
     found = conn.execute(
-        "SELECT coalesce(sum(n_tup_ins + n_tup_upd + n_tup_del), 0) FROM pg_stat_xact_user_tables "
-        "WHERE schemaname = %s AND relname = 'land'",
-        [schema],
+        "SELECT coalesce(sum(n_tup_ins + n_tup_upd + n_tup_del), 0) FROM pg_stat_user_tables "
+        "WHERE schemaname = %s AND relname = %s",
+        [schema, table],
     ).fetchone()
     assert found is not None
     return int(found[0])
 
 
-def land_all(conn: psycopg.Connection, dest: Destination, rows: list[dict[str, Any]], size: int, schema: str) -> int:
-    """Land every page (each a savepoint) in one transaction; the tuples that wrote."""
-    with conn.transaction():
-        before = written(conn, schema)  # may hold earlier transactions' counts not yet flushed to the statistics
-        for page in pages(rows, size):
-            with conn.transaction():
-                dest.write(conn, page, owner="acme")
-        return written(conn, schema) - before
-
-
-def fresh_table(conn: psycopg.Connection, schema: str) -> sql.Composed:
-    table = sql.Identifier(schema, "land")
-    conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(table))
-    conn.execute(sql.SQL(TABLE).format(table=table))
-    return table
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="100,000 rows, baselines on 20,000")
+    parser.add_argument("--quick", action="store_true", help="100,000 rows in pages of 1,000 (the defaults)")
     parser.add_argument("--rows", type=int, default=100_000)
-    parser.add_argument("--baseline-rows", type=int, default=20_000)
     parser.add_argument("--page", type=int, default=1_000)
     args = parser.parse_args()
     url = database_url()
     schema = f"bench_land_{uuid.uuid4().hex[:8]}"
-    rows = records(args.rows)
-    baseline = records(min(args.baseline_rows, args.rows))
-    as_tuples = [("acme", *(r[c] for c in COLUMNS[1:])) for r in baseline]
+    spent = {(p, w): 0.0 for p in PASSES for w in WAYS}
+    writes: dict[str, int] = {}
+    os.environ["AIRFLOW_CONN_SYNCLANE_BENCH_LAND"] = url.replace("postgresql://", "postgres://", 1)
+    from airflow.providers.postgres.hooks.postgres import PostgresHook
+
+    hook = PostgresHook(postgres_conn_id="synclane_bench_land")
     try:
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
-            table = fresh_table(conn, schema)
-            dest = Destination(f"{schema}.land", key=KEY, owner="account", version="updated_at")
-            started = time.perf_counter()
-            for page in pages(rows, args.page):
-                with conn.transaction():
-                    dest.write(conn, page, owner="acme")
-            land_seconds = time.perf_counter() - started
-            rows_per_s = args.rows / land_seconds
-            unchanged_writes = land_all(conn, dest, rows, args.page, schema)
-            stale_writes = land_all(conn, dest, records(args.rows, older=True), args.page, schema)
+            for way in WAYS:
+                conn.execute(sql.SQL(TABLE).format(table=sql.Identifier(schema, way)))
+            dest = Destination(f"{schema}.destination", key=KEY, owner="account", version="updated_at")
+            upsert = sql.SQL(UPSERT).format(table=sql.Identifier(schema, "executemany"))
 
-            table = fresh_table(conn, schema)
-            upsert = sql.SQL(UPSERT).format(table=table)
-            started = time.perf_counter()
-            with conn.cursor() as cur:
-                for page in pages(as_tuples, args.page):  # type: ignore[arg-type]
+            def destination(chunk: list[list[dict[str, Any]]]) -> None:
+                for page in chunk:
                     with conn.transaction():
-                        cur.executemany(upsert, page)
-            executemany_per_s = len(as_tuples) / (time.perf_counter() - started)
+                        dest.write(conn, page, owner=OWNER)
 
-        fresh = psycopg.connect(url, autocommit=True)
-        with fresh:
-            fresh_table(fresh, schema)
-        os.environ["AIRFLOW_CONN_SYNCLANE_BENCH_LAND"] = url.replace("postgresql://", "postgres://", 1)
-        from airflow.providers.postgres.hooks.postgres import PostgresHook
+            def executemany(chunk: list[list[dict[str, Any]]]) -> None:
+                with conn.cursor() as cur:
+                    for page in chunk:
+                        with conn.transaction():
+                            cur.executemany(upsert, as_tuples(page))
 
-        hook = PostgresHook(postgres_conn_id="synclane_bench_land")
-        started = time.perf_counter()
-        hook.insert_rows(
-            f"{schema}.land", as_tuples, target_fields=list(COLUMNS), commit_every=args.page, replace=True,
-            replace_index=list(KEY),
-        )  # fmt: skip
-        insert_rows_per_s = len(as_tuples) / (time.perf_counter() - started)
+            def insert_rows(chunk: list[list[dict[str, Any]]]) -> None:
+                rows = [row for page in chunk for row in as_tuples(page)]
+                hook.insert_rows(
+                    f"{schema}.insert_rows", rows, target_fields=list(COLUMNS), commit_every=args.page, replace=True,
+                    replace_index=list(KEY),
+                )  # fmt: skip
+
+            run: dict[str, Callable[[list[list[dict[str, Any]]]], None]] = {
+                "destination": destination,
+                "executemany": executemany,
+                "insert_rows": insert_rows,
+            }
+            before = 0
+            for name, rows in zip(PASSES, (records(args.rows), records(args.rows), records(args.rows, older=True))):
+                all_pages = pages(rows, args.page)
+                for turn, start in enumerate(range(0, len(all_pages), TURN)):
+                    chunk = all_pages[start : start + TURN]
+                    for way in WAYS[turn % len(WAYS) :] + WAYS[: turn % len(WAYS)]:
+                        started = time.perf_counter()
+                        run[way](chunk)
+                        spent[name, way] += time.perf_counter() - started
+                after = tuples_written(conn, schema, "destination")
+                writes[name], before = after - before, after
     finally:
         drop_schema(url, schema)
+    if writes["first"] != args.rows:
+        raise SystemExit(f"the first landing counted {writes['first']} tuples written, not {args.rows}: no figures")
+    for name in PASSES:
+        print(
+            f"{name:>6}: "
+            + "  ".join(f"{way} {args.rows / spent[name, way]:,.0f} rows/s" for way in WAYS)
+            + f"  vs_executemany {spent[name, 'executemany'] / spent[name, 'destination']:.2f}"
+        )
+    rows_per_s = args.rows / spent["first", "destination"]
     print(
-        f"rows={args.rows} page={args.page} baseline_rows={len(as_tuples)} "
-        f"executemany_rows_per_s={executemany_per_s:.0f} insert_rows_rows_per_s={insert_rows_per_s:.0f}"
+        f"rows={args.rows} page={args.page} "
+        f"vs_executemany_again={spent['again', 'executemany'] / spent['again', 'destination']:.2f} "
+        f"vs_executemany_older={spent['older', 'executemany'] / spent['older', 'destination']:.2f}"
     )
     print(
-        f"rows_per_s={rows_per_s:.0f} vs_executemany={rows_per_s / executemany_per_s:.2f} "
-        f"vs_insert_rows={rows_per_s / insert_rows_per_s:.2f} unchanged_writes={unchanged_writes} "
-        f"stale_writes={stale_writes}"
+        f"rows_per_s={rows_per_s:.0f} "
+        f"vs_executemany={spent['first', 'executemany'] / spent['first', 'destination']:.2f} "
+        f"vs_insert_rows={spent['first', 'insert_rows'] / spent['first', 'destination']:.2f} "
+        f"unchanged_writes={writes['again']} stale_writes={writes['older']}"
     )
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
+from decimal import Decimal
 from typing import Any
 
 import psycopg
@@ -101,6 +102,40 @@ def test_without_content_comparison_an_equal_row_is_written_again(landing_schema
         dest.land(ACME, [item(1, 1)])
         assert dest.land(ACME, [item(1, 1)]) == LandCounts(updated=1)
         assert writes(admin, landing_schema) == 2
+    finally:
+        dest.close()
+
+
+def test_values_as_an_api_gives_them_land_as_the_columns_types(landing_schema, database_url, admin):
+    table = sql.Identifier(landing_schema, "typed")
+    admin.execute(
+        sql.SQL(
+            "CREATE TABLE {} (id integer PRIMARY KEY, at timestamptz, amount numeric(10, 2), qty integer,"
+            " tags text[], code varchar(3))"
+        ).format(table)
+    )
+    dest = Destination(f"{landing_schema}.typed", key="id", conninfo=database_url)
+    at = datetime(2026, 12, 1, 10, tzinfo=timezone.utc)
+    try:
+        page = [  # times as ISO strings or datetimes, numbers as strings or numbers: a column of mixed kinds
+            {"id": 1, "at": "2026-12-01T10:00:00Z", "amount": "12.50", "qty": 3, "tags": ["a", "b"], "code": "abc"},
+            {"id": 2, "at": at, "amount": Decimal("1.5"), "qty": "4", "tags": None, "code": None},
+            {"id": 3, "at": None, "amount": 7, "qty": None, "tags": [], "code": "x"},
+        ]
+        assert dest.land(ACME, page) == LandCounts(inserted=3)
+        found = admin.execute(sql.SQL("SELECT * FROM {} ORDER BY id").format(table)).fetchall()
+        assert [tuple(r.values()) for r in found] == [
+            (1, at, Decimal("12.50"), 3, ["a", "b"], "abc"),
+            (2, at, Decimal("1.50"), 4, None, None),
+            (3, None, Decimal("7.00"), None, [], "x"),
+        ]
+        assert dest.land(ACME, [{**row, "at": at if row["at"] else None} for row in page]) == LandCounts(unchanged=3)
+        assert dest.land(ACME, [{**page[0], "tags": "{c,d}"}]) == LandCounts(updated=1)  # an array as text
+        assert admin.execute(sql.SQL("SELECT tags FROM {} WHERE id = 1").format(table)).fetchone() == {
+            "tags": ["c", "d"]
+        }
+        with pytest.raises(psycopg.errors.StringDataRightTruncation):  # the column's length holds, as in an insert
+            dest.land(ACME, [{**page[0], "code": "abcd"}])
     finally:
         dest.close()
 

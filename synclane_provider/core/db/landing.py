@@ -12,7 +12,7 @@ column that :meth:`Destination.land` fills with the job's owner. A handler lands
         orders.land(job, page.items)
         return Page(page.next_cursor, len(page.items))
 
-Each page is copied into a temporary staging table (COPY, one round trip) and moved into the table by one
+Each page is landed by one statement, one round trip: its columns sent as arrays in binary, unnested into one
 ``INSERT … ON CONFLICT … DO UPDATE … WHERE`` whose ``WHERE`` is the guard: that statement is ``landing.sql``'s
 ``land_page``. The table must have a unique index on the key (ON CONFLICT needs it); the first page checks
 that, and that every column named exists, and refuses with a :class:`~synclane_provider.core.errors.LandingError`
@@ -22,13 +22,14 @@ naming what is missing.
 from __future__ import annotations
 
 import functools
+import operator
 import threading
-import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import psycopg
 from psycopg import sql
+from psycopg.adapt import PyFormat, Transformer
 from psycopg.rows import tuple_row
 
 from synclane_provider.core.db.database import Database, Session
@@ -44,6 +45,27 @@ T = TypeVar("T")
 @functools.cache
 def _texts() -> dict[str, str]:
     return named_statements(__package__, "landing.sql")
+
+
+def _one_scalar_kind(values: list[Any]) -> bool:
+    """Whether the values (None aside) are all of one Python type that is sent as it is: not a list, a tuple or
+    a dict (a page's column goes as one array, and psycopg dumps an array of one type)."""
+    kinds = {type(v) for v in values}
+    kinds.discard(type(None))
+    return len(kinds) <= 1 and not any(issubclass(k, (list, tuple, dict)) for k in kinds)
+
+
+def _as_text(conn: psycopg.Connection[Any], values: list[Any]) -> list[str | None]:
+    """The values as psycopg writes them in text (what COPY would send), for the server to read as the column's type."""
+    transformer = Transformer(conn)
+    encoding = conn.info.encoding
+
+    def text(value: Any) -> str:
+        dumped = transformer.get_dumper(value, PyFormat.TEXT).dump(value)
+        assert dumped is not None
+        return bytes(dumped).decode(encoding)
+
+    return [None if v is None else text(v) for v in values]
 
 
 def _column_list(names: Iterable[str], prefix: str | None = None) -> sql.Composable:
@@ -115,11 +137,9 @@ class Destination:
         self._conninfo = conninfo
         self._connect = connect
         self._name = sql.Identifier(*parts)
-        self._stage = sql.Identifier(f"synclane_land_{'_'.join(parts)}"[:63])
-        self._table_columns: dict[str, int] | None = None
-        """The table's columns and their types' OIDs, read at the first page."""
-        self._statements: dict[tuple[str, ...], tuple[sql.Composed, sql.Composed]] = {}
-        self._staged: weakref.WeakKeyDictionary[psycopg.Connection[Any], bool] = weakref.WeakKeyDictionary()
+        self._table_columns: dict[str, tuple[str, bool]] | None = None
+        """The table's columns, each one's type and whether it is sent as text, read at the first page."""
+        self._statements: dict[tuple[tuple[str, ...], tuple[bool, ...], bool], bytes] = {}
         self._lock = threading.Lock()
         self._local = threading.local()
         self._opened: list[psycopg.Connection[Any]] = []
@@ -180,30 +200,20 @@ class Destination:
         Rows of the same key in one page are landed once: the newest by the version column (the last one when
         there is none or they tie); the others count as stale.
         """
-        page, superseded = self._page(rows, owner)
+        page, columns, superseded = self._page(rows, owner)
         if not page:
             return LandCounts(stale=superseded)
-        columns = tuple(page[0])
-        self._check(conn, columns)
-        copy_page, land_page = self._statements_for(columns)
-        if conn not in self._staged or not conn.autocommit:  # a page transaction may be rolled back with it
-            conn.execute(sql.SQL(_texts()["create_stage"]).format(stage=self._stage, table=self._name))
-        self._staged[conn] = True
-        try:
-            with conn.cursor(row_factory=tuple_row) as cur:
-                with cur.copy(copy_page) as copy:
-                    for row in page:
-                        copy.write_row(tuple(row.values()))
-                counted = cur.execute(land_page).fetchone()
-                if job_id is not None:  # a snapshot's page: its keys are what it saw
-                    cur.execute(
-                        sql.SQL(_texts()["note_seen"]).format(
-                            seen=self._seen, stage=self._stage, key=_column_list(self.key), job=sql.Literal(job_id)
-                        )
-                    )
-        except BaseException:
-            self._staged.pop(conn, None)  # the stage may have been made in this very transaction
-            raise
+        types = self._check(conn, columns)
+        arrays = [[owner] * len(page) if name == self.owner else [row[name] for row in page] for name in columns]
+        as_text = tuple(
+            types[name][1] or not _one_scalar_kind(values) for name, values in zip(columns, arrays, strict=True)
+        )
+        params: dict[str, Any] = {"rows": len(page), "job": job_id}
+        for number, (values, text) in enumerate(zip(arrays, as_text, strict=True)):
+            params[f"c{number}"] = _as_text(conn, values) if text else values
+        land_page = self._statement_for(conn, columns, as_text, snapshot=job_id is not None)
+        with conn.cursor(row_factory=tuple_row) as cur:
+            counted = cur.execute(land_page, params).fetchone()
         assert counted is not None
         inserted, updated, stale = (int(n) for n in (counted[0], counted[1], counted[2]))
         return LandCounts(
@@ -256,54 +266,63 @@ class Destination:
         for conn in opened:
             conn.close()
 
-    def _page(self, rows: Iterable[Row], owner: str | None) -> tuple[list[dict[str, Any]], int]:
-        """The page's rows, one per key, with the owner column filled; and how many were superseded."""
-        newest: dict[tuple[Any, ...], dict[str, Any]] = {}
-        shape: tuple[str, ...] | None = None
-        seen = 0
-        for number, given in enumerate(rows, 1):
-            seen += 1
-            row = dict(given)
-            if self.owner is not None:
-                if owner is None:
-                    raise LandingError(f"{self.table}: the owner column {self.owner!r} needs the job's owner")
-                if row.setdefault(self.owner, owner) != owner:
-                    raise LandingError(
-                        f"{self.table}: row {number} has {self.owner}={row[self.owner]!r}, not the job's owner {owner!r}"
-                    )
-            if shape is None:
-                shape = tuple(row)
-            elif tuple(row) != shape and set(row) != set(shape):
+    def _page(self, rows: Iterable[Row], owner: str | None) -> tuple[list[Row], tuple[str, ...], int]:
+        """The page's rows, one per key (as given: the owner column, when a row leaves it out, is the job's owner);
+        its columns, the owner column among them; and how many rows were superseded."""
+        if self.owner is not None and owner is None:
+            raise LandingError(f"{self.table}: the owner column {self.owner!r} needs the job's owner")
+        owner_column: tuple[str, ...] = () if self.owner is None else (self.owner,)
+        within = [k for k in self.key if k not in owner_column]  # the owner's part of the key is the same in every row
+        key_of: Callable[[Row], Any] = operator.itemgetter(*within) if within else (lambda row: ())
+        version = self.version
+        newest: dict[Any, Row] = {}
+        columns: tuple[str, ...] = ()
+        shape: set[str] = set()
+        number = 0
+        for number, row in enumerate(rows, 1):
+            if number == 1:
+                columns = (*row, *(name for name in owner_column if name not in row))
+                shape = set(columns)
+            elif row.keys() != shape and row.keys() | set(owner_column) != shape:
                 raise LandingError(
                     f"{self.table}: row {number} has columns {sorted(row)}, the first row {sorted(shape)}"
                 )
-            else:
-                row = {name: row[name] for name in shape}
+            for name in owner_column:
+                if row.get(name, owner) != owner:
+                    raise LandingError(
+                        f"{self.table}: row {number} has {name}={row[name]!r}, not the job's owner {owner!r}"
+                    )
             try:
-                key = tuple(row[k] for k in self.key)
+                key = key_of(row)
             except KeyError as missing:
                 raise LandingError(f"{self.table}: row {number} has no key column {missing.args[0]!r}") from None
-            if self.version is not None:
-                if row.get(self.version) is None:
+            if version is not None:
+                if row.get(version) is None:
+                    whole = tuple(row.get(k, owner) for k in self.key)
                     raise LandingError(
-                        f"{self.table}: row {number} (key {key!r}) has no {self.version!r} (the version column)"
+                        f"{self.table}: row {number} (key {whole!r}) has no {version!r} (the version column)"
                     )
                 kept = newest.get(key)
-                if kept is not None and kept[self.version] > row[self.version]:
+                if kept is not None and kept[version] > row[version]:
                     continue
             newest[key] = row
-        return list(newest.values()), seen - len(newest)
+        return list(newest.values()), columns, number - len(newest)
 
-    def _check(self, conn: psycopg.Connection[Any], columns: Sequence[str]) -> None:
-        """At the first page: the table, its columns and a unique index on the key; then each page's columns."""
+    def _check(self, conn: psycopg.Connection[Any], columns: Sequence[str]) -> dict[str, tuple[str, bool]]:
+        """At the first page: the table, its columns and a unique index on the key; then each page's columns.
+
+        The table's columns: each one's type, and whether its values are sent as text."""
         if self._table_columns is None:
             query = sql.SQL(_texts()["unique_indexes"]).format(table_name=sql.Literal(self._name.as_string(conn)))
             with conn.cursor(row_factory=tuple_row) as cur:
                 found = cur.execute(query).fetchone()
             if found is None:
                 raise LandingError(f"table {self.table} does not exist")
-            table_columns = dict(zip(found[0], found[1], strict=True))
-            unique_keys = {frozenset(k.split(",")) for k in found[2]}
+            table_columns = {
+                name: (type_name, bool(text))
+                for name, type_name, text in zip(found[0], found[1], found[2], strict=True)
+            }
+            unique_keys = {frozenset(k.split(",")) for k in found[3]}
             named = [*self.key, *filter(None, (self.version, self.owner))]
             missing = [name for name in named if name not in table_columns]
             if missing:
@@ -329,12 +348,16 @@ class Destination:
         unknown = [name for name in columns if name not in self._table_columns]
         if unknown:
             raise LandingError(f"table {self.table} has no column {', '.join(map(repr, unknown))} (named by a row)")
+        return self._table_columns
 
-    def _statements_for(self, columns: tuple[str, ...]) -> tuple[sql.Composed, sql.Composed]:
-        """``copy_page`` and ``land_page`` for a page of these columns, composed once."""
-        made = self._statements.get(columns)
+    def _statement_for(
+        self, conn: psycopg.Connection[Any], columns: tuple[str, ...], as_text: tuple[bool, ...], *, snapshot: bool
+    ) -> bytes:
+        """``land_page`` for a page of these columns (those sent as text marked), composed once."""
+        made = self._statements.get((columns, as_text, snapshot))
         if made is not None:
             return made
+        assert self._table_columns is not None
         content = [c for c in columns if c not in self.key]
         revived = (
             sql.Identifier(self.deleted_column)
@@ -347,9 +370,8 @@ class Destination:
             version = sql.Identifier(self.version)
             guard.append(sql.SQL("(target.{0} IS NULL OR target.{0} <= excluded.{0})").format(version))
             stale: sql.Composable = sql.SQL(
-                "SELECT count(*) FROM {stage} AS page WHERE (SELECT target.{version} FROM {table} AS target WHERE {match}) > page.{version}"
+                "SELECT count(*) FROM page WHERE (SELECT target.{version} FROM {table} AS target WHERE {match}) > page.{version}"
             ).format(
-                stage=self._stage,
                 table=self._name,
                 version=version,
                 match=sql.SQL(" AND ").join(
@@ -374,12 +396,33 @@ class Destination:
                 on_conflict = sql.SQL("{} WHERE {}").format(on_conflict, sql.SQL(" AND ").join(guard))
         else:
             on_conflict = sql.SQL("DO NOTHING")
-        names = dict(stage=self._stage, table=self._name, columns=_column_list(columns), key=_column_list(self.key))
+        arrays: list[sql.Composable] = []
+        values: list[sql.Composable] = []
+        for number, (name, text) in enumerate(zip(columns, as_text, strict=True)):
+            column, type_name = sql.Identifier(name), sql.SQL(self._table_columns[name][0])
+            if text:
+                arrays.append(sql.SQL("{}::text[]").format(sql.Placeholder(f"c{number}", PyFormat.BINARY)))
+                values.append(sql.SQL("given.{0}::{1} AS {0}").format(column, type_name))
+            else:
+                arrays.append(sql.SQL("{}::{}[]").format(sql.Placeholder(f"c{number}", PyFormat.BINARY), type_name))
+                values.append(sql.SQL("given.{}").format(column))
+        key = _column_list(self.key)
+        seen = sql.SQL(_texts()["note_seen"]).format(seen=self._seen, key=key) if snapshot else sql.SQL("")
         made = (
-            sql.SQL(_texts()["copy_page"]).format(**names),
-            sql.SQL(_texts()["land_page"]).format(**names, on_conflict=on_conflict, stale=stale),
+            sql.SQL(_texts()["land_page"])
+            .format(
+                table=self._name,
+                columns=_column_list(columns),
+                key=key,
+                arrays=sql.SQL(", ").join(arrays),
+                values=sql.SQL(", ").join(values),
+                on_conflict=on_conflict,
+                stale=stale,
+                seen=seen,
+            )
+            .as_bytes(conn)
         )
-        self._statements[columns] = made
+        self._statements[(columns, as_text, snapshot)] = made
         return made
 
     def _connection(self) -> psycopg.Connection[Any]:

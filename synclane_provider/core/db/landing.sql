@@ -1,17 +1,22 @@
 -- Landing a page of records into a user's PostgreSQL table (see landing.py).
 --
--- Identifiers are composed by landing.py with psycopg.sql (the table, its columns, the staging table's
--- name); values are always parameters or COPY data. Placeholders in braces are those composables.
+-- Identifiers are composed by landing.py with psycopg.sql (the table, its columns, their types); values are
+-- always parameters. Placeholders in braces are those composables.
 
 -- name: unique_indexes
--- The table's columns and their types, and the column sets of its unique indexes that ON CONFLICT can infer
--- (valid, whole table, plain columns). Read once per destination, at its first page.
+-- The table's columns, their types (without modifiers: the insert applies those) and whether a value of the type
+-- is sent as text (arrays and composites: a page's column is one array, and an array of arrays would flatten),
+-- and the column sets of its unique indexes that ON CONFLICT can infer (valid, whole table, plain columns).
+-- Read once per destination, at its first page.
 SELECT (SELECT array_agg(a.attname::text ORDER BY a.attnum)
         FROM pg_attribute AS a
         WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped) AS columns,
-       (SELECT array_agg(a.atttypid::int8 ORDER BY a.attnum)
+       (SELECT array_agg(format_type(a.atttypid, NULL) ORDER BY a.attnum)
         FROM pg_attribute AS a
         WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped) AS types,
+       (SELECT array_agg(t.typcategory IN ('A', 'C') ORDER BY a.attnum)
+        FROM pg_attribute AS a JOIN pg_type AS t ON t.oid = a.atttypid
+        WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped) AS sent_as_text,
        (SELECT coalesce(array_agg(array_to_string(ARRAY(
                    SELECT a.attname::text FROM unnest(i.indkey) AS k(n)
                    JOIN pg_attribute AS a ON a.attrelid = c.oid AND a.attnum = k.n
@@ -22,34 +27,29 @@ SELECT (SELECT array_agg(a.attname::text ORDER BY a.attnum)
 FROM pg_class AS c
 WHERE c.oid = to_regclass({table_name});
 
--- name: create_stage
--- The page's staging table, one per destination and connection: the target's columns, no constraints, and
--- emptied at every commit, so a page that failed or was rolled back leaves nothing for the next one.
-CREATE TEMPORARY TABLE IF NOT EXISTS {stage} ON COMMIT DELETE ROWS AS SELECT * FROM {table} WITH NO DATA;
-
--- name: copy_page
--- The page's rows into the staging table (COPY: one round trip whatever the page's size). In text: a value
--- may come as the API gave it (a time as an ISO string) and the server reads it as the column's type.
-COPY {stage} ({columns}) FROM STDIN;
-
 -- name: land_page
--- The staged page into the table, in one statement. A new key is inserted; an existing row is rewritten
--- only when the guard allows it: not older than the stored row by the version column, and (when content is
--- compared) different from it. A row the guard refuses writes no tuple at all (no dead row, no trigger, nothing
--- for replicas). Every part of the statement sees the table as it was before it, so the stale count (staged
--- rows older than the stored ones) is taken from the rows as they stood: {stale} probes the key's index once
--- per staged row (a join would be planned as a hash of the whole table, the staging table having no
--- statistics). Safe to repeat: a page landed twice finds its rows stored and, when content is compared,
--- writes nothing the second time.
-WITH written AS (
+-- A page into the table, in one statement and one round trip. Each column comes as one array parameter, sent in
+-- binary (each cast to the column's type's array, or, for a column sent as text, to text[] and each
+-- value cast in the page's select), so a value as an API gives it (a time as an ISO string) lands as the column's type.
+-- A new key is inserted; an existing row is rewritten only when the guard allows it: not older than the stored
+-- row by the version column, and (when content is compared) different from it. A row the guard refuses writes
+-- no tuple at all (no dead row, no trigger, nothing for replicas). A snapshot's page also notes its keys as seen
+-- by the job (note_seen). Every part of the statement sees the table as it was before it, so the stale count
+-- (rows older than the stored ones) is taken from the rows as they stood; it is taken only when some row was
+-- not written (the count probes the key's index once per row of the page), never for a page that all landed.
+-- Safe to repeat: a page landed twice finds its rows stored and, when content is compared, writes nothing.
+WITH page AS (
+    SELECT {values} FROM unnest({arrays}) AS given ({columns})
+),
+written AS (
     INSERT INTO {table} AS target ({columns})
-    SELECT {columns} FROM {stage}
+    SELECT {columns} FROM page
     ON CONFLICT ({key}) {on_conflict}
     RETURNING (target.xmax = 0) AS inserted
-)
+){seen}
 SELECT count(*) FILTER (WHERE written.inserted)::int AS inserted,
        count(*) FILTER (WHERE NOT written.inserted)::int AS updated,
-       ({stale})::int AS stale
+       (CASE WHEN count(*) < %(rows)s THEN ({stale}) ELSE 0 END)::int AS stale
 FROM written;
 
 -- name: create_seen
@@ -63,8 +63,11 @@ CREATE TABLE IF NOT EXISTS {seen} AS SELECT 0::bigint AS job, {key} FROM {table}
 CREATE INDEX IF NOT EXISTS {seen_index} ON {seen} (job);
 
 -- name: note_seen
--- The page's keys, seen by the snapshot job (in the page's transaction).
-INSERT INTO {seen} (job, {key}) SELECT {job}, {key} FROM {stage};
+-- Part of land_page for a snapshot's page: its keys, seen by the job, written in the page's statement.
+,
+seen AS (
+    INSERT INTO {seen} (job, {key}) SELECT %(job)s, {key} FROM page
+)
 
 -- name: unseen_counts
 -- Before deleting: the keys the snapshot saw, the owner's rows it did not see, and the owner's rows (rows
