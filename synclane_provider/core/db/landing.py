@@ -212,7 +212,7 @@ class Destination:
         for number, (values, text) in enumerate(zip(arrays, as_text, strict=True)):
             params[f"c{number}"] = _as_text(conn, values) if text else values
         land_page = self._statement_for(conn, columns, as_text, snapshot=job_id is not None)
-        with conn.cursor(row_factory=tuple_row) as cur:
+        with psycopg.Cursor(conn, row_factory=tuple_row) as cur:  # named parameters, whatever the connection's cursors
             counted = cur.execute(land_page, params).fetchone()
         assert counted is not None
         inserted, updated, stale = (int(n) for n in (counted[0], counted[1], counted[2]))
