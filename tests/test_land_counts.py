@@ -22,8 +22,10 @@ from tests.test_landing import item
 PAGES: dict[str | None, tuple[list[dict], str | None]] = {
     None: ([item(0, 1), item(1, 1), item(2, 2, name="renamed"), item(3, 0)], "2"),  # 2 unchanged, 1 updated, 1 stale
     "2": ([item(10, 1), item(11, 1), item(4, 1), item(5, 1)], "3"),  # 2 inserted, 2 unchanged
-    "3": ([item(6, 1), item(7, 1)], None),  # 2 unchanged; completes: 8 and 9, not seen, are deleted
+    # 1 unchanged, 1 updated, 1 inserted, 1 stale; completes: 8 and 9, not seen, are deleted
+    "3": ([item(6, 1), item(7, 2, name="renamed"), item(12, 1), item(3, 0)], None),
 }
+LAST_PAGE = LandCounts(inserted=1, updated=1, unchanged=1, stale=1, deleted=2)
 
 
 def seed(admin: psycopg.Connection, schema: str) -> None:
@@ -42,20 +44,22 @@ def counts_of(admin: psycopg.Connection, schema: str) -> LandCounts:
 
 
 @pytest.mark.parametrize(
-    ("elsewhere", "expected"),
+    ("elsewhere", "before_last"),
     [
         # the jobs database: the failed page rolled back with its counts; the retry lands and counts it once
-        (False, LandCounts(inserted=2, updated=1, unchanged=6, stale=1, deleted=2)),
+        (False, LandCounts(inserted=2, updated=1, unchanged=4, stale=1)),
         # another database: the failed page's rows were committed, its counts were not; landed again by the
         # retry they are unchanged
-        (True, LandCounts(inserted=0, updated=1, unchanged=8, stale=1, deleted=2)),
+        (True, LandCounts(inserted=0, updated=1, unchanged=6, stale=1)),
     ],
     ids=["jobs-database", "another-database"],
 )
 def test_a_jobs_row_counts_what_its_pages_landed_across_pages_and_attempts(
-    elsewhere, expected, database_url, schema, landing_schema, admin, caplog
+    elsewhere, before_last, database_url, schema, landing_schema, admin, caplog
 ):
+    expected = before_last + LAST_PAGE
     seed(admin, landing_schema)
+    saved: list[LandCounts] = []
     items = Destination(
         f"{landing_schema}.items",
         key=("account", "id"),
@@ -67,6 +71,8 @@ def test_a_jobs_row_counts_what_its_pages_landed_across_pages_and_attempts(
 
     def handler(job: Job) -> Page:
         page, following = PAGES[job.cursor]
+        if following is None:
+            saved.append(counts_of(admin, schema))  # as the cursor saves left the row before the last page
         items.land(job, page, complete=following is None)
         if job.cursor == "2" and job.attempt_count == 1:
             raise RuntimeError("the page broke after landing")
@@ -92,6 +98,7 @@ def test_a_jobs_row_counts_what_its_pages_landed_across_pages_and_attempts(
     finally:
         slot.close()
         items.close()
+    assert saved == [before_last]
     assert counts_of(admin, schema) == expected
     assert second.landed == expected
     assert f"(rows {expected.describe()})" in caplog.text  # the job's log line
