@@ -1,4 +1,4 @@
-"""The SyncLane demo: a pretend shop API, and a sync of its four accounts written the way users write theirs.
+"""The SyncLane demo: a pretend shop API, and a sync of its five accounts written the way users write theirs.
 
 * :mod:`synclane_demo.shop` is the other side: a small HTTP service that pages
   slowly, sometimes says 429 or 503, and has one broken page until it heals.

@@ -7,7 +7,7 @@ the local server, else an embedded one kept in ``.pgdata/demo``) and runs
 1. creates the databases it needs on that server when they are missing:
    ``synclane`` for SyncLane's table and the demo's own, ``synclane_airflow`` for
    Airflow's metadata (a URL that names another database than ``postgres`` is used as it is);
-2. creates the demo's tables and connects its four accounts;
+2. creates the demo's tables and connects its five accounts;
 3. starts the shop and ``airflow standalone``, each in a process group of its own,
    with ``AIRFLOW_HOME`` in ``.demo/airflow`` and everything else from the environment;
 4. prints where the UI is and how to log in, and stops everything it started on Ctrl-C.

@@ -1,4 +1,4 @@
-"""Create the demo's tables and connect its four accounts: ``python -m synclane_demo.prepare``.
+"""Create the demo's tables and connect its five accounts: ``python -m synclane_demo.prepare``.
 
 Safe to repeat: an account someone disconnected stays disconnected. The demo
 command and docker-compose run it before Airflow starts; SyncLane's own table

@@ -17,8 +17,9 @@ from psycopg import sql
 from synclane_provider.core import Destination, Job, LandCounts
 from synclane_provider.core.db.queries import named_statements
 
-DEMO_ACCOUNTS = (("acme-us", "acme"), ("acme-eu", "acme"), ("globex", None), ("initech", None))
-"""The four accounts the demo connects: acme-us and acme-eu share acme's rate limit, so they share a lane."""
+DEMO_ACCOUNTS = (("acme-us", "acme"), ("acme-eu", "acme"), ("globex", None), ("initech", None), ("umbrella", None))
+"""The five accounts the demo connects: acme-us and acme-eu share acme's rate limit, so they share a lane;
+the shop revokes umbrella's token after its first pages (its handler pauses it until it is resumed)."""
 
 
 @functools.cache

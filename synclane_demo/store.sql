@@ -35,7 +35,7 @@ CREATE TABLE IF NOT EXISTS {schema}.products (
 );
 
 -- name: connect_account
--- Connect an account (or leave a connected one as it is): the demo's four accounts are connected this way.
+-- Connect an account (or leave a connected one as it is): the demo's five accounts are connected this way.
 INSERT INTO {schema}.accounts (id, lane) VALUES (%(id)s, %(lane)s)
 ON CONFLICT (id) DO NOTHING;
 

@@ -50,6 +50,12 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         default=_optional_seconds(_env("heal_after", "600")),
         help="seconds until the broken page heals by itself; 'never' to heal only when told",
     )
+    add(
+        "--revoke-account",
+        default=_env("revoke_account", "umbrella"),
+        help="the account whose token the shop revokes on its own after its first pages; empty: none",
+    )
+    add("--revoke-after-pages", type=int, default=int(_env("revoke_after_pages", "2")))
     add("--history-days", type=int, default=int(_env("history_days", "730")))
     add("--orders-per-day", default=_env("orders_per_day", "2-8"), help="LOW-HIGH orders per account and day")
     return parser.parse_args(argv)
@@ -67,6 +73,8 @@ def build(args: argparse.Namespace) -> ShopServer:
         broken_account=args.broken_account or None,
         broken_days_ago=args.broken_days_ago,
         heal_after=args.heal_after,
+        revoke_account=args.revoke_account or None,
+        revoke_after_pages=args.revoke_after_pages,
     )
     return ShopServer((args.host, args.port), Shop(catalogue, faults, Limits(args.rate_limits)))
 
@@ -78,7 +86,7 @@ def main(argv: list[str] | None = None) -> None:
     faults = server.shop.faults
     logging.info(
         "shop listening on %s (latency %.2fs, rate limits %s, 429 %.0f%%, 503 %.0f%%; %s's orders page 2 around %s "
-        "broken, heals %s)",
+        "broken, heals %s; %s's token revoked after %d page(s))",
         server.url,
         faults.latency,
         ", ".join(f"{seller} {n}/s" for seller, n in server.shop.limits.per_second.items()) or "none",
@@ -87,6 +95,8 @@ def main(argv: list[str] | None = None) -> None:
         faults.broken_account,
         faults.broken_at.date(),
         f"after {faults.heal_after:.0f}s" if faults.heal_after is not None else "when told",
+        faults.revoke_account,
+        faults.revoke_after_pages,
     )
     try:
         server.serve_forever()

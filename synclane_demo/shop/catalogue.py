@@ -1,4 +1,4 @@
-"""The shop's data: four accounts, two years of orders each and a product catalogue, all deterministic.
+"""The shop's data: five accounts, two years of orders each and a product catalogue, all deterministic.
 
 Nothing is stored: every order is derived from ``(account, day)`` by a seeded
 generator, so the shop answers the same way after a restart, in a test and in
@@ -33,6 +33,7 @@ ACCOUNTS: dict[str, Account] = {
         Account("acme-eu", "acme", "EUR"),
         Account("globex", "globex", "USD"),
         Account("initech", "initech", "GBP"),
+        Account("umbrella", "umbrella", "USD"),
     )
 }
 

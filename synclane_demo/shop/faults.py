@@ -1,4 +1,5 @@
-"""What goes wrong at the shop, on purpose: slowness, 429s, 503s, and one broken page that heals.
+"""What goes wrong at the shop, on purpose: slowness, 429s, 503s, one broken page that heals, and one
+account whose token the shop revokes.
 
 Random faults come from one seeded generator, so a given seed and request
 order give the same faults. The broken page is not random at all: the second
@@ -6,6 +7,10 @@ page (cursor 50) of the orders of one account, for any window that contains
 one instant ``broken_days_ago`` days before the day the shop started, is
 unreadable every time until the shop heals (told so, or ``heal_after`` passed).
 With windows cut in 30-day slices from midnight, that is exactly one slice.
+
+The revoked token is not random either: once the shop has served ``revoke_after_pages`` pages to
+``revoke_account`` (its first job, mid-way), it revokes that account's token on its own, as when a user
+disconnects the app, and every call for it answers 401 until ``/control/restore``. It happens once.
 """
 
 from __future__ import annotations
@@ -44,6 +49,10 @@ class Faults:
     broken_days_ago: int = 45
     heal_after: float | None = 600.0
     """Seconds after start when the broken page heals by itself (None: only when told)."""
+    revoke_account: str | None = "umbrella"
+    """The account whose token the shop revokes on its own (None: only ``/control/revoke`` revokes one)."""
+    revoke_after_pages: int = 2
+    """How many pages the shop serves ``revoke_account`` before it revokes its token (0: it never does)."""
     started: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
 
     def __post_init__(self) -> None:
@@ -55,10 +64,13 @@ class Faults:
             raise ValueError("rate_429 + rate_503 must not exceed 1")
         if self.latency < 0 or self.retry_after < 0:
             raise ValueError("latency and retry_after must not be negative")
+        if self.revoke_after_pages < 0:
+            raise ValueError(f"revoke_after_pages must not be negative, got {self.revoke_after_pages}")
         self._rng = random.Random(self.seed)
         self._lock = threading.Lock()
         self._started_monotonic = clock.monotonic()
         self._healed = False
+        self._pages_before_revoke = self.revoke_after_pages
 
     @property
     def broken_at(self) -> datetime:
@@ -78,6 +90,7 @@ class Faults:
     def break_again(self) -> None:
         """Undo a heal (and the automatic one): for tests and for showing the failure twice."""
         self._healed = False
+        self._pages_before_revoke = self.revoke_after_pages
         self.heal_after = None
 
     def draw(self) -> Fault | None:
@@ -99,6 +112,14 @@ class Faults:
             and not self.healed
         )
 
+    def revokes_after(self, account: str) -> bool:
+        """Count a page served to ``account``; True exactly once: after the page that was the revoked account's last."""
+        if account != self.revoke_account:
+            return False
+        with self._lock:
+            self._pages_before_revoke -= 1
+            return self._pages_before_revoke == 0
+
     def status(self) -> dict:
         return {
             "healed": self.healed,
@@ -108,4 +129,6 @@ class Faults:
             "rate_429": self.rate_429,
             "rate_503": self.rate_503,
             "retry_after": self.retry_after,
+            "revoke_account": self.revoke_account,
+            "revoke_after_pages": self.revoke_after_pages,
         }

@@ -12,6 +12,8 @@
     POST /control/break                                              it is broken again (no automatic heal)
     POST /control/settings  {"latency": .., "rate_429": .., "rate_503": ..}
     POST /control/revoke    {"account": ..}                          its token is revoked: every call answers 401
+                                                                     (the shop revokes ``revoke_account``'s on its
+                                                                     own after its first pages: see faults.py)
     POST /control/restore   {"account": ..}                          its token works again
 
 A page is ``{"items": [...], "next_cursor": "50" | null}``; the cursor is an
@@ -193,6 +195,9 @@ class ShopRequestHandler(BaseHTTPRequestHandler):
         chunk, next_cursor = page(items, cursor)
         shop.limits.count("200")
         shop.record({**entry, "status": 200, "count": len(chunk), "next_cursor": next_cursor})
+        if shop.faults.revokes_after(account):
+            shop.revoked.add(account)
+            log.info("the token of account %s is revoked after %d page(s)", account, shop.faults.revoke_after_pages)
         self._json(200, {"items": chunk, "next_cursor": next_cursor})
 
     def _control(self, method: str, parts: list[str], query: dict) -> None:

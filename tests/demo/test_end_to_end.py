@@ -8,11 +8,14 @@ One scenario runs once for the module (it takes minutes); each test asserts one 
 2. mid-run, with a job running mid-slice, stop Airflow (SIGTERM to its process group) and start it again;
    then twice more while jobs run: once with Ctrl-C (SIGINT), once while the restarted scheduler is still
    handing out the slots' retries; within two minutes of the last start every slot works again;
-3. wait until everything settled: all completed except globex's broken slice, abandoned at cursor 50;
-4. heal the shop, requeue through a manual run of ``synclane_requeue``, wait until the slice completed.
+3. wait until everything settled: all completed except globex's broken slice, abandoned at cursor 50, and
+   umbrella's jobs, waiting: the shop revoked its token after its first two pages, its handler paused it;
+4. heal the shop, requeue through a manual run of ``synclane_requeue``; restore umbrella's token at the shop
+   and resume it through the SyncLane page's API, as the page's Resume button does; wait until every job
+   completed.
 
-Meanwhile ``synclane_health`` runs every minute (it fails once the slice is abandoned) and Airflow sends its
-metrics to a StatsD socket of the test's own.
+Meanwhile ``synclane_health`` runs every minute (it fails once the slice is abandoned, and once when umbrella
+is paused) and Airflow sends its metrics to a StatsD socket of the test's own.
 
 Rows are sampled several times a second throughout, so states that come and go (a failed job, two jobs
 of a lane) are seen, not inferred.
@@ -50,6 +53,8 @@ from tests.support.statsd import Listener
 pytestmark = [pytest.mark.airflow, pytest.mark.slow, pytest.mark.timeout(2400)]
 
 QUEUE = "shops"
+REVOKED = "umbrella"
+"""The account whose token the shop revokes after its first two pages (its products, at cursor 100)."""
 SCALE = {
     # 90 days in 30-day slices: three slices per account, the second holding globex's broken page
     "SYNCLANE_DEMO_HORIZON": "90d",
@@ -81,6 +86,10 @@ SHOP = [
     "120",
     "--orders-per-day",
     "8-12",
+    "--revoke-account",
+    REVOKED,
+    "--revoke-after-pages",
+    "2",
 ]
 
 
@@ -106,6 +115,10 @@ class Scenario:
     timings: dict[str, float] = field(default_factory=dict)
     logs: Path | None = None
     health_failed: dict = field(default_factory=dict)
+    paused_alert: dict = field(default_factory=dict)
+    paused_on_page: dict = field(default_factory=dict)
+    resume_seq: int = 0
+    resumed: dict = field(default_factory=dict)
     metrics: dict[str, list[tuple[str, str, float]]] = field(default_factory=dict)
 
     def rows(self) -> list[dict]:
@@ -115,6 +128,18 @@ class Scenario:
                 return conn.execute(query).fetchall()
             except psycopg.errors.UndefinedTable:
                 return []
+
+    def paused(self, owner: str) -> bool:
+        """Whether the owners table has ``owner`` paused."""
+        with psycopg.connect(self.url) as conn:
+            query = sql.SQL("SELECT paused_at IS NOT NULL FROM {}.owners WHERE owner = %s").format(
+                sql.Identifier(self.schema)
+            )
+            try:
+                found = conn.execute(query, [owner]).fetchone()
+            except psycopg.errors.UndefinedTable:
+                return False
+        return bool(found and found[0])
 
     def shop(self, path: str, body: dict | None = None) -> dict:
         data = json.dumps(body or {}).encode() if body is not None else None
@@ -133,11 +158,32 @@ class Scenario:
 
 
 def settled(rows: list[dict], scenario: Scenario) -> bool:
-    """Nothing will run again without help: all completed except the broken slice, which is abandoned."""
-    if not rows:
+    """Nothing will run again without help: all completed except the broken slice, which is abandoned, and the
+    revoked account's jobs, which wait while it is paused (none running; one that ran before its pause, a
+    one-page window, may have completed)."""
+    if not rows or not scenario.paused(REVOKED):
         return False
-    return all(
-        (r["status"] == "abandoned") if scenario.is_broken_slice(r) else (r["status"] == "completed") for r in rows
+
+    def done(row: dict) -> bool:
+        if scenario.is_broken_slice(row):
+            return row["status"] == "abandoned"
+        if row["owner"] == REVOKED:
+            return row["status"] in ("pending", "failed", "completed")
+        return row["status"] == "completed"
+
+    return all(done(r) for r in rows)
+
+
+def paused_alert(run: Scenario) -> dict | None:
+    """The first synclane_health run whose log names the revoked account's pause, once it has ended."""
+    return next(
+        (
+            r
+            for r in run.api.runs("synclane_health")
+            if r["state"] in ("success", "failed")
+            and f"paused: owner {REVOKED}" in health_log(run.logs, r["dag_run_id"])
+        ),
+        None,
     )
 
 
@@ -294,10 +340,17 @@ def scenario(database_url: str, tmp_path_factory, airflow_metadata) -> Scenario:
             ),
         )
         run.timings["health check failed"] = time.monotonic() - started
+        run.paused_alert = wait_until(
+            lambda: paused_alert(run), 180, f"a synclane_health run to name {REVOKED}'s pause", explain=explain
+        )
+        [run.paused_on_page] = run.api.get(f"/synclane/api/queues/{QUEUE}/owners", owner=REVOKED)["items"]
 
-        # 4. The shop heals; a manual run of the requeue DAG; the slice completes from cursor 50.
+        # 4. The shop heals; a manual run of the requeue DAG; the slice completes from cursor 50. The revoked
+        # token is restored, and the account resumed as the page's Resume button does; its jobs complete.
         run.shop("/control/heal", {})
-        run.requeue_seq = run.last_seq()
+        run.shop("/control/restore", {"account": REVOKED})
+        run.requeue_seq = run.resume_seq = run.last_seq()
+        run.resumed = run.api.post(f"/synclane/api/queues/{QUEUE}/resume", {"owner": REVOKED})
         created = run.api.post(
             "/api/v2/dags/synclane_requeue/dagRuns", {"logical_date": None, "conf": {"owner": "globex"}}
         )
@@ -313,7 +366,10 @@ def scenario(database_url: str, tmp_path_factory, airflow_metadata) -> Scenario:
         # The rows as they were the moment everything completed: the planner goes on adding recurring jobs
         # every few minutes, so a later read may hold one not yet run.
         run.final = wait_until(
-            lambda: every_job_completed(run.rows()), 180, "the requeued slice to complete", explain=explain
+            lambda: every_job_completed(run.rows()),
+            180,
+            f"the requeued slice and {REVOKED}'s jobs to complete",
+            explain=explain,
         )
         # a worker run that ended on its own (idle timeout) after the work was done
         wait_until(
@@ -424,6 +480,7 @@ def test_no_two_jobs_of_one_lane_ever_ran_at_once(scenario):
         "acme-eu": "acme",
         "globex": "globex",
         "initech": "initech",
+        REVOKED: REVOKED,
     }
     assert len(scenario.samples) > 100
     for sample in scenario.samples:
@@ -446,7 +503,7 @@ def test_each_owner_loaded_its_newest_slice_first(scenario):
     for entry in scenario.requests:
         if entry["resource"] == "orders" and entry["cursor"] == 0:
             first_asked.setdefault(entry_key(entry), entry["seq"])
-    for owner in ("acme-us", "acme-eu", "globex", "initech"):
+    for owner in ("acme-us", "acme-eu", "globex", "initech", REVOKED):
         slices = [r for r in scenario.final if r["owner"] == owner and r["type"] == "orders" and r["mode"] == "initial"]
         assert len(slices) == 3
         by_first_request = sorted(slices, key=lambda r: first_asked[request_key(r)])
@@ -611,3 +668,39 @@ def test_metrics_arrived_from_the_real_task_processes(scenario):
     # Every planning run sends the gauges (whether one fell while the slice lay abandoned depends on timing).
     for gauge in ("waiting", "running", "abandoned", "max_freshness_lag"):
         assert {kind for _, kind, _ in got[f"airflow.synclane.queue.{gauge}.shops"]} == {"g"}, gauge
+
+
+def test_the_revoked_account_was_paused_alerted_once_and_completed_from_its_cursors_after_restore_and_resume(
+    scenario,
+):
+    before = [e for e in scenario.requests if e["account"] == REVOKED and e["seq"] <= scenario.resume_seq]
+    answered = [e["status"] for e in before if e.get("fault") in (None, "revoked")]  # not a random 429 or 503
+    assert answered == [200, 200, 401], before  # two pages, then the revoked token once
+    assert before[-1]["status"] == 401  # and not one request more until it was resumed
+    waiting = [r for r in scenario.settled if r["owner"] == REVOKED]
+    assert {r["status"] for r in waiting} <= {"pending", "failed", "completed"}
+    assert any(r["status"] != "completed" for r in waiting)
+    # a job that had pages (its products, unless a random 503 sent it aside) waited at its cursor
+    interrupted = [r for r in waiting if r["status"] != "completed" and int(r["cursor"] or 0) > 0]
+    assert interrupted, waiting
+    # the SyncLane page's API (what its Owners view shows) had it paused by its handler, for the shop's 401
+    page = scenario.paused_on_page
+    assert page["paused_at"] is not None and page["paused_by"] == "handler" and "401" in page["paused_reason"]
+    # one alert: exactly one synclane_health run named the pause, and it failed
+    naming = [
+        r["dag_run_id"]
+        for r in scenario.api.runs("synclane_health")
+        if f"paused: owner {REVOKED}" in health_log(scenario.logs, r["dag_run_id"])
+    ]
+    assert naming == [scenario.paused_alert["dag_run_id"]] and scenario.paused_alert["state"] == "failed"
+    # restored and resumed: each job went on from its cursor, and every job completed with what the shop has
+    assert scenario.resumed["paused_at"] is None and f"Resumed owner {REVOKED}" in scenario.resumed["message"]
+    after = [e for e in scenario.requests if e["account"] == REVOKED and e["seq"] > scenario.resume_seq]
+    assert after and 401 not in {e["status"] for e in after}
+    for row in interrupted:
+        asked = [e["cursor"] for e in after if entry_key(e) == request_key(row)]
+        assert asked[0] == int(row["cursor"]), f"job {row['id']} did not go on from its cursor"
+    done = [r for r in scenario.final if r["owner"] == REVOKED]
+    assert {r["status"] for r in done} == {"completed"} and len(done) >= len(waiting)
+    for row in done:
+        assert row["processed_count"] == shop_count(row)

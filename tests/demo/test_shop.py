@@ -198,12 +198,13 @@ def test_the_request_log_and_settings_can_be_read_and_changed(start_shop):
         post(f"{shop.url}/control/settings", {"colour": 1})
 
 
-def test_the_four_accounts_and_their_sellers():
+def test_the_five_accounts_and_their_sellers():
     assert {a.id: a.seller for a in ACCOUNTS.values()} == {
         "acme-us": "acme",
         "acme-eu": "acme",
         "globex": "globex",
         "initech": "initech",
+        "umbrella": "umbrella",
     }
 
 
@@ -255,3 +256,19 @@ def test_a_revoked_token_answers_401_until_it_is_restored(start_shop):
     assert get(f"{shop.url}/accounts/initech/products")[0] == 200
     with pytest.raises(urllib.error.HTTPError):
         post(f"{shop.url}/control/revoke", {"account": "hooli"})
+
+
+def test_the_shop_revokes_its_revoke_accounts_token_after_its_pages_once(start_shop):
+    shop = start_shop(revoke_account="umbrella", revoke_after_pages=2)
+    products = "/accounts/umbrella/products"
+    assert get(f"{shop.url}/accounts/globex/products")[0] == 200  # another account's page counts for nothing
+    assert [get(f"{shop.url}{products}?cursor={c}")[0] for c in (0, 50, 100)] == [200, 200, 401]
+    status = json.loads(get(f"{shop.url}/control/status")[2])
+    assert (status["revoked"], status["revoke_account"], status["revoke_after_pages"]) == (["umbrella"], "umbrella", 2)
+    post(f"{shop.url}/control/restore", {"account": "umbrella"})
+    assert [get(f"{shop.url}{products}?cursor={c}")[0] for c in (100, 0, 50)] == [200, 200, 200]  # once only
+
+
+def test_a_negative_revoke_after_pages_is_named():
+    with pytest.raises(ValueError, match="revoke_after_pages must not be negative, got -1"):
+        Faults(revoke_after_pages=-1)

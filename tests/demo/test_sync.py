@@ -90,8 +90,9 @@ def test_every_account_syncs_and_the_broken_slice_ends_abandoned_at_cursor_50(de
         ("acme-eu", "acme"),
         ("globex", "globex"),
         ("initech", "initech"),
+        ("umbrella", "umbrella"),
     }
-    assert len([r for r in rows if r["type"] == "orders" and r["mode"] == "initial"]) == 4 * 3  # 90 days, 30-day slices
+    assert len([r for r in rows if r["type"] == "orders" and r["mode"] == "initial"]) == 5 * 3  # 90 days, 30-day slices
     [broken] = [r for r in rows if r["status"] != "completed"]
     assert is_broken_slice(shop, broken)
     assert (broken["status"], broken["cursor"], broken["processed_count"]) == ("abandoned", "50", 50)
@@ -147,13 +148,13 @@ def test_lanes_take_turns_and_each_account_loads_its_newest_month_first(demo):
         for (_, end, _), (start, _, _) in zip(spans, spans[1:]):
             assert end <= start, f"two jobs of lane {lane} ran at once"
     started = {(r["owner"], r["started_at"]) for r in rows}
-    assert len({owner for owner, _ in started}) == 4
+    assert len({owner for owner, _ in started}) == 5
 
     first_asked: dict[tuple, int] = {}
     for entry in shop.shop.requests_after(0):
         if entry["resource"] == "orders" and entry["cursor"] == 0:
             first_asked.setdefault((entry["account"], entry["since"]), entry["seq"])
-    for owner in ("acme-us", "acme-eu", "globex", "initech"):
+    for owner in ("acme-us", "acme-eu", "globex", "initech", "umbrella"):
         slices = [r for r in rows if r["owner"] == owner and r["type"] == "orders" and r["mode"] == "initial"]
         order = sorted(slices, key=lambda r: first_asked[(owner, r["window_start"].isoformat())])
         assert [r["window_start"] for r in order] == sorted((r["window_start"] for r in slices), reverse=True)
@@ -236,13 +237,14 @@ def test_accounts_connect_and_disconnect_with_sql(demo):
         ("acme-us", "acme"),
         ("globex", "globex"),
         ("hooli", "hooli"),
+        ("umbrella", "umbrella"),
     ]
     Store(config.database_url, config.data_schema).prepare()  # preparing again reconnects nobody
     assert "initech" not in [o.id for o in synclane.queue("shops").owners("shops")]
 
     with Operations(synclane, database) as ops:
         summary = ops.plan("shops")
-    assert summary.owners == 4
+    assert summary.owners == 5
     hooli = jobs(config.database_url, config.schema, "owner = 'hooli'")
     # products, three slices, and the recurring window unless the first period of the (UTC) day is still running
     assert sorted((r["type"], r["mode"]) for r in hooli if r["mode"] == "initial") == [("orders", "initial")] * 3 + [
@@ -351,3 +353,31 @@ def test_a_revoked_token_pauses_its_account_and_restore_then_resume_completes_it
     assert {job["status"] for job in done} == {"completed"}
     asked = [e for e in shop.shop.requests_after(seen) if e["account"] == "initech"]
     assert asked and {e["status"] for e in asked} == {200}
+
+
+def test_the_shop_revokes_umbrella_mid_job_and_a_resume_continues_it_from_that_cursor(demo):
+    shop, config, synclane, database = demo(shop_faults={"revoke_account": "umbrella", "broken_account": None})
+    settle(synclane, database)
+    served = [e for e in shop.shop.requests_after(0) if e["account"] == "umbrella"]
+    assert [e["status"] for e in served] == [200, 200, 401]  # two pages, then the revoked token: not one more
+    [resource] = {e["resource"] for e in served}  # one job, mid-way: its products, as each account's first
+    assert [e["cursor"] for e in served] == [0, 50, 100]
+    with Operations(synclane, database) as ops:
+        state = ops.owner("shops", "umbrella")
+        assert state.paused and state.paused_by == "handler" and "401" in (state.paused_reason or "")
+    waiting = jobs(config.database_url, config.schema, "owner = 'umbrella'")
+    assert {job["status"] for job in waiting} == {"pending"}
+    [interrupted] = [job for job in waiting if job["type"] == resource and job["cursor"] is not None]
+    assert interrupted["cursor"] == "100"
+    others = jobs(config.database_url, config.schema, "owner <> 'umbrella'")
+    assert others and {job["status"] for job in others} == {"completed"}  # the other accounts went on
+    seen = served[-1]["seq"]
+
+    shop.shop.revoked.discard("umbrella")
+    with Operations(synclane, database) as ops:
+        ops.resume("shops", "umbrella")
+    settle(synclane, database)
+    assert {job["status"] for job in jobs(config.database_url, config.schema, "owner = 'umbrella'")} == {"completed"}
+    asked = [e for e in shop.shop.requests_after(seen) if e["account"] == "umbrella"]
+    assert (asked[0]["resource"], asked[0]["cursor"]) == (resource, 100)  # from its cursor, not its first page
+    assert {e["status"] for e in asked} == {200}
