@@ -103,7 +103,9 @@ class Sampler(threading.Thread):
     def run(self) -> None:
         query = sql.SQL("SELECT * FROM {}.jobs ORDER BY id").format(sql.Identifier(self.schema))
         try:
-            with psycopg.connect(self.url, autocommit=True, row_factory=dict_row) as conn:
+            # Never prepared: the planner's migrations add columns to the table while it is sampled, and a
+            # prepared statement's result type may not change ("cached plan must not change result type").
+            with psycopg.connect(self.url, autocommit=True, row_factory=dict_row, prepare_threshold=None) as conn:
                 while not self._done.wait(0.2):
                     try:
                         self.samples.append(conn.execute(query).fetchall())
