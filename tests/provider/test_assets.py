@@ -12,7 +12,7 @@ from synclane_provider.operators.asset_events import SyncLaneAssetsOperator
 from synclane_provider.operators.work import SyncLaneWorkOperator
 from tests.provider.conftest import DECLARATION
 from tests.support import provider_declaration as decl
-from tests.support.helpers import rows
+from tests.support.helpers import execute, rows
 from tests.support.provider_helpers import first_event, operations
 
 pytestmark = pytest.mark.airflow
@@ -42,6 +42,8 @@ def test_a_worker_that_emits_declares_its_alias_as_an_outlet_when_the_dag_is_par
 def test_a_worker_run_emits_one_event_per_type_that_landed_with_owners_windows_and_records(provider_schema, admin):
     with operations(decl.synclane) as ops:
         ops.plan("shops")
+    # what earlier attempts' pages landed, which the jobs' completions keep and the events add up
+    execute(admin, provider_schema, "UPDATE {jobs} SET inserted_count = id, stale_count = 1, deleted_count = 2")
     operator = SyncLaneWorkOperator(
         task_id="work",
         declaration=DECLARATION,
@@ -76,6 +78,8 @@ def test_a_worker_run_emits_one_event_per_type_that_landed_with_owners_windows_a
         assert extra["queue"] == "shops" and extra["jobs"] == len(mine)
         assert extra["records"] == sum(r["processed_count"] for r in mine)
         assert set(extra["owners"]) == {r["owner"] for r in mine}
+        landed = {name: sum(r[f"{name}_count"] for r in mine) for name in extra["landed"]}
+        assert extra["landed"] == landed and landed["inserted"] > 0 and landed["stale"] == len(mine)
     orders = by_type["orders"]["owners"]["acme-us"]
     acme_orders = [r for r in completed if r["type"] == "orders" and r["owner"] == "acme-us"]
     assert orders["window_start"] == min(r["window_start"] for r in acme_orders).isoformat()
