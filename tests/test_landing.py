@@ -6,6 +6,7 @@ seen, not inferred from the counts the landing reports.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
@@ -104,6 +105,48 @@ def test_without_content_comparison_an_equal_row_is_written_again(landing_schema
         assert writes(admin, landing_schema) == 2
     finally:
         dest.close()
+
+
+def test_an_unchanged_or_stale_row_is_not_even_locked(items, landing_schema, database_url):
+    """A row the guard refuses is left alone: landing it does not wait on another transaction that holds it."""
+    items.land(ACME, [item(1, 2), item(2, 1)])
+    with psycopg.connect(database_url) as other:
+        other.execute(sql.SQL("SELECT FROM {} FOR UPDATE").format(sql.Identifier(landing_schema, "items")))
+        landed: list[LandCounts] = []
+        landing = threading.Thread(target=lambda: landed.append(items.land(ACME, [item(1, 1), item(2, 1)])))
+        landing.start()
+        landing.join(5)
+        held = landing.is_alive()
+        other.rollback()
+        landing.join(10)
+    assert not held
+    assert landed == [LandCounts(unchanged=1, stale=1)]
+
+
+def test_a_key_another_transaction_inserts_meanwhile_is_upserted_not_refused(
+    items, admin, landing_schema, database_url
+):
+    """The page's new keys are inserted without ON CONFLICT: one that another transaction inserts after the page
+    looked (uncommitted then, committed while the page waits on it) still lands by the guard, and counts."""
+    items.land(ACME, [item(1, 1)])
+    with psycopg.connect(database_url) as other:
+        other.execute(
+            sql.SQL("INSERT INTO {} VALUES ('acme', 2, %s, 'theirs', 1), ('acme', 3, %s, 'theirs', 1)").format(
+                sql.Identifier(landing_schema, "items")
+            ),
+            [T0 + timedelta(minutes=5), T0 + timedelta(minutes=1)],
+        )
+        landed: list[LandCounts] = []
+        page = [item(1, 1), item(2, 3, name="ours"), item(3, 2, name="ours"), item(4, 1)]
+        landing = threading.Thread(target=lambda: landed.append(items.land(ACME, page)))
+        landing.start()
+        landing.join(0.5)
+        assert landing.is_alive()  # waiting on the other transaction's keys
+        other.commit()
+        landing.join(10)
+    assert landed == [LandCounts(inserted=1, updated=1, unchanged=1, stale=1)]
+    assert stored(admin, landing_schema) == {1: (1, "n", 1), 2: (5, "theirs", 1), 3: (2, "ours", 1), 4: (1, "n", 1)}
+    assert writes(admin, landing_schema) == 1 + 2 + 2  # the first page, theirs, and ours: 3 updated, 4 inserted
 
 
 def test_values_as_an_api_gives_them_land_as_the_columns_types(landing_schema, database_url, admin):

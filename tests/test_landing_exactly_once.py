@@ -147,7 +147,7 @@ def test_workers_killed_between_the_write_and_the_cursor_save_land_every_record_
     the others at a random instant (in a COPY, a commit, a take); each next worker takes the job over at once
     (the test lapses the lease). At the end every record was written exactly once."""
     schema = with_records
-    total, size = 6000, 10
+    total, size = 20_000, 10  # enough pages that the job outlasts the kills, however fast a page lands
     rng = random.Random(24)
     database_url_for_children = database_url
     killed_holding_a_page = 0

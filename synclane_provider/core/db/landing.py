@@ -12,9 +12,10 @@ column that :meth:`Destination.land` fills with the job's owner. A handler lands
         orders.land(job, page.items)
         return Page(page.next_cursor, len(page.items))
 
-Each page is landed by one statement, one round trip: its columns sent as arrays in binary, unnested into one
-``INSERT … ON CONFLICT … DO UPDATE … WHERE`` whose ``WHERE`` is the guard: that statement is ``landing.sql``'s
-``land_page``. The table must have a unique index on the key (ON CONFLICT needs it); the first page checks
+Each page is landed by one statement, in one round trip: its columns sent as arrays in binary and unnested, each
+row looks up its key's stored row once, new keys are inserted plainly and changed rows go through an
+``INSERT … ON CONFLICT … DO UPDATE … WHERE`` whose ``WHERE`` is the guard; a row the guard refuses is not even
+locked. That statement is ``landing.sql``'s ``land_page``. The table must have a unique index on the key (ON CONFLICT needs it); the first page checks
 that, and that every column named exists, and refuses with a :class:`~synclane_provider.core.errors.LandingError`
 naming what is missing.
 """
@@ -30,6 +31,7 @@ from typing import Any, TypeVar
 import psycopg
 from psycopg import sql
 from psycopg.adapt import PyFormat, Transformer
+from psycopg.pq import TransactionStatus
 from psycopg.rows import tuple_row
 
 from synclane_provider.core.db.database import Database, Session
@@ -40,6 +42,9 @@ from synclane_provider.core.records import Job, LandCounts
 
 Row = Mapping[str, Any]
 T = TypeVar("T")
+_SAVEPOINT = b"SAVEPOINT synclane_land_page"
+_ROLLBACK_TO_SAVEPOINT = b"ROLLBACK TO SAVEPOINT synclane_land_page"
+_RELEASE_SAVEPOINT = b"RELEASE SAVEPOINT synclane_land_page"
 
 
 @functools.cache
@@ -139,7 +144,7 @@ class Destination:
         self._name = sql.Identifier(*parts)
         self._table_columns: dict[str, tuple[str, bool]] | None = None
         """The table's columns, each one's type and whether it is sent as text, read at the first page."""
-        self._statements: dict[tuple[tuple[str, ...], tuple[bool, ...], bool], bytes] = {}
+        self._statements: dict[tuple[tuple[str, ...], tuple[bool, ...], bool], tuple[bytes, bytes]] = {}
         self._lock = threading.Lock()
         self._local = threading.local()
         self._opened: list[psycopg.Connection[Any]] = []
@@ -211,9 +216,23 @@ class Destination:
         params: dict[str, Any] = {"rows": len(page), "job": job_id}
         for number, (values, text) in enumerate(zip(arrays, as_text, strict=True)):
             params[f"c{number}"] = _as_text(conn, values) if text else values
-        land_page = self._statement_for(conn, columns, as_text, snapshot=job_id is not None)
-        with psycopg.Cursor(conn, row_factory=tuple_row) as cur:  # named parameters, whatever the connection's cursors
-            counted = cur.execute(land_page, params).fetchone()
+        land_page, upsert_page = self._statements_for(conn, columns, as_text, snapshot=job_id is not None)
+        in_transaction = not (conn.autocommit and conn.info.transaction_status == TransactionStatus.IDLE)
+        # Named parameters, whatever cursors the connection makes; the savepoint (of the caller's transaction, never
+        # one of its own, which would commit) and its release go in the statement's round trip.
+        with psycopg.Cursor(conn, row_factory=tuple_row) as cur, psycopg.Cursor(conn) as savepoint:
+            try:
+                with conn.pipeline():
+                    if in_transaction:
+                        savepoint.execute(_SAVEPOINT)
+                    cur.execute(land_page, params)
+                    if in_transaction:
+                        savepoint.execute(_RELEASE_SAVEPOINT)
+                counted = cur.fetchone()
+            except psycopg.errors.UniqueViolation:  # a new key inserted meanwhile by another transaction
+                if in_transaction:
+                    savepoint.execute(_ROLLBACK_TO_SAVEPOINT)
+                counted = cur.execute(upsert_page, params).fetchone()
         assert counted is not None
         inserted, updated, stale = (int(n) for n in (counted[0], counted[1], counted[2]))
         return LandCounts(
@@ -350,10 +369,10 @@ class Destination:
             raise LandingError(f"table {self.table} has no column {', '.join(map(repr, unknown))} (named by a row)")
         return self._table_columns
 
-    def _statement_for(
+    def _statements_for(
         self, conn: psycopg.Connection[Any], columns: tuple[str, ...], as_text: tuple[bool, ...], *, snapshot: bool
-    ) -> bytes:
-        """``land_page`` for a page of these columns (those sent as text marked), composed once."""
+    ) -> tuple[bytes, bytes]:
+        """``land_page`` and ``upsert_page`` for a page of these columns (those sent as text marked), composed once."""
         made = self._statements.get((columns, as_text, snapshot))
         if made is not None:
             return made
@@ -365,37 +384,42 @@ class Destination:
             else None
         )
         """The deleted column, when a page that lands a row marked deleted must clear the mark."""
-        guard: list[sql.Composable] = []
-        if self.version is not None:
-            version = sql.Identifier(self.version)
-            guard.append(sql.SQL("(target.{0} IS NULL OR target.{0} <= excluded.{0})").format(version))
-            stale: sql.Composable = sql.SQL(
-                "SELECT count(*) FROM page WHERE (SELECT target.{version} FROM {table} AS target WHERE {match}) > page.{version}"
-            ).format(
-                table=self._name,
-                version=version,
-                match=sql.SQL(" AND ").join(
-                    sql.SQL("target.{0} = page.{0}").format(sql.Identifier(k)) for k in self.key
-                ),
-            )
-        else:
-            stale = sql.SQL("0")
-        if self.compare and content:
-            changed: sql.Composable = sql.SQL("ROW({}) IS DISTINCT FROM ROW({})").format(
-                _column_list(content, "target"), _column_list(content, "excluded")
-            )
-            if revived is not None:  # a row marked deleted that comes back is written, to clear its mark
-                changed = sql.SQL("({} OR target.{} IS NOT NULL)").format(changed, revived)
-            guard.append(changed)
+        match = sql.SQL(" AND ").join(sql.SQL("target.{0} = page.{0}").format(sql.Identifier(k)) for k in self.key)
+
+        def guard(incoming: str) -> list[sql.Composable]:
+            """What lets ``incoming``'s row overwrite the stored one (``target``): not older, and different."""
+            parts: list[sql.Composable] = []
+            if self.version is not None:
+                parts.append(
+                    sql.SQL("(target.{0} IS NULL OR target.{0} <= {1}.{0})").format(
+                        sql.Identifier(self.version), sql.Identifier(incoming)
+                    )
+                )
+            if self.compare and content:
+                changed: sql.Composable = sql.SQL("ROW({}) IS DISTINCT FROM ROW({})").format(
+                    _column_list(content, "target"), _column_list(content, incoming)
+                )
+                if revived is not None:  # a row marked deleted that comes back is written, to clear its mark
+                    changed = sql.SQL("({} OR target.{} IS NOT NULL)").format(changed, revived)
+                parts.append(changed)
+            return parts
+
+        stale: sql.Composable = (
+            sql.SQL("target.{0} > page.{0}").format(sql.Identifier(self.version))
+            if self.version is not None
+            else sql.SQL("false")
+        )
         if content:
             assignments = [sql.SQL("{0} = excluded.{0}").format(sql.Identifier(c)) for c in content]
             if revived is not None:
                 assignments.append(sql.SQL("{} = NULL").format(revived))
             on_conflict: sql.Composable = sql.SQL("DO UPDATE SET {}").format(sql.SQL(", ").join(assignments))
-            if guard:
-                on_conflict = sql.SQL("{} WHERE {}").format(on_conflict, sql.SQL(" AND ").join(guard))
+            if guard("excluded"):
+                on_conflict = sql.SQL("{} WHERE {}").format(on_conflict, sql.SQL(" AND ").join(guard("excluded")))
+            write: sql.Composable = sql.SQL(" AND ").join(guard("page")) if guard("page") else sql.SQL("true")
         else:
             on_conflict = sql.SQL("DO NOTHING")
+            write = sql.SQL("false")
         arrays: list[sql.Composable] = []
         values: list[sql.Composable] = []
         for number, (name, text) in enumerate(zip(columns, as_text, strict=True)):
@@ -408,19 +432,21 @@ class Destination:
                 values.append(sql.SQL("given.{}").format(column))
         key = _column_list(self.key)
         seen = sql.SQL(_texts()["note_seen"]).format(seen=self._seen, key=key) if snapshot else sql.SQL("")
+        names = dict(
+            table=self._name,
+            columns=_column_list(columns),
+            key=key,
+            arrays=sql.SQL(", ").join(arrays),
+            values=sql.SQL(", ").join(values),
+            seen=seen,
+        )
         made = (
             sql.SQL(_texts()["land_page"])
-            .format(
-                table=self._name,
-                columns=_column_list(columns),
-                key=key,
-                arrays=sql.SQL(", ").join(arrays),
-                values=sql.SQL(", ").join(values),
-                on_conflict=on_conflict,
-                stale=stale,
-                seen=seen,
-            )
-            .as_bytes(conn)
+            .format(**names, on_conflict=on_conflict, match=match, stale=stale, write=write)
+            .as_bytes(conn),
+            sql.SQL(_texts()["upsert_page"])
+            .format(**names, on_conflict=on_conflict, match=match, stale=stale)
+            .as_bytes(conn),
         )
         self._statements[(columns, as_text, snapshot)] = made
         return made

@@ -29,15 +29,46 @@ WHERE c.oid = to_regclass({table_name});
 
 -- name: land_page
 -- A page into the table, in one statement and one round trip. Each column comes as one array parameter, sent in
--- binary (each cast to the column's type's array, or, for a column sent as text, to text[] and each
--- value cast in the page's select), so a value as an API gives it (a time as an ISO string) lands as the column's type.
--- A new key is inserted; an existing row is rewritten only when the guard allows it: not older than the stored
--- row by the version column, and (when content is compared) different from it. A row the guard refuses writes
--- no tuple at all (no dead row, no trigger, nothing for replicas). A snapshot's page also notes its keys as seen
--- by the job (note_seen). Every part of the statement sees the table as it was before it, so the stale count
--- (rows older than the stored ones) is taken from the rows as they stood; it is taken only when some row was
--- not written (the count probes the key's index once per row of the page), never for a page that all landed.
+-- binary (each cast to the column's type's array, or, for a column sent as text, to text[] and each value cast
+-- in the page's select), so a value as an API gives it (a time as an ISO string) lands as the column's type.
+-- Each row of the page looks up the stored row of its key once (one index probe: the LIMIT keeps the lookup a
+-- per-row probe, never a hash of the whole table). A new key is inserted with a plain insert; a stored row is
+-- offered to ON CONFLICT … DO UPDATE only when the guard allows it: not older than the stored row by the
+-- version column, and (when content is compared) different from it. A row the guard refuses is not touched at
+-- all: no tuple, no row lock, nothing in the WAL, no trigger. The ON CONFLICT's WHERE repeats the guard against
+-- the row as it is when written (another transaction may have changed it since). A key that another
+-- transaction inserts meanwhile fails the plain insert with a unique violation: the page is then landed by
+-- upsert_page instead. A snapshot's page also notes its keys as seen by the job (note_seen). Every part of
+-- the statement sees the table as it was before it, so the stale count is taken from the rows as they stood.
 -- Safe to repeat: a page landed twice finds its rows stored and, when content is compared, writes nothing.
+WITH page AS (
+    SELECT page.*, stored.synclane_found, stored.synclane_stale, stored.synclane_write
+    FROM (SELECT {values} FROM unnest({arrays}) AS given ({columns})) AS page
+    LEFT JOIN LATERAL (
+        SELECT true AS synclane_found, {stale} AS synclane_stale, {write} AS synclane_write
+        FROM {table} AS target
+        WHERE {match}
+        LIMIT 1
+    ) AS stored ON true
+),
+inserted AS (
+    INSERT INTO {table} ({columns})
+    SELECT {columns} FROM page WHERE page.synclane_found IS NULL
+    RETURNING 1
+),
+written AS (
+    INSERT INTO {table} AS target ({columns})
+    SELECT {columns} FROM page WHERE page.synclane_write
+    ON CONFLICT ({key}) {on_conflict}
+    RETURNING (target.xmax = 0) AS inserted
+){seen}
+SELECT ((SELECT count(*) FROM inserted) + (SELECT count(*) FILTER (WHERE inserted) FROM written))::int AS inserted,
+       (SELECT count(*) FILTER (WHERE NOT inserted) FROM written)::int AS updated,
+       (SELECT count(*) FILTER (WHERE synclane_stale) FROM page)::int AS stale;
+
+-- name: upsert_page
+-- The page when land_page met a key inserted meanwhile: every row through ON CONFLICT … DO UPDATE … WHERE the
+-- guard, which finds such a key whatever the statement's snapshot; stale rows are counted by one probe each.
 WITH page AS (
     SELECT {values} FROM unnest({arrays}) AS given ({columns})
 ),
@@ -49,7 +80,7 @@ written AS (
 ){seen}
 SELECT count(*) FILTER (WHERE written.inserted)::int AS inserted,
        count(*) FILTER (WHERE NOT written.inserted)::int AS updated,
-       (CASE WHEN count(*) < %(rows)s THEN ({stale}) ELSE 0 END)::int AS stale
+       (SELECT count(*) FROM page WHERE EXISTS (SELECT FROM {table} AS target WHERE {match} AND {stale}))::int AS stale
 FROM written;
 
 -- name: create_seen
