@@ -55,16 +55,7 @@ def test_an_operator_finds_the_abandoned_slice_and_requeues_it_from_the_page(
     dialogs: list[str] = []
     page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.accept()))
 
-    # Log in with Airflow's own form, then open SyncLane from Airflow's navigation.
-    page.goto(api_server.base + "/")
-    page.locator("input[name=username]").fill("admin")
-    page.locator("input[name=password]").fill(api_server.password("admin"))
-    page.locator("button[type=submit]").click()
-    link = page.get_by_role("link", name="SyncLane")
-    expect(link).to_have_attribute("href", "/plugin/synclane")
-    link.click()
-    expect(page).to_have_url(re.compile(r"/plugin/synclane$"))
-    frame = page.frame_locator("iframe")
+    frame = _synclane_as_admin(page, api_server)
 
     # Queues: the jobs by status, the abandoned one in red.
     card = frame.locator(".card[data-queue=shops]")
@@ -134,13 +125,7 @@ def test_an_operator_pauses_an_owner_finds_it_in_trouble_and_resumes_it_from_the
 
     expect.set_options(timeout=30_000)
     page = browser_page
-    page.goto(api_server.base + "/")
-    page.locator("input[name=username]").fill("admin")
-    page.locator("input[name=password]").fill(api_server.password("admin"))
-    page.locator("button[type=submit]").click()
-    page.get_by_role("link", name="SyncLane").click()  # once the login has landed on Airflow's home page
-    expect(page).to_have_url(re.compile(r"/plugin/synclane$"))
-    frame = page.frame_locator("iframe")
+    frame = _synclane_as_admin(page, api_server)
     frame.get_by_role("button", name="Owners", exact=True).click()
 
     initech = frame.locator("#owners-table tr[data-owner=initech]")
@@ -178,6 +163,23 @@ def test_an_operator_pauses_an_owner_finds_it_in_trouble_and_resumes_it_from_the
 
 
 SHOTS = Path(os.environ.get("SYNCLANE_SHOTS", "/work/shots"))
+
+
+def _synclane_as_admin(page, api_server):
+    """Log in with Airflow's own form, then open SyncLane from Airflow's navigation (once the login has landed on
+    Airflow's home page, which has the link: going to the page's address while the login still redirects can
+    lose it); the page's frame."""
+    from playwright.sync_api import expect
+
+    page.goto(api_server.base + "/")
+    page.locator("input[name=username]").fill("admin")
+    page.locator("input[name=password]").fill(api_server.password("admin"))
+    page.locator("button[type=submit]").click()
+    link = page.get_by_role("link", name="SyncLane")
+    expect(link).to_have_attribute("href", "/plugin/synclane")
+    link.click()
+    expect(page).to_have_url(re.compile(r"/plugin/synclane$"))
+    return page.frame_locator("iframe")
 
 
 def _shot(page, name: str) -> None:
@@ -221,12 +223,7 @@ def test_an_operator_asks_for_a_re_sync_on_the_owners_view_and_follows_it_on_the
 
     expect.set_options(timeout=30_000)
     page = browser_page
-    page.goto(api_server.base + "/")
-    page.locator("input[name=username]").fill("admin")
-    page.locator("input[name=password]").fill(api_server.password("admin"))
-    page.locator("button[type=submit]").click()
-    page.goto(api_server.base + "/plugin/synclane")
-    frame = page.frame_locator("iframe")
+    frame = _synclane_as_admin(page, api_server)
     frame.get_by_role("button", name="Owners", exact=True).click()
 
     form = frame.locator("#resync-form")

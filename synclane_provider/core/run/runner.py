@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from enum import StrEnum
 from types import EllipsisType
+from typing import TypedDict, Unpack
 
 from synclane_provider.core.clock import Clock
 from synclane_provider.core.db.landing import PageTransaction
@@ -37,6 +38,18 @@ back at the cursor that page started from (Airflow sends SIGKILL 5 s after SIGTE
 FinalWrite = Callable[[Finish], Finish | None]
 """Writes how a job ended; what was written (a cancel turns any end but completion into abandoned), None if the
 lease was lost."""
+
+
+class Ending(TypedDict, total=False):
+    """How an attempt ends, besides its status: the error written, the delay before its next attempt, where the
+    end is written (the last page's landing transaction; else the slot's own write), whether the failure counts
+    against the owner's health, and what its pages landed."""
+
+    error: str | None
+    delay: timedelta
+    write: FinalWrite | None
+    owner_failed: bool
+    landed: LandCounts | None
 
 
 class Outcome(StrEnum):
@@ -150,22 +163,13 @@ class JobRunner:
         )
 
     def _finish(
-        self,
-        job: Job,
-        status: JobStatus,
-        processed: int,
-        pages: int,
-        records: int,
-        *,
-        error: str | None = None,
-        delay: timedelta = timedelta(0),
-        write: FinalWrite | None = None,
-        owner_failed: bool = False,
-        landed: LandCounts | None = None,
+        self, job: Job, status: JobStatus, processed: int, pages: int, records: int, **ending: Unpack[Ending]
     ) -> RunResult:
         resent = self._store.repeats
+        error, landed = ending.get("error"), ending.get("landed")
+        delay, owner_failed = ending.get("delay", timedelta(0)), ending.get("owner_failed", False)
         finish = Finish(job.id, status, processed, error, delay, owner_failed, landed)
-        written = (write or self._final_write)(finish)
+        written = (ending.get("write") or self._final_write)(finish)
         if written is not None:
             status, error = written.status, written.error
         else:
@@ -478,28 +482,8 @@ class _Attempt:
             health_after=runner._queue.owner_backoff.health_after,
         )
 
-    def finish(
-        self,
-        status: JobStatus,
-        *,
-        error: str | None = None,
-        delay: timedelta = timedelta(0),
-        write: FinalWrite | None = None,
-        owner_failed: bool = False,
-        landed: LandCounts | None = None,
-    ) -> RunResult:
-        return self.runner._finish(
-            self.current,
-            status,
-            self.processed,
-            self.pages,
-            self.records,
-            error=error,
-            delay=delay,
-            write=write,
-            owner_failed=owner_failed,
-            landed=landed,
-        )
+    def finish(self, status: JobStatus, **ending: Unpack[Ending]) -> RunResult:
+        return self.runner._finish(self.current, status, self.processed, self.pages, self.records, **ending)
 
     def release(self) -> RunResult:
         return self.runner._release(self.current, self.pages, self.records)
