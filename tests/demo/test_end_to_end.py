@@ -32,7 +32,7 @@ import urllib.parse
 import urllib.request
 import uuid
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -46,6 +46,7 @@ from synclane_demo.processes import Service, wait_for_http
 from synclane_demo.shop.catalogue import Catalogue
 from synclane_demo.store import Store
 from synclane_provider.cli.commands import NARROW_JOB
+from synclane_provider.core import LandCounts
 from tests.support.database import drop_schemas
 from tests.support.real_airflow import AirflowApi, Sampler, clean_environment, free_port, wait_until
 from tests.support.statsd import Listener
@@ -415,7 +416,11 @@ def report(run: Scenario, logs: Path) -> str:
         "final rows:",
     ]
     for row in run.final or run.rows():
-        values = {**row, "window_start": row["window_start"].date() if row["window_start"] else None}
+        values = {
+            **row,
+            "window_start": row["window_start"].date() if row["window_start"] else None,
+            "landed": LandCounts(*(row[f"{kind.name}_count"] for kind in fields(LandCounts))).brief(),
+        }
         lines.append(" | ".join(str(values[c]) if values[c] is not None else "" for c in NARROW_JOB))
     worker_logs = {path: operator_lines(path) for path in logs.glob("dag_id=synclane_work/**/attempt=*.log")}
     if worker_logs:
