@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 import pytest
+import psycopg
 from psycopg import sql
 
 from synclane_provider.core import Job, Operations, Page, WorkerPool, WorkerSlot
@@ -47,6 +48,49 @@ class ThreadStarts:
         threading.Thread.start = self._start  # type: ignore[method-assign]
 
 
+class RowWrites:
+    """Counts the rows written (inserted or updated) to the engine's tables while installed: a trigger on each
+    table draws a number from a sequence of its own, so the count costs no lock and is read from any session."""
+
+    TABLES = ("jobs", "owners")
+
+    def __init__(self, admin: psycopg.Connection, schema: str) -> None:
+        self.admin, self.schema = admin, schema
+
+    def _names(self, table: str) -> dict[str, sql.Composable]:
+        return {
+            "table": sql.Identifier(self.schema, table),
+            "sequence": sql.Identifier(self.schema, f"rows_written_to_{table}"),
+            "counter": sql.Identifier(self.schema, f"count_a_row_written_to_{table}"),
+            "trigger": sql.Identifier(f"count_rows_written_to_{table}"),
+            "sequence_name": sql.Literal(f'"{self.schema}".rows_written_to_{table}'),
+        }
+
+    def __enter__(self) -> "RowWrites":
+        for table in self.TABLES:
+            for statement in (
+                "CREATE SEQUENCE {sequence}",
+                "CREATE FUNCTION {counter}() RETURNS trigger LANGUAGE plpgsql AS $$ "
+                "BEGIN PERFORM nextval({sequence_name}); RETURN NULL; END $$",
+                "CREATE TRIGGER {trigger} AFTER INSERT OR UPDATE ON {table} "
+                "FOR EACH ROW EXECUTE FUNCTION {counter}()",
+            ):
+                self.admin.execute(sql.SQL(statement).format(**self._names(table)))
+        return self
+
+    def snapshot(self) -> dict[str, int]:
+        counts = {}
+        for table in self.TABLES:
+            query = sql.SQL("SELECT CASE WHEN is_called THEN last_value ELSE 0 END AS n FROM {sequence}")
+            counts[table] = self.admin.execute(query.format(**self._names(table))).fetchone()["n"]
+        return counts
+
+    def __exit__(self, *exc: object) -> None:
+        for table in self.TABLES:
+            for statement in ("DROP TRIGGER {trigger} ON {table}", "DROP FUNCTION {counter}()", "DROP SEQUENCE {sequence}"):
+                self.admin.execute(sql.SQL(statement).format(**self._names(table)))
+
+
 @dataclass
 class Stretch:
     """What a pool did over a stretch of steady work."""
@@ -56,6 +100,7 @@ class Stretch:
     traffic: Traffic
     idle_waits: int
     threads: int
+    rows_written: dict[str, int]
 
     def per_job(self, count: float) -> float:
         return count / self.jobs
@@ -87,7 +132,13 @@ def due_jobs(schema, admin, database_url) -> Iterator[Callable[[int, int], None]
 
 
 def watch_a_busy_pool(
-    schema: str, database_url: str, *, slots: int, jobs: int, poll: timedelta = timedelta(seconds=5)
+    schema: str,
+    database_url: str,
+    *,
+    slots: int,
+    jobs: int,
+    poll: timedelta = timedelta(seconds=5),
+    rows: RowWrites | None = None,
 ) -> Stretch:
     """Run a pool of ``slots`` on the queue and watch it while it finishes ``jobs`` jobs after its warm-up."""
     finished = itertools.count(1)
@@ -108,6 +159,7 @@ def watch_a_busy_pool(
             time.sleep(0.01)
         with ThreadStarts() as threads:
             before, waits, first, started = database.traffic.snapshot(), pool.idle_waits, done[0], time.monotonic()
+            written = rows.snapshot() if rows else {}
             while done[0] < first + jobs and time.monotonic() < deadline:
                 time.sleep(0.005)
             stretch = Stretch(
@@ -116,6 +168,9 @@ def watch_a_busy_pool(
                 traffic=database.traffic - before,
                 idle_waits=pool.idle_waits - waits,
                 threads=threads.count,
+                rows_written={
+                    table: count - written[table] for table, count in (rows.snapshot() if rows else {}).items()
+                },
             )
     finally:
         pool.shutdown()
@@ -137,6 +192,18 @@ def test_a_one_page_job_costs_one_finish_and_take_and_nothing_else(schema, datab
     assert stretch.traffic.described == 0
     assert stretch.per_job(stretch.idle_waits) <= 0.01
     assert stretch.threads == 0
+
+
+def test_a_job_writes_its_row_twice_and_a_healthy_owner_s_row_once_a_minute(schema, admin, database_url, due_jobs):
+    """Taking a job writes its row, finishing it writes it again, and nothing else is written: the finish of a
+    healthy owner's job leaves the owner's row alone when it was stamped clean within the last minute, so an
+    owner with many jobs is not one row every slot's finish waits on."""
+    due_jobs(jobs=3000, lanes=20)  # 20 owners, one per lane
+    with RowWrites(admin, schema) as rows:
+        stretch = watch_a_busy_pool(schema, database_url, slots=4, jobs=1000, rows=rows)
+
+    assert stretch.per_job(stretch.rows_written["jobs"]) <= 2.01, stretch
+    assert stretch.rows_written["owners"] <= 20, stretch  # each owner's first clean run at most
 
 
 def test_slots_with_no_free_lane_sleep_on_their_connections_instead_of_polling(schema, database_url, due_jobs):

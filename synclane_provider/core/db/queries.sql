@@ -180,7 +180,10 @@ owner_health AS (
     -- The owner's health follows how the attempt ended (core/declare/backoff.py): a completion resets it, an
     -- attempt that failed for the owner (%(owner_failed)s: not a throttle, and not turned into a cancel's
     -- abandonment) counts one more failure in a row, degraded from %(degraded_after)s, failing from
-    -- %(failing_after)s. Upserted on the owner's row, which this statement creates when it has none.
+    -- %(failing_after)s. Upserted on the owner's row, which this statement creates when it has none. A
+    -- completion of an owner already healthy, with no failure in a row and a clean run stamped within the last
+    -- minute, writes nothing: last_clean_at is kept to the minute, so that a busy owner's finishes do not each
+    -- rewrite (and lock) its row.
     INSERT INTO {schema}.owners AS o
         (queue, owner, health, consecutive_failures, last_error, failing_since, last_clean_at, updated_at)
     SELECT %(queue)s, f.owner,
@@ -192,7 +195,12 @@ owner_health AS (
            CASE WHEN f.status = 'completed' THEN clock.now END,
            clock.now
     FROM finished AS f, clock
-    WHERE f.status = 'completed' OR (%(owner_failed)s AND f.status = %(status)s)
+    WHERE (f.status = 'completed' AND NOT EXISTS (
+              SELECT 1 FROM {schema}.owners AS clean
+              WHERE clean.queue = %(queue)s AND clean.owner = f.owner
+                AND clean.consecutive_failures = 0 AND clean.last_clean_at > clock.now - interval '1 minute'
+          ))
+       OR (%(owner_failed)s AND f.status = %(status)s)
     ON CONFLICT (queue, owner) DO UPDATE
     SET consecutive_failures = CASE WHEN excluded.consecutive_failures = 0 THEN 0
                                     ELSE o.consecutive_failures + 1 END,
