@@ -44,7 +44,19 @@ class LandCounts:
     deleted: int = 0
 
     def __add__(self, other: LandCounts) -> LandCounts:
-        return LandCounts(*(getattr(self, f.name) + getattr(other, f.name) for f in fields(self)))
+        if not other:
+            return self
+        return LandCounts(
+            self.inserted + other.inserted,
+            self.updated + other.updated,
+            self.unchanged + other.unchanged,
+            self.stale + other.stale,
+            self.deleted + other.deleted,
+        )
+
+    def __bool__(self) -> bool:
+        """Whether anything was landed: false for the counts of a job whose handler lands no rows itself."""
+        return bool(self.inserted or self.updated or self.unchanged or self.stale or self.deleted)
 
     @property
     def written(self) -> int:

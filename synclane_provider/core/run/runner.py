@@ -399,6 +399,7 @@ class _Attempt:
         self.pages += 1
         self.processed = self.current.processed_count + page.count
         landed = sum(self.page_counts, self.current.land_counts)  # the job's, with this page's
+        counts = landed if self.page_counts else None  # written to the row only when this page landed rows
         landing = runner._page_transaction
         if landing is not None and not landing.open:
             landing = None  # nothing landed in the jobs database: the cursor is saved on its own
@@ -407,8 +408,8 @@ class _Attempt:
             return self.lost()
         if page.next_cursor is None:
             if landing is None:
-                return self.finish(JobStatus.COMPLETED, landed=landed)
-            return self.finish(JobStatus.COMPLETED, write=self.finish_with_landing(landing), landed=landed)
+                return self.finish(JobStatus.COMPLETED, landed=counts)
+            return self.finish(JobStatus.COMPLETED, write=self.finish_with_landing(landing), landed=counts)
         save = runner._store.save_page if landing is None else landing.save_page
         try:
             saved = save(
@@ -416,7 +417,7 @@ class _Attempt:
                 worker=runner._worker,
                 cursor=page.next_cursor,
                 processed_count=self.processed,
-                landed=landed,
+                landed=counts,
                 lease=runner._queue.lease,
                 now=runner._clock(),
             )
