@@ -160,8 +160,7 @@ class WorkerPool:
             if not self._finished.is_set():
                 raise  # a slot that never got a connection while the others finished the work just ends
         finally:
-            slot.hand_back()
-            slot.session.close()
+            slot.close()  # on the slot's own thread: a pool of many slots stops as fast as one
 
     def _idle_seconds(self, look: Wakeup) -> float:
         """How long an idle slot sleeps: not at all when a take would find a job now (a lane race lost, a row
