@@ -94,6 +94,8 @@ def test_the_owner_column_is_the_jobs_owner(items, admin, landing_schema):
     assert [r["account"] for r in owners] == ["acme", "globex"]
     with pytest.raises(LandingError, match="row 1 has account='globex', not the job's owner 'acme'"):
         items.land(ACME, [{**item(1, 1), "account": "globex"}])
+    with pytest.raises(LandingError, match="row 2 has account=7, not the job's owner 'acme'"):
+        items.land(ACME, [{**item(1, 1), "account": "acme"}, {**item(2, 1), "account": 7}])
 
 
 def test_without_content_comparison_an_equal_row_is_written_again(landing_schema, database_url, admin):
@@ -147,6 +149,81 @@ def test_a_key_another_transaction_inserts_meanwhile_is_upserted_not_refused(
     assert landed == [LandCounts(inserted=1, updated=1, unchanged=1, stale=1)]
     assert stored(admin, landing_schema) == {1: (1, "n", 1), 2: (5, "theirs", 1), 3: (2, "ours", 1), 4: (1, "n", 1)}
     assert writes(admin, landing_schema) == 1 + 2 + 2  # the first page, theirs, and ours: 3 updated, 4 inserted
+
+
+def test_a_first_landing_is_copied_and_a_page_landed_again_writes_no_tuple_even_undone(
+    items, landing_schema, database_url
+):
+    """A page of new keys in order is copied into the table; landed again, its rows are found stored before anything
+    is written: not a tuple inserted, not even one undone (the statistics count those too, as they are written)."""
+    table = sql.Identifier(landing_schema, "items")
+
+    def tuples_written(conn: psycopg.Connection) -> int:
+        found = conn.execute(
+            sql.SQL(
+                "SELECT pg_stat_get_xact_tuples_inserted({0}::regclass) + pg_stat_get_xact_tuples_updated({0}::regclass)"
+            ).format(sql.Literal(f"{landing_schema}.items"))
+        ).fetchone()
+        assert found is not None
+        return int(found[0])
+
+    pages = [[item(i, 1) for i in range(start, start + 20)] for start in (0, 20, 40)]
+    with psycopg.connect(database_url) as conn:
+        for page in pages:
+            with conn.transaction():
+                before = tuples_written(conn)
+                assert items.write(conn, page, owner="acme") == LandCounts(inserted=20)
+                assert tuples_written(conn) - before == 20
+        for page in [*pages, [item(i, 1) for i in range(15, 45)]]:
+            with conn.transaction():
+                before = tuples_written(conn)
+                assert items.write(conn, page, owner="acme") == LandCounts(unchanged=len(page))
+                assert tuples_written(conn) - before == 0
+        with conn.transaction():  # new keys within the range of stored ones: each row probed, the new one inserted
+            before = tuples_written(conn)
+            counts = items.write(conn, [item(10, 1), {**item(21, 1), "id": 1000}, item(59, 2)], owner="acme")
+            assert counts == LandCounts(inserted=1, updated=1, unchanged=1)
+            assert tuples_written(conn) - before == 2
+        # Times as ISO strings: the page is not copied but landed by one statement, which looks at its range first
+        # when the page before was all new keys.
+        as_text = [{**item(i, 1), "updated_at": (T0 + timedelta(minutes=1)).isoformat()} for i in range(100, 105)]
+        for expected in (LandCounts(inserted=5), LandCounts(unchanged=5)):
+            with conn.transaction():
+                before = tuples_written(conn)
+                assert items.write(conn, as_text, owner="acme") == expected
+                assert tuples_written(conn) - before == expected.inserted
+        assert conn.execute(sql.SQL("SELECT count(*) FROM {}").format(table)).fetchone() == (66,)
+
+
+def test_a_key_another_transaction_inserts_while_a_page_of_new_keys_is_copied_lands_by_the_guard(
+    items, admin, landing_schema, database_url
+):
+    """The copy of a page of new keys meets a key another transaction inserted (uncommitted when the page looked at
+    its range): the copy is undone and the page lands by the guard, its other rows inserted."""
+    with psycopg.connect(database_url) as other:
+        other.execute(
+            sql.SQL("INSERT INTO {} VALUES ('acme', 2, %s, 'theirs', 1)").format(
+                sql.Identifier(landing_schema, "items")
+            ),
+            [T0 + timedelta(minutes=5)],
+        )
+        landed: list[LandCounts] = []
+        page = [item(1, 1), item(2, 3, name="ours"), item(3, 1)]
+        landing = threading.Thread(target=lambda: landed.append(items.land(ACME, page)))
+        landing.start()
+        landing.join(0.5)
+        assert landing.is_alive()  # the copy waits on the other transaction's key
+        other.commit()
+        landing.join(10)
+    assert landed == [LandCounts(inserted=2, stale=1)]
+    assert stored(admin, landing_schema) == {1: (1, "n", 1), 2: (5, "theirs", 1), 3: (1, "n", 1)}
+    assert writes(admin, landing_schema) == 1 + 2  # theirs, and our two new keys once each
+
+
+def test_an_integer_out_of_the_columns_range_is_refused_not_wrapped(items, admin, landing_schema):
+    with pytest.raises(psycopg.errors.NumericValueOutOfRange):
+        items.land(ACME, [item(1, 1), item(2**31, 1)])
+    assert stored(admin, landing_schema) == {}
 
 
 def test_values_as_an_api_gives_them_land_as_the_columns_types(landing_schema, database_url, admin):

@@ -26,6 +26,7 @@ import functools
 import operator
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from itertools import repeat
 from typing import Any, TypeVar
 
 import psycopg
@@ -45,6 +46,13 @@ T = TypeVar("T")
 _SAVEPOINT = b"SAVEPOINT synclane_land_page"
 _ROLLBACK_TO_SAVEPOINT = b"ROLLBACK TO SAVEPOINT synclane_land_page"
 _RELEASE_SAVEPOINT = b"RELEASE SAVEPOINT synclane_land_page"
+_INTEGER_LIMITS = {21: 2**15, 23: 2**31, 20: 2**63}
+_WITH_MIN_AND_MAX = frozenset(
+    ("smallint", "integer", "bigint", "numeric", "real", "double precision", "text", "character varying", "date")
+    + ("timestamp without time zone", "timestamp with time zone")
+)
+"""Key column types whose page bounds are taken with min and max (ordered as their default operator class is)."""
+"""int2, int4 and int8 by type oid: the magnitude their values stay below (a COPY in binary would wrap them)."""
 
 
 @functools.cache
@@ -55,7 +63,7 @@ def _texts() -> dict[str, str]:
 def _one_scalar_kind(values: list[Any]) -> bool:
     """Whether the values (None aside) are all of one Python type that is sent as it is: not a list, a tuple or
     a dict (a page's column goes as one array, and psycopg dumps an array of one type)."""
-    kinds = {type(v) for v in values}
+    kinds = set(map(type, values))
     kinds.discard(type(None))
     return len(kinds) <= 1 and not any(issubclass(k, (list, tuple, dict)) for k in kinds)
 
@@ -144,7 +152,14 @@ class Destination:
         self._name = sql.Identifier(*parts)
         self._table_columns: dict[str, tuple[str, bool]] | None = None
         """The table's columns, each one's type and whether it is sent as text, read at the first page."""
-        self._statements: dict[tuple[tuple[str, ...], tuple[bool, ...], bool], tuple[bytes, bytes]] = {}
+        self._ranged = False
+        """Whether a unique index on the key orders keys as comparing them does (read at the first page): then a
+        page whose range of keys holds no stored key is inserted without a probe a row."""
+        self._copied_as: dict[str, int] = {}
+        """The type each column's values are copied as (its own, text for a string type)."""
+        self._copies = True
+        """Whether a page of new keys may be copied (a table that refused a COPY other than on a key is not)."""
+        self._statements: dict[tuple[tuple[str, ...], tuple[bool, ...], bool, bool], tuple[bytes, bytes]] = {}
         self._lock = threading.Lock()
         self._local = threading.local()
         self._opened: list[psycopg.Connection[Any]] = []
@@ -209,21 +224,44 @@ class Destination:
         if not page:
             return LandCounts(stale=superseded)
         types = self._check(conn, columns)
-        arrays = [[owner] * len(page) if name == self.owner else [row[name] for row in page] for name in columns]
+        # The owner column is the same in every row: it goes as one value, every other column as one array.
+        arrays = {name: list(map(operator.itemgetter(name), page)) for name in columns if name != self.owner}
         as_text = tuple(
-            types[name][1] or not _one_scalar_kind(values) for name, values in zip(columns, arrays, strict=True)
+            name != self.owner and (types[name][1] or not _one_scalar_kind(arrays[name])) for name in columns
         )
-        params: dict[str, Any] = {"rows": len(page), "job": job_id}
-        for number, (values, text) in enumerate(zip(arrays, as_text, strict=True)):
-            params[f"c{number}"] = _as_text(conn, values) if text else values
-        land_page, upsert_page = self._statements_for(conn, columns, as_text, snapshot=job_id is not None)
+        params: dict[str, Any] = {"job": job_id, "owner": owner}
+        for number, (name, text) in enumerate(zip(columns, as_text, strict=True)):
+            if name != self.owner:
+                params[f"c{number}"] = _as_text(conn, arrays[name]) if text else arrays[name]
+        # The page's range of keys is looked at first when the last page this thread landed was all new keys (a
+        # first landing in key order): one probe for the page instead of one a row.
+        ranged = (
+            self._ranged
+            and getattr(self._local, "all_new", True)
+            and all(None not in arrays[name] for name in self.key if name != self.owner)
+        )
+        copied_as = self._copy_types(conn, columns, arrays, as_text, owner) if ranged and job_id is None else None
+        land_page, upsert_page = self._statements_for(
+            conn, columns, as_text, snapshot=job_id is not None, ranged=ranged and copied_as is None
+        )
         in_transaction = not (conn.autocommit and conn.info.transaction_status == TransactionStatus.IDLE)
         # Named parameters, whatever cursors the connection makes; the savepoint (of the caller's transaction, never
         # one of its own, which would commit) and its release go in the statement's round trip.
         with psycopg.Cursor(conn, row_factory=tuple_row) as cur, psycopg.Cursor(conn) as savepoint:
+            if copied_as is not None:  # all new keys, as a first landing in key order has: copied, no probe at all
+                page_range_stored, copy_page = self._copy_statements(conn, columns)
+                with conn.pipeline():  # the savepoint the copy may go back to, in the look's round trip
+                    if in_transaction:
+                        savepoint.execute(_SAVEPOINT)
+                    cur.execute(page_range_stored, params)
+                stored = cur.fetchone()
+                assert stored is not None
+                if not stored[0] and self._copy(cur, savepoint, copy_page, copied_as, columns, arrays, owner):
+                    self._local.all_new = True
+                    return LandCounts(inserted=len(page), stale=superseded)
             try:
                 with conn.pipeline():
-                    if in_transaction:
+                    if in_transaction and copied_as is None:  # else taken by the look at the page's range
                         savepoint.execute(_SAVEPOINT)
                     cur.execute(land_page, params)
                     if in_transaction:
@@ -235,12 +273,75 @@ class Destination:
                 counted = cur.execute(upsert_page, params).fetchone()
         assert counted is not None
         inserted, updated, stale = (int(n) for n in (counted[0], counted[1], counted[2]))
+        self._local.all_new = inserted == len(page)
         return LandCounts(
             inserted=inserted,
             updated=updated,
             unchanged=len(page) - inserted - updated - stale,
             stale=stale + superseded,
         )
+
+    def _copy(
+        self,
+        cur: psycopg.Cursor[Any],
+        savepoint: psycopg.Cursor[Any],
+        copy_page: bytes,
+        copied_as: list[int],
+        columns: tuple[str, ...],
+        arrays: dict[str, list[Any]],
+        owner: str | None,
+    ) -> bool:
+        """Copy a page of new keys into the table; whether it did. A key another transaction inserted meanwhile (or
+        a table that takes no COPY) leaves nothing of the copy behind: in the caller's transaction it is undone to
+        the savepoint taken before it (which land_page then releases), and the page is landed by land_page."""
+        in_transaction = cur.connection.info.transaction_status != TransactionStatus.IDLE
+        try:
+            with cur.copy(copy_page) as copy:
+                copy.set_types(copied_as)
+                for row in zip(*(repeat(owner) if name == self.owner else arrays[name] for name in columns)):
+                    copy.write_row(row)
+        except Exception as refused:
+            if in_transaction:
+                savepoint.execute(_ROLLBACK_TO_SAVEPOINT)
+            if isinstance(refused, (psycopg.errors.FeatureNotSupported, psycopg.errors.WrongObjectType)):
+                self._copies = False  # row-level security, a view: the table takes no COPY
+            return False
+        if in_transaction:
+            savepoint.execute(_RELEASE_SAVEPOINT)
+        return True
+
+    def _copy_types(
+        self,
+        conn: psycopg.Connection[Any],
+        columns: tuple[str, ...],
+        arrays: dict[str, list[Any]],
+        as_text: tuple[bool, ...],
+        owner: str | None,
+    ) -> list[int] | None:
+        """The types to copy the page's columns as, when each column's values are of the column's type already (as
+        psycopg sends them: a str for a string type, an aware datetime for timestamptz, an int in range for an
+        integer type): a copy then lands exactly what land_page would. None otherwise, and when copies are off."""
+        if not self._copies or any(as_text):
+            return None
+        transformer = Transformer(conn)
+        types: list[int] = []
+        for name in columns:
+            oid = self._copied_as[name]
+            values = [owner] if name == self.owner else arrays[name]
+            if None in values:
+                values = [v for v in values if v is not None]
+            if not values:
+                types.append(oid)
+            elif type(values[0]) is int:
+                limit = _INTEGER_LIMITS.get(oid)
+                if limit is None or not -limit <= min(values) <= max(values) < limit:
+                    return None
+                types.append(oid)
+            elif transformer.get_dumper(values[0], PyFormat.BINARY).oid == oid:
+                types.append(oid)
+            else:
+                return None
+        return types
 
     def _delete_unseen(self, conn: psycopg.Connection[Any], job: Job) -> int:
         """Delete (or mark) the owner's rows the snapshot ``job`` did not see, within the share; the rows gone."""
@@ -290,6 +391,10 @@ class Destination:
         its columns, the owner column among them; and how many rows were superseded."""
         if self.owner is not None and owner is None:
             raise LandingError(f"{self.table}: the owner column {self.owner!r} needs the job's owner")
+        rows = rows if isinstance(rows, list) else list(rows)
+        as_given = self._page_as_given(rows, owner)
+        if as_given is not None:
+            return as_given
         owner_column: tuple[str, ...] = () if self.owner is None else (self.owner,)
         within = [k for k in self.key if k not in owner_column]  # the owner's part of the key is the same in every row
         key_of: Callable[[Row], Any] = operator.itemgetter(*within) if within else (lambda row: ())
@@ -327,6 +432,33 @@ class Destination:
             newest[key] = row
         return list(newest.values()), columns, number - len(newest)
 
+    def _page_as_given(self, rows: list[Row], owner: str | None) -> tuple[list[Row], tuple[str, ...], int] | None:
+        """The usual page, checked a column at a time rather than a row at a time: every row of the first one's
+        columns, its owner column (if it has one) the job's owner, a version in every row and no key twice. None
+        when it is not so: :meth:`_page` then goes through the rows one by one, to name the row that is wrong or
+        to keep the newest of a key's rows."""
+        if not rows:
+            return None
+        first = rows[0]
+        shape = first.keys()
+        within = [k for k in self.key if k != self.owner]
+        try:
+            if not all(map(operator.eq, repeat(shape), map(operator.methodcaller("keys"), rows))):
+                return None
+            if self.owner is not None and self.owner in shape:
+                if not all(map(operator.eq, repeat(owner), map(operator.itemgetter(self.owner), rows))):
+                    return None
+            if self.version is not None and None in map(operator.itemgetter(self.version), rows):
+                return None
+            if within and len(set(map(operator.itemgetter(*within), rows))) != len(rows):
+                return None
+        except (KeyError, TypeError):  # a key column missing, a key that cannot be hashed: told row by row
+            return None
+        if not within and len(rows) > 1:
+            return None
+        owner_column = () if self.owner is None or self.owner in shape else (self.owner,)
+        return rows, (*first, *owner_column), 0
+
     def _check(self, conn: psycopg.Connection[Any], columns: Sequence[str]) -> dict[str, tuple[str, bool]]:
         """At the first page: the table, its columns and a unique index on the key; then each page's columns.
 
@@ -341,11 +473,13 @@ class Destination:
                 name: (type_name, bool(text))
                 for name, type_name, text in zip(found[0], found[1], found[2], strict=True)
             }
-            unique_keys = {frozenset(k.split(",")) for k in found[3]}
+            self._copied_as = dict(zip(found[0], found[3], strict=True))
+            unique_keys = {frozenset(k.split(",")) for k in found[4]}
             named = [*self.key, *filter(None, (self.version, self.owner))]
             missing = [name for name in named if name not in table_columns]
             if missing:
                 raise LandingError(f"table {self.table} has no column {', '.join(map(repr, missing))}")
+            self._ranged = frozenset(self.key) in {frozenset(k.split(",")) for k in found[5]}
             if frozenset(self.key) not in unique_keys:
                 raise LandingError(
                     f"table {self.table} has no unique index on the key ({', '.join(self.key)}): "
@@ -370,10 +504,17 @@ class Destination:
         return self._table_columns
 
     def _statements_for(
-        self, conn: psycopg.Connection[Any], columns: tuple[str, ...], as_text: tuple[bool, ...], *, snapshot: bool
+        self,
+        conn: psycopg.Connection[Any],
+        columns: tuple[str, ...],
+        as_text: tuple[bool, ...],
+        *,
+        snapshot: bool,
+        ranged: bool,
     ) -> tuple[bytes, bytes]:
-        """``land_page`` and ``upsert_page`` for a page of these columns (those sent as text marked), composed once."""
-        made = self._statements.get((columns, as_text, snapshot))
+        """``land_page`` and ``upsert_page`` for a page of these columns (those sent as text marked), composed once;
+        ``ranged``, the page's range of keys looked at before its rows are probed."""
+        made = self._statements.get((columns, as_text, snapshot, ranged))
         if made is not None:
             return made
         assert self._table_columns is not None
@@ -420,35 +561,89 @@ class Destination:
         else:
             on_conflict = sql.SQL("DO NOTHING")
             write = sql.SQL("false")
+        key = _column_list(self.key)
+        seen = sql.SQL(_texts()["note_seen"]).format(seen=self._seen, key=key) if snapshot else sql.SQL("")
+        names = dict(table=self._name, columns=_column_list(columns), key=key, seen=seen)
+        names.update(self._given(columns, as_text, columns))
+        probe_gate = sql.SQL(" AND ({})").format(self._stored_in_page_range()) if ranged else sql.SQL("")
+        made = (
+            sql.SQL(_texts()["land_page"])
+            .format(**names, on_conflict=on_conflict, match=match, stale=stale, write=write, probe_gate=probe_gate)
+            .as_bytes(conn),
+            sql.SQL(_texts()["upsert_page"])
+            .format(**names, on_conflict=on_conflict, match=match, stale=stale)
+            .as_bytes(conn),
+        )
+        self._statements[(columns, as_text, snapshot, ranged)] = made
+        return made
+
+    def _given(
+        self, columns: tuple[str, ...], as_text: tuple[bool, ...], sent: Iterable[str]
+    ) -> dict[str, sql.Composable]:
+        """The page's ``sent`` columns as a select from its arrays (``values``, ``arrays``, ``array_columns``): each
+        column one array parameter, the owner column one value."""
+        assert self._table_columns is not None
         arrays: list[sql.Composable] = []
+        array_columns: list[str] = []
         values: list[sql.Composable] = []
         for number, (name, text) in enumerate(zip(columns, as_text, strict=True)):
+            if name not in sent:
+                continue
             column, type_name = sql.Identifier(name), sql.SQL(self._table_columns[name][0])
+            if name == self.owner:
+                values.append(sql.SQL("CAST({} AS {}) AS {}").format(sql.Placeholder("owner"), type_name, column))
+                continue
+            array_columns.append(name)
             if text:
                 arrays.append(sql.SQL("{}::text[]").format(sql.Placeholder(f"c{number}", PyFormat.BINARY)))
                 values.append(sql.SQL("given.{0}::{1} AS {0}").format(column, type_name))
             else:
                 arrays.append(sql.SQL("{}::{}[]").format(sql.Placeholder(f"c{number}", PyFormat.BINARY), type_name))
                 values.append(sql.SQL("given.{}").format(column))
-        key = _column_list(self.key)
-        seen = sql.SQL(_texts()["note_seen"]).format(seen=self._seen, key=key) if snapshot else sql.SQL("")
-        names = dict(
-            table=self._name,
-            columns=_column_list(columns),
-            key=key,
+        if not arrays:  # the owner column alone: one row
+            arrays, array_columns = [sql.SQL("ARRAY[true]")], ["synclane_row"]
+        return dict(
             arrays=sql.SQL(", ").join(arrays),
+            array_columns=_column_list(array_columns),
             values=sql.SQL(", ").join(values),
-            seen=seen,
         )
-        made = (
-            sql.SQL(_texts()["land_page"])
-            .format(**names, on_conflict=on_conflict, match=match, stale=stale, write=write)
-            .as_bytes(conn),
-            sql.SQL(_texts()["upsert_page"])
-            .format(**names, on_conflict=on_conflict, match=match, stale=stale)
-            .as_bytes(conn),
+
+    def _stored_in_page_range(self) -> sql.Composable:
+        assert self._table_columns is not None
+        key = _column_list(self.key)
+        if all(self._table_columns[k][0] in _WITH_MIN_AND_MAX for k in self.key):
+            lowest, highest = (
+                sql.SQL("SELECT {} FROM given").format(
+                    sql.SQL(", ").join(sql.SQL(f"{bound}({{0}}) AS {{0}}").format(sql.Identifier(k)) for k in self.key)
+                )
+                for bound in ("min", "max")
+            )
+        else:
+            lowest = sql.SQL("SELECT {0} FROM given ORDER BY {0} LIMIT 1").format(key)
+            highest = sql.SQL("SELECT {} FROM given ORDER BY {} LIMIT 1").format(
+                key, sql.SQL(", ").join(sql.SQL("{} DESC").format(sql.Identifier(k)) for k in self.key)
+            )
+        return sql.SQL(_texts()["stored_in_page_range"]).format(
+            table=self._name,
+            target_key=_column_list(self.key, "target"),
+            lowest=_column_list(self.key, "lowest"),
+            highest=_column_list(self.key, "highest"),
+            lowest_of_page=lowest,
+            highest_of_page=highest,
         )
-        self._statements[(columns, as_text, snapshot)] = made
+
+    def _copy_statements(self, conn: psycopg.Connection[Any], columns: tuple[str, ...]) -> tuple[bytes, bytes]:
+        """``page_range_stored`` (the key columns sent, in binary) and ``copy_page`` for a page of these columns."""
+        made = self._statements.get((columns, (), False, True))
+        if made is None:
+            given = self._given(columns, (False,) * len(columns), self.key)
+            made = (
+                sql.SQL(_texts()["page_range_stored"])
+                .format(**given, stored_in_page_range=self._stored_in_page_range())
+                .as_bytes(conn),
+                sql.SQL(_texts()["copy_page"]).format(table=self._name, columns=_column_list(columns)).as_bytes(conn),
+            )
+            self._statements[(columns, (), False, True)] = made
         return made
 
     def _connection(self) -> psycopg.Connection[Any]:

@@ -4,9 +4,13 @@
 -- always parameters. Placeholders in braces are those composables.
 
 -- name: unique_indexes
--- The table's columns, their types (without modifiers: the insert applies those) and whether a value of the type
+-- The table's columns, their types (without modifiers: the insert applies those), whether a value of the type
 -- is sent as text (arrays and composites: a page's column is one array, and an array of arrays would flatten),
--- and the column sets of its unique indexes that ON CONFLICT can infer (valid, whole table, plain columns).
+-- the type a page copied into the table sends the column's values as (text for every string type: their
+-- binary form is the same),
+-- the column sets of its unique indexes that ON CONFLICT can infer (valid, whole table, plain columns), and
+-- of those the ones ordered as a comparison of their columns orders them (default operator classes, each
+-- column's collation its type's, the index's the column's), which can find the stored keys of a page's range.
 -- Read once per destination, at its first page.
 SELECT (SELECT array_agg(a.attname::text ORDER BY a.attnum)
         FROM pg_attribute AS a
@@ -17,37 +21,60 @@ SELECT (SELECT array_agg(a.attname::text ORDER BY a.attnum)
        (SELECT array_agg(t.typcategory IN ('A', 'C') ORDER BY a.attnum)
         FROM pg_attribute AS a JOIN pg_type AS t ON t.oid = a.atttypid
         WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped) AS sent_as_text,
+       (SELECT array_agg(CASE WHEN t.typcategory = 'S' THEN 'text'::regtype::oid ELSE t.oid END ORDER BY a.attnum)
+        FROM pg_attribute AS a JOIN pg_type AS t ON t.oid = a.atttypid
+        WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped) AS copied_as,
        (SELECT coalesce(array_agg(array_to_string(ARRAY(
                    SELECT a.attname::text FROM unnest(i.indkey) AS k(n)
                    JOIN pg_attribute AS a ON a.attrelid = c.oid AND a.attnum = k.n
                    ORDER BY a.attname), ',')), ARRAY[]::text[])
         FROM pg_index AS i
         WHERE i.indrelid = c.oid AND i.indisunique AND i.indisvalid AND i.indpred IS NULL
-          AND i.indexprs IS NULL) AS unique_keys
+          AND i.indexprs IS NULL) AS unique_keys,
+       (SELECT coalesce(array_agg(array_to_string(ARRAY(
+                   SELECT a.attname::text FROM unnest(i.indkey) AS k(n)
+                   JOIN pg_attribute AS a ON a.attrelid = c.oid AND a.attnum = k.n
+                   ORDER BY a.attname), ',')), ARRAY[]::text[])
+        FROM pg_index AS i
+        WHERE i.indrelid = c.oid AND i.indisunique AND i.indisvalid AND i.indpred IS NULL
+          AND i.indexprs IS NULL
+          AND NOT EXISTS (
+              SELECT FROM unnest(i.indkey::int2[], i.indclass::oid[], i.indcollation::oid[]) AS k(n, opclass, coll)
+              JOIN pg_attribute AS a ON a.attrelid = c.oid AND a.attnum = k.n
+              JOIN pg_type AS t ON t.oid = a.atttypid
+              JOIN pg_opclass AS o ON o.oid = k.opclass
+              WHERE NOT o.opcdefault OR k.coll <> a.attcollation OR a.attcollation <> t.typcollation
+          )) AS ordered_keys
 FROM pg_class AS c
 WHERE c.oid = to_regclass({table_name});
 
 -- name: land_page
 -- A page into the table, in one statement and one round trip. Each column comes as one array parameter, sent in
 -- binary (each cast to the column's type's array, or, for a column sent as text, to text[] and each value cast
--- in the page's select), so a value as an API gives it (a time as an ISO string) lands as the column's type.
--- Each row of the page looks up the stored row of its key once (one index probe: the LIMIT keeps the lookup a
--- per-row probe, never a hash of the whole table). A new key is inserted with a plain insert; a stored row is
--- offered to ON CONFLICT … DO UPDATE only when the guard allows it: not older than the stored row by the
--- version column, and (when content is compared) different from it. A row the guard refuses is not touched at
--- all: no tuple, no row lock, nothing in the WAL, no trigger. The ON CONFLICT's WHERE repeats the guard against
--- the row as it is when written (another transaction may have changed it since). A key that another
--- transaction inserts meanwhile fails the plain insert with a unique violation: the page is then landed by
--- upsert_page instead. A snapshot's page also notes its keys as seen by the job (note_seen). Every part of
--- the statement sees the table as it was before it, so the stale count is taken from the rows as they stood.
--- Safe to repeat: a page landed twice finds its rows stored and, when content is compared, writes nothing.
-WITH page AS (
+-- in the page's select), so a value as an API gives it (a time as an ISO string) lands as the column's type;
+-- the owner column, the same in every row, comes as one value. Each row of the page looks up the stored row of
+-- its key once (one index probe: the LIMIT keeps the lookup a per-row probe, never a hash of the whole table),
+-- unless no stored key lies between the page's least and greatest keys (stored_in_page_range, one probe for the
+-- page: a first landing of keys in order then skips a probe a row). A new key is inserted with a plain insert; a
+-- stored row is offered to ON CONFLICT … DO UPDATE only when the guard allows it: not older than the stored
+-- row by the version column, and (when content is compared) different from it. A row the guard refuses is not
+-- touched at all: no tuple, no row lock, nothing in the WAL, no trigger. The ON CONFLICT's WHERE repeats the
+-- guard against the row as it is when written (another transaction may have changed it since). A key that
+-- another transaction inserts meanwhile fails the plain insert with a unique violation: the page is then
+-- landed by upsert_page instead. A snapshot's page also notes its keys as seen by the job (note_seen). Every
+-- part of the statement sees the table as it was before it, so the stale count is taken from the rows as they
+-- stood. Safe to repeat: a page landed twice finds its rows stored and, when content is compared, writes
+-- nothing.
+WITH given AS (
+    SELECT {values} FROM unnest({arrays}) AS given ({array_columns})
+),
+page AS (
     SELECT page.*, stored.synclane_found, stored.synclane_stale, stored.synclane_write
-    FROM (SELECT {values} FROM unnest({arrays}) AS given ({columns})) AS page
+    FROM given AS page
     LEFT JOIN LATERAL (
         SELECT true AS synclane_found, {stale} AS synclane_stale, {write} AS synclane_write
         FROM {table} AS target
-        WHERE {match}
+        WHERE {match}{probe_gate}
         LIMIT 1
     ) AS stored ON true
 ),
@@ -66,11 +93,43 @@ SELECT ((SELECT count(*) FROM inserted) + (SELECT count(*) FILTER (WHERE inserte
        (SELECT count(*) FILTER (WHERE NOT inserted) FROM written)::int AS updated,
        (SELECT count(*) FILTER (WHERE synclane_stale) FROM page)::int AS stale;
 
+-- name: stored_in_page_range
+-- Whether a stored key lies between the least and the greatest key of the page (given, whose keys have no
+-- nulls), found with one descent of the key's unique index (its order is the comparison's: default operator
+-- classes and collations, which landing.py checks before using this). False means no key of the page is stored.
+-- In land_page it keeps the rows from a probe each; alone (page_range_stored) it lets a page be copied. The
+-- bounds (lowest, highest) are the page's least and greatest keys, or, when every key column's type has min
+-- and max, each column's least and greatest value: one pass over the page and no sort, and still below and
+-- above every key of the page in the index's order.
+SELECT coalesce((
+    SELECT ROW({target_key}) <= ROW({highest})
+    FROM {table} AS target
+    WHERE ROW({target_key}) >= ROW({lowest})
+    ORDER BY {target_key}
+    LIMIT 1
+), false)
+FROM ({lowest_of_page}) AS lowest, ({highest_of_page}) AS highest
+
+-- name: page_range_stored
+-- Before a page of new keys is copied into the table: whether the table holds a key in the page's range
+-- (stored_in_page_range) -- when it does not, no row of the page is stored and a COPY inserts them all. Only
+-- the key columns are sent. Another transaction may insert one of the keys before the copy: the copy then fails
+-- on the unique index, and the page is landed by land_page instead.
+WITH given AS (
+    SELECT {values} FROM unnest({arrays}) AS given ({array_columns})
+)
+{stored_in_page_range}
+
+-- name: copy_page
+-- A page whose keys are all new (page_range_stored), copied into the table in binary: the rows inserted as by an
+-- INSERT (defaults, constraints, triggers), in batches, one WAL record per batch and heap page.
+COPY {table} ({columns}) FROM STDIN (FORMAT BINARY)
+
 -- name: upsert_page
 -- The page when land_page met a key inserted meanwhile: every row through ON CONFLICT … DO UPDATE … WHERE the
 -- guard, which finds such a key whatever the statement's snapshot; stale rows are counted by one probe each.
 WITH page AS (
-    SELECT {values} FROM unnest({arrays}) AS given ({columns})
+    SELECT {values} FROM unnest({arrays}) AS given ({array_columns})
 ),
 written AS (
     INSERT INTO {table} AS target ({columns})
