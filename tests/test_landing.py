@@ -220,9 +220,10 @@ def test_a_key_another_transaction_inserts_while_a_page_of_new_keys_is_copied_la
     assert writes(admin, landing_schema) == 1 + 2  # theirs, and our two new keys once each
 
 
-def test_an_integer_out_of_the_columns_range_is_refused_not_wrapped(items, admin, landing_schema):
+@pytest.mark.parametrize("row", [item(2**31, 1), item(2, 1, price=2**31), item(2, 1, price=-(2**31) - 1)])
+def test_an_integer_out_of_the_columns_range_is_refused_not_wrapped(items, admin, landing_schema, row):
     with pytest.raises(psycopg.errors.NumericValueOutOfRange):
-        items.land(ACME, [item(1, 1), item(2**31, 1)])
+        items.land(ACME, [item(1, 1), row])
     assert stored(admin, landing_schema) == {}
 
 
