@@ -12,12 +12,15 @@ column that :meth:`Destination.land` fills with the job's owner. A handler lands
         orders.land(job, page.items)
         return Page(page.next_cursor, len(page.items))
 
-Each page is landed by one statement, in one round trip: its columns sent as arrays in binary and unnested, each
-row looks up its key's stored row once, new keys are inserted plainly and changed rows go through an
-``INSERT … ON CONFLICT … DO UPDATE … WHERE`` whose ``WHERE`` is the guard; a row the guard refuses is not even
-locked. That statement is ``landing.sql``'s ``land_page``. The table must have a unique index on the key (ON CONFLICT needs it); the first page checks
-that, and that every column named exists, and refuses with a :class:`~synclane_provider.core.errors.LandingError`
-naming what is missing.
+A page is landed by one statement, in one round trip: its columns sent as arrays in binary and unnested, each
+row looks up its key's stored row once (unless no stored key lies in the page's range of keys), new keys are
+inserted plainly and changed rows go through an ``INSERT … ON CONFLICT … DO UPDATE … WHERE`` whose ``WHERE`` is
+the guard; a row the guard refuses is not even locked. That statement is ``landing.sql``'s ``land_page``. A page
+of new keys (a first landing in key order) is copied instead: one look at its range of keys finds none stored,
+and its rows go in by ``COPY`` in binary, in a savepoint that a key inserted meanwhile by another transaction
+sends back to ``land_page``. The table must have a unique index on the key (ON CONFLICT needs it); the first
+page checks that, and that every column named exists, and refuses with a
+:class:`~synclane_provider.core.errors.LandingError` naming what is missing.
 """
 
 from __future__ import annotations
