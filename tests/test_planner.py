@@ -290,21 +290,108 @@ def test_planning_waits_out_a_passing_error_of_the_owner_source_and_not_a_bug(op
         ops(products(), owner_source=accounts).plan("shops", now=clock.now)
 
 
-def test_a_repeated_plan_reads_each_batch_of_owners_coverage_once_and_writes_nothing(ops, clock):
+def sent(operations, action):
+    """The statements ``action`` sent, by name."""
+    traffic = operations.session.database.traffic.snapshot()
+    action()
+    return dict((operations.session.database.traffic - traffic).statements)
+
+
+def test_a_repeated_plan_compares_every_owner_once_then_reads_only_what_is_short(ops, clock):
     lanes = {"acme": "acme", "globex": "globex"}
     operations = ops(
         orders(), products(), owner_source=lambda queue: [Owner(o, lane=lane) for o, lane in lanes.items()]
     )
     operations.plan("shops", now=clock.now)
-    traffic = operations.session.database.traffic.snapshot()
 
-    assert operations.plan("shops", now=clock.now).total == 0
-    assert dict((operations.session.database.traffic - traffic).statements) == {
+    # The run after a first plan compares each owner with its coverage rows, finds all settled, records it.
+    assert sent(operations, lambda: operations.plan("shops", now=clock.now)) == {
         "try_planning_lock": 1,
         "owners_in_trouble": 1,  # one look per run at whose period is stretched (an index of the few)
+        "planned_rosters": 1,
         "read_coverage": 1,
+        "record_rosters": 1,
         "planning_unlock": 1,
     }
+    # From then on, while the source lists the same owners in the same lanes: one read of what is short.
+    for _ in range(2):
+        assert sent(operations, lambda: operations.plan("shops", now=clock.now)) == {
+            "try_planning_lock": 1,
+            "owners_in_trouble": 1,
+            "planned_rosters": 1,
+            "read_short_coverage": 1,
+            "planning_unlock": 1,
+        }
+
+
+def settled(operations, clock):
+    """Plan until the planner has recorded every owner as settled (the first plan, then one comparing run)."""
+    operations.plan("shops", now=clock.now)
+    operations.plan("shops", now=clock.now)
+    assert "read_coverage" not in sent(operations, lambda: operations.plan("shops", now=clock.now))
+
+
+def test_once_settled_each_new_period_and_a_raised_horizon_are_still_planned_from_the_short_read(
+    ops, admin, schema, clock
+):
+    listed = [Owner(f"owner-{number}") for number in range(20)]
+    operations = ops(orders(), owner_source=lambda queue: listed)
+    settled(operations, clock)
+    operations = ops(orders(), products(), owner_source=lambda queue: listed)  # a type declared since
+    assert operations.plan("shops", now=clock.now).inserted == {"orders": 0, "products": 20}
+    settled(operations, clock)
+
+    later, period_end = clock.now + timedelta(minutes=15), datetime(2026, 11, 30, 10, 30, tzinfo=UTC)
+    assert "read_coverage" not in sent(operations, lambda: operations.plan("shops", now=later))
+    assert len(rows(admin, schema, "mode = 'recurring' AND window_end = %s", [period_end])) == 20
+    assert operations.plan("shops", now=later).total == 0
+
+    wider = ops(orders(horizon=timedelta(days=90)), products(), owner_source=lambda queue: listed)
+    assert wider.plan("shops", now=later).inserted == {"orders": 20, "products": 0}  # one older slice each
+    for owner in listed:
+        assert_no_gap(windows(admin, schema, owner.id), datetime(2026, 9, 1, tzinfo=UTC), period_end)
+
+
+def test_once_settled_an_owner_who_connects_moves_or_is_forgotten_is_compared_again(ops, admin, schema, clock):
+    listed = {f"owner-{number}": Owner(f"owner-{number}") for number in range(40)}
+    operations = ops(orders(), products(), owner_source=lambda queue: list(listed.values()))
+    settled(operations, clock)
+
+    listed["newcomer"] = Owner("newcomer")
+    assert operations.plan("shops", now=clock.now).inserted == {"orders": 3, "products": 1}
+    assert len(rows(admin, schema, "owner = 'newcomer'")) == 4
+
+    listed["owner-7"] = Owner("owner-7", lane="shared")
+    assert operations.plan("shops", now=clock.now).moved == 4  # two slices, the recurring window, the snapshot
+    assert {r["lane"] for r in rows(admin, schema, "owner = 'owner-7'")} == {"shared"}
+
+    del listed["owner-9"]  # disconnected: its coverage ages, and it gets nothing more
+    later = clock.now + timedelta(minutes=15)
+    assert operations.plan("shops", now=later).inserted == {"orders": 40, "products": 0}
+    assert len(rows(admin, schema, "owner = 'owner-9'")) == 4
+
+    execute(admin, schema, "DELETE FROM {jobs} WHERE owner = 'owner-3'")
+    execute(admin, schema, "DELETE FROM {coverage} WHERE owner = 'owner-3'")  # the hand-made way to forget
+    assert operations.plan("shops", now=later).inserted == {"orders": 3, "products": 1}
+    for _ in range(2):
+        assert operations.plan("shops", now=later).total == 0
+    assert "read_coverage" not in sent(operations, lambda: operations.plan("shops", now=later))
+
+
+def test_a_paused_owner_never_planned_keeps_its_bucket_compared_until_it_is_planned(ops, admin, schema, clock):
+    listed = {"acme": Owner("acme")}
+    operations = ops(orders(), owner_source=lambda queue: list(listed.values()))
+    settled(operations, clock)
+    listed["globex"] = Owner("globex")
+    operations.pause("shops", "globex", "not paying")
+
+    for _ in range(3):
+        assert operations.plan("shops", now=clock.now).total == 0
+        assert rows(admin, schema, "owner = 'globex'") == []
+    assert "read_coverage" in sent(operations, lambda: operations.plan("shops", now=clock.now))
+
+    operations.store.resume_owner("shops", "globex", now=clock.now)  # resumed without the resume's own plan
+    assert operations.plan("shops", now=clock.now).inserted == {"orders": 3}
 
 
 def test_an_owner_the_source_moves_to_another_lane_has_its_jobs_moved_once_and_is_then_left_alone(

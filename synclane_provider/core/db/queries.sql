@@ -494,11 +494,20 @@ WITH wanted AS (
          AS own(owner, type, period_start) ON own.owner = o.owner AND own.type = t.type
 ),
 known AS (
-    -- Each wanted owner-type with its coverage row, if it has one.
+    -- Each wanted owner-type with its coverage row, if it has one, that may lack something or has moved: the
+    -- filter runs in the join, so an owner-type that is up to date (a repeated plan's every one) goes no
+    -- further than the join and is never stored for the steps below.
     SELECT w.*, c.owner IS NOT NULL AS has_row, c.has_initial, c.initial_start, c.covered_until,
            c.first_created_at, c.last_created_at, c.lane AS covered_lane, c.lane_width AS covered_width
     FROM wanted AS w
     LEFT JOIN {schema}.coverage AS c ON c.queue = %(queue)s AND c.owner = w.owner AND c.type = w.type
+    WHERE c.owner IS NULL
+       OR NOT c.has_initial
+       OR c.initial_start > w.horizon_start
+       OR c.covered_until < w.period_start
+       OR (c.covered_until IS NULL AND c.last_created_at < w.period_start)
+       OR c.lane IS DISTINCT FROM w.lane
+       OR c.lane_width IS DISTINCT FROM w.lane_width
 ),
 recorded AS (
     INSERT INTO {schema}.coverage AS c
@@ -536,7 +545,7 @@ existing AS (
     WHERE NOT k.has_row
 )
 SELECT e.owner, e.type, e.has_initial, e.initial_start, e.covered_until, e.first_created_at, found.lacking,
-       found.moved
+       found.moved, e.has_row
 FROM existing AS e
 CROSS JOIN LATERAL (
     SELECT coalesce(
@@ -552,6 +561,38 @@ CROSS JOIN LATERAL (
 WHERE found.lacking OR found.moved
 -- In the owner source's order, so that the jobs are numbered in it.
 ORDER BY e.owner_position, e.type_position;
+
+-- name: read_short_coverage
+-- The queue's coverage rows short of their horizon or current period (the same test as read_coverage's
+-- lacking), whoever their owner: the planner's read for the owners whose roster bucket it found settled
+-- (planned_rosters), which have a coverage row per type in the lane the source gives, so that only what is
+-- short matters. One pass over the queue's coverage rows that returns nothing when every owner is up to date;
+-- the planner drops the rows of owners its source no longer lists. The current period comes per type and, for
+-- the owner-types whose owner has a period of its own, per owner and type (as in read_coverage).
+SELECT c.owner, c.type, c.has_initial, c.initial_start, c.covered_until, c.first_created_at
+FROM {schema}.coverage AS c
+JOIN unnest(%(types)s::text[], %(horizon_starts)s::timestamptz[], %(period_starts)s::timestamptz[])
+     AS t(type, horizon_start, period_start) ON t.type = c.type
+LEFT JOIN unnest(%(own_owners)s::text[], %(own_types)s::text[], %(own_period_starts)s::timestamptz[])
+     AS own(owner, type, period_start) ON own.owner = c.owner AND own.type = c.type
+WHERE c.queue = %(queue)s
+  AND (NOT c.has_initial
+       OR c.initial_start > t.horizon_start
+       OR c.covered_until < coalesce(own.period_start, t.period_start)
+       OR (c.covered_until IS NULL AND c.last_created_at < coalesce(own.period_start, t.period_start)));
+
+-- name: planned_rosters
+-- The digests of a queue's owner source the planner last found settled, per bucket (-1: the whole source).
+SELECT bucket, digest FROM {schema}.planned_rosters WHERE queue = %(queue)s;
+
+-- name: record_rosters
+-- Record the digests of the buckets a planning run found settled (%(buckets)s and %(digests)s, pairwise).
+INSERT INTO {schema}.planned_rosters AS r (queue, bucket, digest)
+SELECT %(queue)s, b.bucket, b.digest
+FROM unnest(%(buckets)s::int[], %(digests)s::text[]) AS b(bucket, digest)
+ON CONFLICT (queue, bucket) DO UPDATE SET digest = excluded.digest
+WHERE r.digest IS DISTINCT FROM excluded.digest
+RETURNING r.bucket;
 
 -- name: try_planning_lock
 -- A whole-queue planning run holds the queue's planning key (wakeups.planning_key, one bigint) on its

@@ -21,8 +21,7 @@ def owners_of(queue: Queue) -> list[Owner]:
     (:meth:`Queue.check_owner`).
     """
     owners: dict[str, Owner] = {}
-    rates: dict[str, Owner] = {}
-    widths: dict[str, Owner] = {}
+    lanes: dict[str, Owner] = {}  # each lane's first owner, whose rate and width the lane's other owners must name
     for item in queue.owners(queue.name):
         owner = Owner(item) if isinstance(item, str) else item
         if not isinstance(owner, Owner):
@@ -31,21 +30,24 @@ def owners_of(queue: Queue) -> list[Owner]:
             )
         if owners.setdefault(owner.id, owner) is not owner:
             continue
-        try:
-            queue.check_owner(owner)
-        except DeclarationError as exc:
-            raise OwnerSourceError(f"owner source of queue {queue.name!r}: {exc}") from None
-        first = rates.setdefault(owner.lane_or_id, owner)
+        if owner.every:  # the only thing check_owner looks at: most owners have no periods of their own
+            try:
+                queue.check_owner(owner)
+            except DeclarationError as exc:
+                raise OwnerSourceError(f"owner source of queue {queue.name!r}: {exc}") from None
+        lane = owner.lane if owner.lane is not None else owner.id
+        first = lanes.setdefault(lane, owner)
+        if first is owner:
+            continue
         if first.rate != owner.rate:
             raise OwnerSourceError(
                 f"owner source of queue {queue.name!r}: owners {first.id!r} and {owner.id!r} share lane "
-                f"{owner.lane_or_id!r} but name different rates ({_rate(first)} and {_rate(owner)}); a lane has one "
+                f"{lane!r} but name different rates ({_rate(first)} and {_rate(owner)}); a lane has one "
                 f"rate budget"
             )
-        first = widths.setdefault(owner.lane_or_id, owner)
         if first.lane_width != owner.lane_width:
             raise OwnerSourceError(
-                f"owner source of queue {queue.name!r} gives lane {owner.lane_or_id!r} two widths: "
+                f"owner source of queue {queue.name!r} gives lane {lane!r} two widths: "
                 f"lane_width={first.lane_width} for owner {first.id!r} and lane_width={owner.lane_width} for "
                 f"owner {owner.id!r}; owners sharing a lane share its width"
             )

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import zlib
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -72,27 +74,141 @@ def plan(
     """
     now = utc(now) if now is not None else datetime.now(timezone.utc)
     if owner is not None:
-        return _plan_owners(store, queue, [resolve_owner(queue, owner)], now)
+        return _plan_owners(store, queue, [resolve_owner(queue, owner)], now, whole=False)
     if not store.try_planning_lock(queue.name):
         log.warning("queue %s: another planning run is still running; this one does nothing", queue.name)
         return PlanSummary(queue.name, 0, {t.name: 0 for t in queue.types}, skipped=True)
     try:
-        return _plan_owners(store, queue, owners_of(queue), now)
+        return _plan_owners(store, queue, owners_of(queue), now, whole=True)
     finally:
         store.planning_unlock(queue.name)
 
 
-def _plan_owners(store: Store, queue: Queue, owners: Sequence[Owner], now: datetime) -> PlanSummary:
+def _plan_owners(store: Store, queue: Queue, owners: Sequence[Owner], now: datetime, *, whole: bool) -> PlanSummary:
+    """Plan ``owners``: the whole source (``whole``) or a few named ones.
+
+    A whole run compares its owners with their coverage rows one by one only in the roster buckets whose digest
+    differs from the one recorded when the planner last found them settled (every one, the first time; see
+    migration 0018); for the other owners it reads only the coverage rows short of now, which a run between
+    two periods finds empty. Either way the same rows go on to be moved and planned."""
     inserted: Counter[str] = Counter()
     moved = 0
     stretch = _stretches(store, queue)
-    for start in range(0, len(owners), READ_BATCH):
-        batch_moved, batch_inserted = _plan_batch(store, queue, owners[start : start + READ_BATCH], now, stretch)
+    own_every = _own_periods(queue, owners, stretch)
+    roster, changed, compared = None, None, owners
+    if whole:
+        roster = Roster(queue, owners)
+        changed = roster.changed(store.planned_rosters(queue.name))  # None: every bucket
+        compared = owners if changed is None else roster.owners_in(changed)
+    unsettled: set[str] = set()  # owners of compared buckets found without a coverage row, or moved
+    for start in range(0, len(compared), READ_BATCH):
+        batch = compared[start : start + READ_BATCH]
+        found = _read_batch(store, queue, batch, now, own_every)
+        unsettled.update(row.owner for row in found if row.moved or not row.has_row)
+        batch_moved, batch_inserted = _plan_found(store, queue, {o.id: o for o in batch}, found, now, own_every)
         moved += batch_moved
         inserted.update(batch_inserted)
+    if roster is not None and len(compared) < len(owners):
+        found = _read_short(store, queue, roster, {o.id for o in compared} if compared else set(), now, own_every)
+        if found:
+            batch_moved, batch_inserted = _plan_found(store, queue, roster.by_id, found, now, own_every)
+            moved += batch_moved
+            inserted.update(batch_inserted)
+    if roster is not None and changed != set() and (settled := roster.settled(changed, unsettled)):
+        store.record_rosters(queue.name, settled)
     if inserted or moved:
         store.notify(queue.name)
     return PlanSummary(queue.name, len(owners), {t.name: inserted.get(t.name, 0) for t in queue.types}, moved)
+
+
+ROSTER_BUCKETS = 64
+"""How many buckets a queue's owners are cut into for their digests: an owner who connects, moves or leaves has
+the owners of its bucket alone (1/64 of them) compared with their coverage rows one by one."""
+
+WHOLE = -1
+"""The bucket number of the whole owner source's digest."""
+
+
+class Roster:
+    """A queue's owners as its owner source lists them now, with their digests: per bucket (a checksum of the
+    owner's name picks the bucket) and of the whole source. A digest covers the owners' names, lanes and lane
+    widths, in the source's order, and the queue's job types: what decides whether each owner-type has its
+    coverage row in the right lane. Everything but the whole digest is computed only when that differs."""
+
+    def __init__(self, queue: Queue, owners: Sequence[Owner]) -> None:
+        self.owners = owners
+        self._types = "\x1f".join(t.name for t in queue.types)
+        self._lines = [f"{o.id}\x1f{o.lane_or_id}\x1f{o.lane_width}" for o in owners]
+        self.whole = _digest(self._types, self._lines)
+        self._buckets: list[int] | None = None
+        self._digests: dict[int, str] | None = None
+        self._by_id: dict[str, Owner] | None = None
+
+    @property
+    def by_id(self) -> dict[str, Owner]:
+        if self._by_id is None:
+            self._by_id = {o.id: o for o in self.owners}
+        return self._by_id
+
+    def buckets(self) -> list[int]:
+        """Each owner's bucket, in the source's order."""
+        if self._buckets is None:
+            self._buckets = [zlib.crc32(o.id.encode()) % ROSTER_BUCKETS for o in self.owners]
+        return self._buckets
+
+    def digests(self) -> dict[int, str]:
+        """Each bucket's digest."""
+        if self._digests is None:
+            lines: list[list[str]] = [[] for _ in range(ROSTER_BUCKETS)]
+            for bucket, line in zip(self.buckets(), self._lines, strict=True):
+                lines[bucket].append(line)
+            self._digests = {bucket: _digest(self._types, bucket_lines) for bucket, bucket_lines in enumerate(lines)}
+        return self._digests
+
+    def changed(self, recorded: dict[int, str]) -> set[int] | None:
+        """The buckets whose digest differs from ``recorded``'s (empty: none), or None: every one, as nothing
+        is recorded (a first run, or coverage rows were deleted)."""
+        if recorded.get(WHOLE) == self.whole:
+            return set()
+        if not recorded:
+            return None
+        return {bucket for bucket, digest in self.digests().items() if recorded.get(bucket) != digest}
+
+    def owners_in(self, buckets: set[int]) -> list[Owner]:
+        """The owners of ``buckets``, in the source's order."""
+        if not buckets:
+            return []
+        return [o for o, bucket in zip(self.owners, self.buckets(), strict=True) if bucket in buckets]
+
+    def settled(self, buckets: set[int] | None, unsettled: set[str]) -> dict[int, str]:
+        """The digests to record after comparing ``buckets`` (None: all): those whose owners were all found
+        with their coverage rows in their lanes (none in ``unsettled``), and the whole one when all were."""
+        digests = self.digests()
+        left = {bucket for o, bucket in zip(self.owners, self.buckets(), strict=True) if o.id in unsettled}
+        settled = {b: d for b, d in digests.items() if (buckets is None or b in buckets) and b not in left}
+        if not left:
+            settled[WHOLE] = self.whole
+        return settled
+
+
+def _digest(types: str, lines: Sequence[str]) -> str:
+    return hashlib.md5("\x1e".join((types, *lines)).encode(), usedforsecurity=False).hexdigest()
+
+
+def _own_periods(queue: Queue, owners: Sequence[Owner], stretch: dict[str, int]) -> dict[tuple[str, str], timedelta]:
+    """The owner-types whose current period is not the type's: owners with periods of their own or a stretch
+    (most have neither, and are looked at no further)."""
+    return {
+        (owner.id, job_type.name): every
+        for owner in owners
+        if owner.every or owner.id in stretch
+        for job_type in queue.types
+        if (every := _own_every(owner, job_type, stretch.get(owner.id, 1))) is not None
+    }
+
+
+def _own_period_starts(own_every: dict[tuple[str, str], timedelta], now: datetime) -> list[tuple[str, str, datetime]]:
+    return [(name, type_name, period_start(now, every)) for (name, type_name), every in own_every.items()]
 
 
 def _stretches(store: Store, queue: Queue) -> dict[str, int]:
@@ -106,22 +222,13 @@ def _stretches(store: Store, queue: Queue) -> dict[str, int]:
     }
 
 
-def _plan_batch(
-    store: Store, queue: Queue, owners: Sequence[Owner], now: datetime, stretch: dict[str, int]
-) -> tuple[int, Counter[str]]:
-    """Plan one batch of owners. A paused owner gets no new jobs: what its pause skips is planned once it is
-    resumed, from where its coverage ends (one recurring window reaching over the pause, as after a planner
-    that was down), while its lane moves like anyone's. The paused owners are read only when the batch lacks
-    something: a repeated plan that adds nothing costs no statement more."""
+def _read_batch(
+    store: Store, queue: Queue, owners: Sequence[Owner], now: datetime, own_every: dict[tuple[str, str], timedelta]
+) -> list[CoverageRow]:
+    """The coverage rows of ``owners`` that lack something or have moved, each owner compared one by one."""
     reach = [coverage_wanted(job_type, now) for job_type in queue.types]
-    own_every = {  # looked at only for owners with periods or a stretch of their own: most have neither
-        (owner.id, job_type.name): every
-        for owner in owners
-        if owner.every or owner.id in stretch
-        for job_type in queue.types
-        if (every := _own_every(owner, job_type, stretch.get(owner.id, 1))) is not None
-    }
-    found = store.read_coverage(
+    ids = {o.id for o in owners} if own_every else set()
+    return store.read_coverage(
         queue.name,
         [o.id for o in owners],
         [o.lane_or_id for o in owners],
@@ -129,9 +236,48 @@ def _plan_batch(
         [t.name for t in queue.types],
         [horizon_start for horizon_start, _ in reach],
         [period for _, period in reach],
-        [(name, type_name, period_start(now, every)) for (name, type_name), every in own_every.items()],
+        [start for start in _own_period_starts(own_every, now) if start[0] in ids],
     )
-    by_id = {owner.id: owner for owner in owners}
+
+
+def _read_short(
+    store: Store,
+    queue: Queue,
+    roster: Roster,
+    compared: set[str],
+    now: datetime,
+    own_every: dict[tuple[str, str], timedelta],
+) -> list[CoverageRow]:
+    """The coverage rows short of now of the listed owners not in ``compared``, in the owner source's order."""
+    reach = [coverage_wanted(job_type, now) for job_type in queue.types]
+    rows = store.read_short_coverage(
+        queue.name,
+        [t.name for t in queue.types],
+        [horizon_start for horizon_start, _ in reach],
+        [period for _, period in reach],
+        _own_period_starts(own_every, now),
+    )
+    if not rows:
+        return []
+    listed = roster.by_id
+    rows = [row for row in rows if row.owner in listed and row.owner not in compared]
+    position = {o.id: index for index, o in enumerate(roster.owners)} if rows else {}
+    type_position = {t.name: index for index, t in enumerate(queue.types)}
+    return sorted(rows, key=lambda row: (position[row.owner], type_position[row.type]))
+
+
+def _plan_found(
+    store: Store,
+    queue: Queue,
+    by_id: dict[str, Owner],
+    found: Sequence[CoverageRow],
+    now: datetime,
+    own_every: dict[tuple[str, str], timedelta],
+) -> tuple[int, Counter[str]]:
+    """Move and plan what a read found (rows in the owner source's order). A paused owner gets no new jobs: what
+    its pause skips is planned once it is resumed, from where its coverage ends (one recurring window reaching
+    over the pause, as after a planner that was down), while its lane moves like anyone's. The paused owners
+    are read only when something lacks: a repeated plan that adds nothing costs no statement more."""
     moved = _move_lanes(store, queue, [by_id[name] for name in dict.fromkeys(row.owner for row in found if row.moved)])
     lacking: dict[str, list[CoverageRow]] = {}  # in the owner source's order, so that jobs are numbered in it
     for row in found:
