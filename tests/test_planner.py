@@ -476,6 +476,21 @@ def test_an_owner_with_its_own_period_is_planned_at_it_beside_owners_at_the_type
     assert windows[-1] == (at + minute - overlap, at + 40 * minute)
 
 
+def test_once_settled_an_owner_with_a_shorter_period_of_its_own_is_planned_at_it_from_the_short_read(
+    ops, admin, schema, clock
+):
+    minute = timedelta(minutes=1)
+    listed = [Owner("premium", every={"orders": minute}), Owner("plain")]
+    operations = ops(orders(overlap=timedelta(seconds=30)), owner_source=lambda queue: listed)
+    settled(operations, clock)  # 10:20
+
+    statements = sent(operations, lambda: operations.plan("shops", now=clock.now + minute))  # plain's period: 10:15
+    assert "read_coverage" not in statements
+    recurring = "type = 'orders' AND mode = 'recurring' AND owner = %s"
+    assert max(r["window_end"] for r in rows(admin, schema, recurring, ["premium"])) == clock.now + minute
+    assert len(rows(admin, schema, recurring, ["plain"])) == 1
+
+
 def test_an_owners_own_period_the_queue_cannot_plan_is_refused_naming_it(ops, clock):
     minute = timedelta(minutes=1)
     with pytest.raises(OwnerSourceError, match=r"every of owner 'acme': queue 'shops' has no job type 'order'"):
