@@ -331,6 +331,19 @@ def settled(operations, clock):
     assert "read_coverage" not in sent(operations, lambda: operations.plan("shops", now=clock.now))
 
 
+def test_a_source_that_lists_the_same_owners_in_another_order_each_time_is_still_found_settled(ops, clock):
+    names = [f"owner-{number}" for number in range(30)]
+    calls = []
+
+    def source(queue):
+        calls.append(queue)
+        return [Owner(name) for name in (names if len(calls) % 2 else reversed(names))]
+
+    operations = ops(orders(), owner_source=source)
+    settled(operations, clock)
+    assert "read_coverage" not in sent(operations, lambda: operations.plan("shops", now=clock.now))
+
+
 def test_once_settled_each_new_period_and_a_raised_horizon_are_still_planned_from_the_short_read(
     ops, admin, schema, clock
 ):

@@ -132,13 +132,16 @@ WHOLE = -1
 class Roster:
     """A queue's owners as its owner source lists them now, with their digests: per bucket (a checksum of the
     owner's name picks the bucket) and of the whole source. A digest covers the owners' names, lanes and lane
-    widths, in the source's order, and the queue's job types: what decides whether each owner-type has its
-    coverage row in the right lane. Everything but the whole digest is computed only when that differs."""
+    widths, and the queue's job types: what decides whether each owner-type has its coverage row in the right
+    lane. It is taken in name order, so that a source that lists the same owners in another order (from a set,
+    say) matches. Everything but the whole digest is computed only when that differs."""
 
     def __init__(self, queue: Queue, owners: Sequence[Owner]) -> None:
         self.owners = owners
-        self._types = "\x1f".join(t.name for t in queue.types)
-        self._lines = [f"{o.id}\x1f{o.lane_or_id}\x1f{o.lane_width}" for o in owners]
+        # Fields apart by NUL, which no name holds (and no field is empty): no two rosters give one text.
+        self._types = "\x00".join(t.name for t in queue.types)
+        self._lines = [f"{o.id}\x00{o.lane_or_id}\x00{o.lane_width}" for o in owners]
+        self._lines.sort()  # by name: names are unique in a source, and NUL sorts before any character
         self.whole = _digest(self._types, self._lines)
         self._buckets: list[int] | None = None
         self._digests: dict[int, str] | None = None
@@ -160,8 +163,8 @@ class Roster:
         """Each bucket's digest."""
         if self._digests is None:
             lines: list[list[str]] = [[] for _ in range(ROSTER_BUCKETS)]
-            for bucket, line in zip(self.buckets(), self._lines, strict=True):
-                lines[bucket].append(line)
+            for line in self._lines:
+                lines[zlib.crc32(line.partition("\x00")[0].encode()) % ROSTER_BUCKETS].append(line)
             self._digests = {bucket: _digest(self._types, bucket_lines) for bucket, bucket_lines in enumerate(lines)}
         return self._digests
 
@@ -192,7 +195,7 @@ class Roster:
 
 
 def _digest(types: str, lines: Sequence[str]) -> str:
-    return hashlib.md5("\x1e".join((types, *lines)).encode(), usedforsecurity=False).hexdigest()
+    return hashlib.md5("\x00\x00".join((types, *lines)).encode(), usedforsecurity=False).hexdigest()
 
 
 def _own_periods(queue: Queue, owners: Sequence[Owner], stretch: dict[str, int]) -> dict[tuple[str, str], timedelta]:
