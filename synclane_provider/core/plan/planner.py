@@ -66,6 +66,10 @@ def plan(
     it from the job it is about to lease: the database then needs no table of lanes, and the index alone
     keeps the lane k wide.
 
+    A run over the whole queue compares owners with their coverage rows that way only where the owner source
+    changed since a run last found everything settled (:class:`Roster`); for the rest, one read of the
+    queue's coverage rows short of now stands for it, and between two periods it returns nothing.
+
     A run over the whole queue holds the queue's planning lock while it runs, and lets go of it when it ends,
     with an error too (or when its connection does). A run that starts while another still runs -- one that
     took longer than its interval, say -- does nothing and returns at once with ``skipped`` set (the running
