@@ -15,8 +15,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 
-import pytest
 import psycopg
+import pytest
 from psycopg import sql
 
 from synclane_provider.core import Job, Operations, Page, WorkerPool, WorkerSlot
@@ -72,8 +72,7 @@ class RowWrites:
                 "CREATE SEQUENCE {sequence}",
                 "CREATE FUNCTION {counter}() RETURNS trigger LANGUAGE plpgsql AS $$ "
                 "BEGIN PERFORM nextval({sequence_name}); RETURN NULL; END $$",
-                "CREATE TRIGGER {trigger} AFTER INSERT OR UPDATE ON {table} "
-                "FOR EACH ROW EXECUTE FUNCTION {counter}()",
+                "CREATE TRIGGER {trigger} AFTER INSERT OR UPDATE ON {table} FOR EACH ROW EXECUTE FUNCTION {counter}()",
             ):
                 self.admin.execute(sql.SQL(statement).format(**self._names(table)))
         return self
@@ -87,7 +86,11 @@ class RowWrites:
 
     def __exit__(self, *exc: object) -> None:
         for table in self.TABLES:
-            for statement in ("DROP TRIGGER {trigger} ON {table}", "DROP FUNCTION {counter}()", "DROP SEQUENCE {sequence}"):
+            for statement in (
+                "DROP TRIGGER {trigger} ON {table}",
+                "DROP FUNCTION {counter}()",
+                "DROP SEQUENCE {sequence}",
+            ):
                 self.admin.execute(sql.SQL(statement).format(**self._names(table)))
 
 
