@@ -220,6 +220,19 @@ def test_a_key_another_transaction_inserts_while_a_page_of_new_keys_is_copied_la
     assert writes(admin, landing_schema) == 1 + 2  # theirs, and our two new keys once each
 
 
+def test_a_row_a_trigger_skips_is_counted_as_left_alone_whether_copied_or_not(items, admin, landing_schema):
+    admin.execute(
+        sql.SQL(
+            "CREATE FUNCTION {0}.skip() RETURNS trigger LANGUAGE plpgsql AS"
+            " $$ BEGIN IF NEW.name = 'skip' THEN RETURN NULL; END IF; RETURN NEW; END $$;"
+            " CREATE TRIGGER skip BEFORE INSERT ON {0}.items FOR EACH ROW EXECUTE FUNCTION {0}.skip()"
+        ).format(sql.Identifier(landing_schema))
+    )
+    assert items.land(ACME, [item(1, 1), item(2, 1, name="skip")]) == LandCounts(inserted=1, unchanged=1)  # copied
+    assert items.land(ACME, [item(0, 1), item(3, 1, name="skip")]) == LandCounts(inserted=1, unchanged=1)
+    assert stored(admin, landing_schema) == {0: (1, "n", 1), 1: (1, "n", 1)}
+
+
 @pytest.mark.parametrize("row", [item(2**31, 1), item(2, 1, price=2**31), item(2, 1, price=-(2**31) - 1)])
 def test_an_integer_out_of_the_columns_range_is_refused_not_wrapped(items, admin, landing_schema, row):
     with pytest.raises(psycopg.errors.NumericValueOutOfRange):

@@ -259,9 +259,10 @@ class Destination:
                     cur.execute(page_range_stored, params)
                 stored = cur.fetchone()
                 assert stored is not None
-                if not stored[0] and self._copy(cur, savepoint, copy_page, copied_as, columns, arrays, owner):
+                copied = None if stored[0] else self._copy(cur, savepoint, copy_page, copied_as, columns, arrays, owner)
+                if copied is not None:  # a row a trigger of the table skipped is not inserted: left as it was
                     self._local.all_new = True
-                    return LandCounts(inserted=len(page), stale=superseded)
+                    return LandCounts(inserted=copied, unchanged=len(page) - copied, stale=superseded)
             try:
                 with conn.pipeline():
                     if in_transaction and copied_as is None:  # else taken by the look at the page's range
@@ -293,25 +294,27 @@ class Destination:
         columns: tuple[str, ...],
         arrays: dict[str, list[Any]],
         owner: str | None,
-    ) -> bool:
-        """Copy a page of new keys into the table; whether it did. A key another transaction inserted meanwhile (or
-        a table that takes no COPY) leaves nothing of the copy behind: in the caller's transaction it is undone to
-        the savepoint taken before it (which land_page then releases), and the page is landed by land_page."""
+    ) -> int | None:
+        """Copy a page of new keys into the table; the rows it inserted, None when it did not. A key another
+        transaction inserted meanwhile (or a table that takes no COPY) leaves nothing of the copy behind: in the
+        caller's transaction it is undone to the savepoint taken before it (which land_page then releases), and
+        the page is landed by land_page."""
         in_transaction = cur.connection.info.transaction_status != TransactionStatus.IDLE
         try:
             with cur.copy(copy_page) as copy:
                 copy.set_types(copied_as)
-                for row in zip(*(repeat(owner) if name == self.owner else arrays[name] for name in columns)):
+                count = len(next(iter(arrays.values()))) if arrays else 1  # a page of the owner column alone: one row
+                for row in zip(*(repeat(owner, count) if name == self.owner else arrays[name] for name in columns)):
                     copy.write_row(row)
         except Exception as refused:
             if in_transaction:
                 savepoint.execute(_ROLLBACK_TO_SAVEPOINT)
             if isinstance(refused, (psycopg.errors.FeatureNotSupported, psycopg.errors.WrongObjectType)):
                 self._copies = False  # row-level security, a view: the table takes no COPY
-            return False
+            return None
         if in_transaction:
             savepoint.execute(_RELEASE_SAVEPOINT)
-        return True
+        return cur.rowcount
 
     def _copy_types(
         self,
