@@ -163,7 +163,7 @@ class Job:
     @property
     def page_transaction(self) -> object | None:
         """The transaction a worker lands this page in when the destination is the jobs database (a
-        :class:`~synclane_provider.core.db.landing.PageTransaction`); None outside a worker."""
+        :class:`~synclane_provider.core.db.page_transaction.PageTransaction`); None outside a worker."""
         return self.__dict__.get("_page_transaction")
 
     def with_page_transaction(self, transaction: object) -> "Job":

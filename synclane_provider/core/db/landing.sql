@@ -1,7 +1,7 @@
 -- Landing a page of records into a user's PostgreSQL table (see landing.py).
 --
--- Identifiers are composed by landing.py with psycopg.sql (the table, its columns, their types); values are
--- always parameters. Placeholders in braces are those composables.
+-- Identifiers are composed by page_statements.py and landing.py with psycopg.sql (the table, its columns, their
+-- types); values are always parameters. Placeholders in braces are those composables.
 
 -- name: unique_indexes
 -- The table's columns, their types (without modifiers: the insert applies those), whether a value of the type

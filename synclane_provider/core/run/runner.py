@@ -14,7 +14,7 @@ from types import EllipsisType
 from typing import TypedDict, Unpack
 
 from synclane_provider.core.clock import Clock
-from synclane_provider.core.db.landing import PageTransaction
+from synclane_provider.core.db.page_transaction import PageTransaction
 from synclane_provider.core.db.store import Finish, Store
 from synclane_provider.core.declare.declarations import JobType, Queue
 from synclane_provider.core.durations import duration_text
@@ -114,7 +114,7 @@ class JobRunner:
         page_transaction: PageTransaction | None = None,
     ) -> None:
         self._page_transaction = page_transaction
-        """Where pages land in the jobs database, committed with their cursor (see core.db.landing)."""
+        """Where pages land in the jobs database, committed with their cursor (see core.db.page_transaction)."""
         self._metrics = metrics
         self._interrupted = interrupted
         self._lease = lease

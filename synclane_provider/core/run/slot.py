@@ -20,7 +20,7 @@ import psycopg.errors
 
 from synclane_provider.core.clock import Clock, database_clock
 from synclane_provider.core.db.database import Database, Session
-from synclane_provider.core.db.landing import PageTransaction
+from synclane_provider.core.db.page_transaction import PageTransaction
 from synclane_provider.core.db.store import Finish, FinishAndTake, Store, Taken
 from synclane_provider.core.declare.declarations import SyncLane
 from synclane_provider.core.metrics import JOBS_FINISHED, LEASE_TAKEOVERS, NO_METRICS, TAKE_WAIT, Metrics

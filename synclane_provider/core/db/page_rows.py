@@ -1,0 +1,158 @@
+"""A page's rows as a destination lands them: checked, one per key, and each column's values as they are sent.
+
+A page is checked before anything is sent: every row has the first one's columns, its owner column (if it has
+one) holds the job's owner, a version in every row when a version column is declared, and each key once (of a
+key's rows the newest by version is kept, the others count as superseded). Its columns then go as one array each:
+as they are when the values are of one Python type that psycopg sends as it is, else as text for the server to
+read as the column's type; a page of new keys is copied only when each column's values are of the column's type
+already, so that a copy lands exactly what ``land_page`` would.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from itertools import repeat
+from typing import Any
+
+import psycopg
+from psycopg.adapt import PyFormat, Transformer
+
+from synclane_provider.core.errors import LandingError
+
+Row = Mapping[str, Any]
+_INTEGER_LIMITS = {21: 2**15, 23: 2**31, 20: 2**63}
+"""int2, int4 and int8 by type oid: the magnitude their values stay below (a COPY in binary would wrap them)."""
+
+
+def checked_page(
+    table: str,
+    rows: Iterable[Row],
+    owner: str | None,
+    *,
+    key: Sequence[str],
+    owner_column: str | None,
+    version: str | None,
+) -> tuple[list[Row], tuple[str, ...], int]:
+    """The page's rows, one per key (as given: the owner column, when a row leaves it out, is the job's owner);
+    its columns, the owner column among them; and how many rows were superseded."""
+    if owner_column is not None and owner is None:
+        raise LandingError(f"{table}: the owner column {owner_column!r} needs the job's owner")
+    rows = rows if isinstance(rows, list) else list(rows)
+    as_given = _page_as_given(rows, owner, key=key, owner_column=owner_column, version=version)
+    if as_given is not None:
+        return as_given
+    owners: tuple[str, ...] = () if owner_column is None else (owner_column,)
+    within = [k for k in key if k not in owners]  # the owner's part of the key is the same in every row
+    key_of: Callable[[Row], Any] = operator.itemgetter(*within) if within else (lambda row: ())
+    newest: dict[Any, Row] = {}
+    columns: tuple[str, ...] = ()
+    shape: set[str] = set()
+    number = 0
+    for number, row in enumerate(rows, 1):
+        if number == 1:
+            columns = (*row, *(name for name in owners if name not in row))
+            shape = set(columns)
+        elif row.keys() != shape and row.keys() | set(owners) != shape:
+            raise LandingError(f"{table}: row {number} has columns {sorted(row)}, the first row {sorted(shape)}")
+        for name in owners:
+            if row.get(name, owner) != owner:
+                raise LandingError(f"{table}: row {number} has {name}={row[name]!r}, not the job's owner {owner!r}")
+        try:
+            row_key = key_of(row)
+        except KeyError as missing:
+            raise LandingError(f"{table}: row {number} has no key column {missing.args[0]!r}") from None
+        if version is not None:
+            if row.get(version) is None:
+                whole = tuple(row.get(k, owner) for k in key)
+                raise LandingError(f"{table}: row {number} (key {whole!r}) has no {version!r} (the version column)")
+            kept = newest.get(row_key)
+            if kept is not None and kept[version] > row[version]:
+                continue
+        newest[row_key] = row
+    return list(newest.values()), columns, number - len(newest)
+
+
+def _page_as_given(
+    rows: list[Row], owner: str | None, *, key: Sequence[str], owner_column: str | None, version: str | None
+) -> tuple[list[Row], tuple[str, ...], int] | None:
+    """The usual page, checked a column at a time rather than a row at a time: every row of the first one's
+    columns, its owner column (if it has one) the job's owner, a version in every row and no key twice. None
+    when it is not so: :func:`checked_page` then goes through the rows one by one, to name the row that is wrong
+    or to keep the newest of a key's rows."""
+    if not rows:
+        return None
+    first = rows[0]
+    shape = first.keys()
+    within = [k for k in key if k != owner_column]
+    try:
+        if not all(map(operator.eq, repeat(shape), map(operator.methodcaller("keys"), rows))):
+            return None
+        if owner_column is not None and owner_column in shape:
+            if not all(map(operator.eq, repeat(owner), map(operator.itemgetter(owner_column), rows))):
+                return None
+        if version is not None and None in map(operator.itemgetter(version), rows):
+            return None
+        if within and len(set(map(operator.itemgetter(*within), rows))) != len(rows):
+            return None
+    except (KeyError, TypeError):  # a key column missing, a key that cannot be hashed: told row by row
+        return None
+    if not within and len(rows) > 1:
+        return None
+    owners = () if owner_column is None or owner_column in shape else (owner_column,)
+    return rows, (*first, *owners), 0
+
+
+def one_scalar_kind(values: list[Any]) -> bool:
+    """Whether the values (None aside) are all of one Python type that is sent as it is: not a list, a tuple or
+    a dict (a page's column goes as one array, and psycopg dumps an array of one type)."""
+    kinds = set(map(type, values))
+    kinds.discard(type(None))
+    return len(kinds) <= 1 and not any(issubclass(k, (list, tuple, dict)) for k in kinds)
+
+
+def values_as_text(conn: psycopg.Connection[Any], values: list[Any]) -> list[str | None]:
+    """The values as psycopg writes them in text (what COPY would send), for the server to read as the column's type."""
+    transformer = Transformer(conn)
+    encoding = conn.info.encoding
+
+    def text(value: Any) -> str:
+        dumped = transformer.get_dumper(value, PyFormat.TEXT).dump(value)
+        assert dumped is not None
+        return bytes(dumped).decode(encoding)
+
+    return [None if v is None else text(v) for v in values]
+
+
+def copy_types(
+    conn: psycopg.Connection[Any],
+    columns: tuple[str, ...],
+    arrays: dict[str, list[Any]],
+    owner: str | None,
+    *,
+    owner_column: str | None,
+    copied_as: Mapping[str, int],
+) -> list[int] | None:
+    """The types to copy the page's columns as, when each column's values are of the column's type already (as
+    psycopg sends them: a str for a string type, an aware datetime for timestamptz, an int in range for an
+    integer type): a copy then lands exactly what land_page would. None otherwise. ``copied_as`` is the type each
+    column's values are copied as (its own, text for a string type)."""
+    transformer = Transformer(conn)
+    types: list[int] = []
+    for name in columns:
+        oid = copied_as[name]
+        values = [owner] if name == owner_column else arrays[name]
+        if None in values:
+            values = [v for v in values if v is not None]
+        if not values:
+            types.append(oid)
+        elif type(values[0]) is int:
+            limit = _INTEGER_LIMITS.get(oid)
+            if limit is None or not -limit <= min(values) <= max(values) < limit:
+                return None
+            types.append(oid)
+        elif transformer.get_dumper(values[0], PyFormat.BINARY).oid == oid:
+            types.append(oid)
+        else:
+            return None
+    return types

@@ -1,0 +1,91 @@
+"""A worker slot's page transaction: a page's rows, landed in the jobs database, commit with its cursor or not at all.
+
+:meth:`~synclane_provider.core.db.landing.Destination.land` writes a page's rows on this transaction's connection
+when its table is in the jobs database; the worker (``core/run/runner.py``, ``core/run/slot.py``) then saves the
+job's cursor in the same transaction, fenced on its lease, and commits, or rolls back when the page failed or the
+lease was lost.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import psycopg
+
+from synclane_provider.core.db.database import Database, Session
+from synclane_provider.core.db.store import Finish, SavedPage, Store
+
+T = TypeVar("T")
+
+
+class PageTransaction:
+    """A worker slot's connection to the jobs database for landing pages, and the transaction of the page in flight.
+
+    The first :meth:`Destination.land` of a page opens the transaction (and, the first time, the connection); the
+    worker then saves the job's cursor in it and commits (:meth:`save_page`, :meth:`finish`), or rolls it back
+    when the page failed or the lease was lost. The rows and the cursor commit together, or neither does.
+    """
+
+    def __init__(self, database: Database) -> None:
+        self._database = database
+        self._conn: psycopg.Connection[Any] | None = None
+        self.open = False
+        """Whether a page wrote in the transaction, which is still to commit or roll back."""
+
+    def connection(self) -> psycopg.Connection[Any]:
+        """The connection, in the page's transaction (opened by its first statement)."""
+        if self._conn is None or self._conn.closed:
+            self._conn = self._database.connect()
+            self._conn.autocommit = False
+        self.open = True
+        return self._conn
+
+    def store(self) -> Store:
+        """The jobs table inside the page's transaction: a statement that fails is never sent again on another
+        connection (the rows it should commit with would be lost), it fails the page."""
+        assert self._conn is not None
+        return Store(Session.pinned(self._database, self._conn))
+
+    def save_page(self, job_id: int, **values: Any) -> SavedPage | None:
+        """Save the cursor in the page's transaction and commit it; None (nothing committed) when the lease is lost."""
+        return self._ended(lambda: self.store().save_page(job_id, **values))
+
+    def finish(self, finish: Finish, **values: Any) -> Finish | None:
+        """Write how the job ended in the page's transaction and commit it; None (nothing committed) when the lease
+        is lost. Takes no next job: a lost race for a lane slot would undo the page."""
+        return self._ended(lambda: self.store().finish_and_take(finish=finish, take=False, **values).written)
+
+    def _ended(self, write: Callable[[], T | None]) -> T | None:
+        assert self._conn is not None
+        try:
+            written = write()
+        except BaseException:
+            self.rollback()
+            raise
+        if written is None:
+            self.rollback()
+        else:
+            self._conn.commit()
+            self.open = False
+        return written
+
+    def rollback(self) -> None:
+        """Undo the page's writes (a failed page, a lost lease); a broken connection is dropped."""
+        self.open = False
+        if self._conn is not None and not self._conn.closed:
+            try:
+                self._conn.rollback()
+            except psycopg.Error:
+                self._conn.close()
+
+    def abandon(self) -> None:
+        """Leave the connection to a page left behind, still running on it: it is never committed, and the next
+        page opens a connection of its own."""
+        self.open = False
+        self._conn = None
+
+    def close(self) -> None:
+        conn, self._conn, self.open = self._conn, None, False
+        if conn is not None:
+            conn.close()
