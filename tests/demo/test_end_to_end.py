@@ -277,8 +277,11 @@ def scenario(database_url: str, tmp_path_factory, airflow_metadata) -> Scenario:
         services.append(airflow)
         wait_for_airflow(airflow, api_port, timeout=300)
 
-        # Twice more while jobs run: Ctrl-C, then a restart right after the last one came up.
-        for stop_signal, after_start in ((signal.SIGINT, 20), (signal.SIGTERM, 0)):
+        # Twice more while jobs run: Ctrl-C, then a restart right after the last one came up. Ctrl-C interrupts
+        # the tasks within seconds; the scheduler may then wait on its executor's idle worker processes for
+        # good ("Signal again if you don't want to wait"), and the DAG processor with it: what is left of Airflow
+        # 30 s after the Ctrl-C is killed (a SIGTERM stop takes seconds).
+        for stop_signal, after_start, graceful in ((signal.SIGINT, 20, 30), (signal.SIGTERM, 0, 90)):
             time.sleep(after_start)
             wait_until(
                 lambda: any(r["status"] == "running" for r in run.rows()),
@@ -287,7 +290,7 @@ def scenario(database_url: str, tmp_path_factory, airflow_metadata) -> Scenario:
                 every=0.2,
                 explain=lambda: airflow.tail(40),
             )
-            airflow.stop(graceful=90, signal_first=stop_signal)
+            airflow.stop(graceful=graceful, signal_first=stop_signal)
             services.remove(airflow)
             airflow = airflow_service(env, home).start()
             services.append(airflow)

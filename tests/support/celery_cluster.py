@@ -28,6 +28,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -316,12 +317,14 @@ class CeleryCluster:
         return "\n".join(f"--- {name}\n{service.tail(lines)}" for name, service in self.services.items())
 
     def close(self) -> None:
-        """Stop every component (the scheduler first, the API server last) and drop the metadata database."""
+        """Stop every component and drop the metadata database: the scheduler first (it hands out nothing more),
+        then the Celery workers, the triggerer and the DAG processor side by side, each waiting for its own processes
+        to end, the API server last (what stops still reports to it)."""
         try:
-            order = ["scheduler", *self.hostnames, "triggerer", "dag-processor", "api-server"]
-            for name in order:
-                if name in self.services:
-                    self.services[name].stop(graceful=15)
+            for names in (["scheduler"], [*self.hostnames, "triggerer", "dag-processor"], ["api-server"]):
+                stopping = [self.services[name] for name in names if name in self.services]
+                with ThreadPoolExecutor(max(len(stopping), 1)) as pool:
+                    list(pool.map(lambda service: service.stop(graceful=15), stopping))
         finally:
             with psycopg.connect(self.server_url, autocommit=True) as conn:
                 conn.execute(
