@@ -102,6 +102,17 @@ class CoverageRow:
     """The owner-type had a coverage row before this read (False: a new owner or type, or a row deleted)."""
 
 
+def _coverage_row(row: dict[str, Any], **found: bool) -> CoverageRow:
+    """A coverage read's row (``found``: what the read compared, when it did)."""
+    coverage = Coverage(
+        has_initial=bool(row["has_initial"]),
+        initial_start=row["initial_start"],
+        covered_until=row["covered_until"],
+        first_created_at=row["first_created_at"],
+    )
+    return CoverageRow(row["owner"], row["type"], coverage, **found)
+
+
 @dataclass(frozen=True)
 class ListedJob:
     """One job of a numbered list of jobs that ``insert_planned`` inserts for every owner-type naming the list."""
@@ -323,22 +334,7 @@ class Store:
             own_period_starts=[start for _, _, start in own_periods],
             prepare=False,
         )
-        return [
-            CoverageRow(
-                row["owner"],
-                row["type"],
-                Coverage(
-                    has_initial=bool(row["has_initial"]),
-                    initial_start=row["initial_start"],
-                    covered_until=row["covered_until"],
-                    first_created_at=row["first_created_at"],
-                ),
-                lacking=row["lacking"],
-                moved=row["moved"],
-                has_row=row["has_row"],
-            )
-            for row in rows
-        ]
+        return [_coverage_row(row, lacking=row["lacking"], moved=row["moved"], has_row=row["has_row"]) for row in rows]
 
     def read_short_coverage(
         self,
@@ -361,19 +357,7 @@ class Store:
             own_period_starts=[start for _, _, start in own_periods],
             prepare=False,
         )
-        return [
-            CoverageRow(
-                row["owner"],
-                row["type"],
-                Coverage(
-                    has_initial=bool(row["has_initial"]),
-                    initial_start=row["initial_start"],
-                    covered_until=row["covered_until"],
-                    first_created_at=row["first_created_at"],
-                ),
-            )
-            for row in rows
-        ]
+        return [_coverage_row(row) for row in rows]
 
     def planned_rosters(self, queue: str) -> dict[int, str]:
         """The digests of the queue's owner source the planner last found settled, by bucket (-1: the whole)."""
