@@ -113,6 +113,24 @@ def _coverage_row(row: dict[str, Any], **found: bool) -> CoverageRow:
     return CoverageRow(row["owner"], row["type"], coverage, **found)
 
 
+def _planning_rules(
+    types: Sequence[str],
+    horizon_starts: Sequence[datetime | None],
+    period_starts: Sequence[datetime],
+    own_periods: Sequence[tuple[str, str, datetime]],
+) -> dict[str, Any]:
+    """The parameters both coverage reads judge coverage by: each type's horizon and current period, and the
+    owner-types with a period of their own."""
+    return {
+        "types": list(types),
+        "horizon_starts": list(horizon_starts),
+        "period_starts": list(period_starts),
+        "own_owners": array_literal(owner for owner, _, _ in own_periods),
+        "own_types": array_literal(type_name for _, type_name, _ in own_periods),
+        "own_period_starts": [start for _, _, start in own_periods],
+    }
+
+
 @dataclass(frozen=True)
 class ListedJob:
     """One job of a numbered list of jobs that ``insert_planned`` inserts for every owner-type naming the list."""
@@ -326,12 +344,7 @@ class Store:
             owners=array_literal(owners),
             lanes=array_literal(lanes),
             lane_widths=array_literal(str(width) for width in lane_widths),
-            types=list(types),
-            horizon_starts=list(horizon_starts),
-            period_starts=list(period_starts),
-            own_owners=array_literal(owner for owner, _, _ in own_periods),
-            own_types=array_literal(type_name for _, type_name, _ in own_periods),
-            own_period_starts=[start for _, _, start in own_periods],
+            **_planning_rules(types, horizon_starts, period_starts, own_periods),
             prepare=False,
         )
         return [_coverage_row(row, lacking=row["lacking"], moved=row["moved"], has_row=row["has_row"]) for row in rows]
@@ -349,12 +362,7 @@ class Store:
         rows = self.session.run(
             "read_short_coverage",
             queue=queue,
-            types=list(types),
-            horizon_starts=list(horizon_starts),
-            period_starts=list(period_starts),
-            own_owners=array_literal(owner for owner, _, _ in own_periods),
-            own_types=array_literal(type_name for _, type_name, _ in own_periods),
-            own_period_starts=[start for _, _, start in own_periods],
+            **_planning_rules(types, horizon_starts, period_starts, own_periods),
             prepare=False,
         )
         return [_coverage_row(row) for row in rows]
