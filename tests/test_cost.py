@@ -21,6 +21,7 @@ from psycopg import sql
 
 from synclane_provider.core import Job, Operations, Page, WorkerPool, WorkerSlot
 from synclane_provider.core.db.database import Traffic
+from synclane_provider.core.db.wakeups import channel
 from tests.support.helpers import declare, products
 
 WARM_UP = 100
@@ -115,19 +116,19 @@ class Stretch:
 
 @pytest.fixture
 def due_jobs(schema, admin, database_url) -> Iterator[Callable[[int, int], None]]:
-    """Fills the queue with due one-page jobs, spread round-robin over lanes."""
+    """Fills the queue with due one-page jobs, spread round-robin over lanes (and as many owners, unless told)."""
 
-    def fill(jobs: int, lanes: int) -> None:
+    def fill(jobs: int, lanes: int, owners: int | None = None, mode: str = "recurring") -> None:
         declaration = declare(schema, products())
         with Operations(declaration, declaration.database(database_url)) as ops:
             ops.activity("shops")  # the table exists
         admin.execute(
             sql.SQL(
                 "INSERT INTO {}.jobs (queue, owner, lane, type, mode, dedup_key, next_run_at) "
-                "SELECT 'shops', 'owner-' || (i %% %s), 'lane-' || (i %% %s), 'products', 'recurring', "
+                "SELECT 'shops', 'owner-' || (i %% %s), 'lane-' || (i %% %s), 'products', %s, "
                 "       'due:' || i, now() - interval '1 minute' FROM generate_series(1, %s) AS i"
             ).format(sql.Identifier(schema)),
-            [lanes, lanes, jobs],
+            [owners or lanes, lanes, mode, jobs],
         )
         admin.execute(sql.SQL("ANALYZE {}.jobs").format(sql.Identifier(schema)))
 
@@ -207,6 +208,23 @@ def test_a_job_writes_its_row_twice_and_a_healthy_owner_s_row_once_a_minute(sche
 
     assert stretch.per_job(stretch.rows_written["jobs"]) <= 2.01, stretch
     assert stretch.rows_written["owners"] <= 20, stretch  # each owner's first clean run at most
+
+
+def test_an_owner_s_first_load_is_announced_once_not_once_a_slice(schema, database_url, due_jobs):
+    """A completed initial job notifies the first loads' watchers only when no other initial job of its owner
+    and type is left waiting: a NOTIFY serializes the commits of every session that sends one, so one per
+    history slice would put a queue's workers in single file. Each owner's last slice still announces it."""
+    due_jobs(jobs=600, lanes=600, owners=12, mode="initial")  # 50 slices an owner, every lane free
+    declaration = declare(schema, products(lambda job: Page(None, 1)))
+    database = declaration.database(database_url)
+    with psycopg.connect(database_url, autocommit=True) as listener:
+        listener.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel(schema))))
+        with WorkerSlot(declaration, database, "shops") as slot:
+            assert slot.drain().outcomes["completed"] == 600
+        announced = [note.payload for note in listener.notifies(timeout=1)]
+    database.close()
+
+    assert announced == ["shops"] * 12
 
 
 def test_slots_with_no_free_lane_sleep_on_their_connections_instead_of_polling(schema, database_url, due_jobs):

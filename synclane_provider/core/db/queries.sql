@@ -135,10 +135,13 @@ RETURNING *
 -- The owner's row (owners) follows how the attempt ended, in this statement too (owner_health below): a
 -- completion makes the owner healthy, a failure of the owner's counts towards degraded and failing.
 --
--- An initial job that completes may be an owner's first load done: the finish notifies the table's channel
--- (%(channel)s, %(payload)s: the queue), delivered as it commits, to wake whoever watches for first loads (the
--- initial-load asset watcher, the sensor's trigger) now rather than at its next poll -- in this statement, so
--- that a finished job costs no statement of its own; a recurring completion, the common case, sends nothing.
+-- An initial job that completes with no other initial job of its owner and type still waiting may be that
+-- owner's first load done: the finish notifies the table's channel (%(channel)s, %(payload)s: the queue),
+-- delivered as it commits, to wake whoever watches for first loads (the initial-load asset watcher, the sensor's
+-- trigger) now rather than at its next poll -- in this statement, so that a finished job costs no statement of
+-- its own. Every other completion sends nothing: a NOTIFY serializes the commits of every session that sends
+-- one (PostgreSQL holds one lock per database from the commit's start until it is on disk), so a notification
+-- per history slice would put a queue's workers in single file.
 --
 -- Returns one row: finished (whether the named job was written; false means its lease was lost),
 -- finished_status and finished_error (what was written), the leased job's columns (all NULL when nothing was
@@ -171,7 +174,7 @@ finished AS (
         stop_reason = NULL
     FROM clock
     WHERE done.id = %(finished)s AND done.leased_by = %(worker)s AND done.status = 'running'
-    RETURNING done.id, done.owner, done.status, done.error, done.mode
+    RETURNING done.id, done.owner, done.type, done.status, done.error, done.mode
 ),
 finish_first AS (
     SELECT count(*) AS n FROM finished
@@ -218,8 +221,15 @@ owner_health AS (
     RETURNING 1
 ),
 first_load_news AS (
+    -- A job of the owner's still running elsewhere is not waiting: it sends its own as it completes. Two
+    -- finishing side by side each see the other running and both send; neither can miss it.
     SELECT pg_notify(%(channel)s, %(payload)s) FROM finished
     WHERE finished.mode = 'initial' AND finished.status = 'completed'
+      AND NOT EXISTS (
+          SELECT 1 FROM {schema}.jobs AS rest
+          WHERE rest.queue = %(queue)s AND rest.owner = finished.owner AND rest.type = finished.type
+            AND rest.status IN ('pending', 'failed', 'deferred') AND rest.mode = 'initial'
+      )
 ),
 {lanes_with_waiting_work},
 candidate AS (
