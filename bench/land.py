@@ -7,6 +7,9 @@ shape (text key pair, a version, three columns), one per way of landing, each pa
 * ``vs_executemany``: that over a plain ``executemany`` of an ``INSERT … ON CONFLICT … DO UPDATE`` of the same
   rows (psycopg 3 pipelines it), each page a transaction.
 * ``vs_insert_rows``: that over Airflow's ``PostgresHook.insert_rows(..., replace=True)``, a commit per page.
+* ``copy_vs_executemany``: a bare binary ``COPY`` of the first landing's rows (a fourth table, savepoint and all,
+  as the first landing pays; it lands nothing again) over the same ``executemany``: the most any landing that
+  sends rows from Python by ``COPY`` can reach on this machine.
 * ``unchanged_writes``: tuples written (n_tup_ins + n_tup_upd + n_tup_del) when the same rows land again.
 * ``stale_writes``: the same when rows one version older land.
 
@@ -50,7 +53,10 @@ INSERT INTO {table} (account, id, updated_at, name, price, status) VALUES (%s, %
 ON CONFLICT (account, id) DO UPDATE
 SET updated_at = excluded.updated_at, name = excluded.name, price = excluded.price, status = excluded.status"""
 PASSES = ("first", "again", "older")
-WAYS = ("destination", "executemany", "insert_rows")
+WAYS = ("destination", "executemany", "insert_rows", "copy")
+FIRST_ONLY = ("copy",)
+"""Ways that land new keys only: they take their turns in the first pass."""
+COPY_TYPES = ("text", "text", "timestamptz", "text", "int4", "text")
 TURN = 10
 """Pages each way lands before the next takes its turn."""
 
@@ -125,10 +131,26 @@ def main() -> None:
                     replace_index=list(KEY),
                 )  # fmt: skip
 
+            copy_rows = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT BINARY)").format(
+                sql.Identifier(schema, "copy"), sql.SQL(", ").join(map(sql.Identifier, COLUMNS))
+            )
+
+            def copy(chunk: list[list[dict[str, Any]]]) -> None:
+                with conn.cursor() as cur:
+                    for page in chunk:
+                        with conn.transaction():
+                            cur.execute("SAVEPOINT bare_copy")
+                            with cur.copy(copy_rows) as copying:
+                                copying.set_types(list(COPY_TYPES))
+                                for row in as_tuples(page):
+                                    copying.write_row(row)
+                            cur.execute("RELEASE SAVEPOINT bare_copy")
+
             run: dict[str, Callable[[list[list[dict[str, Any]]]], None]] = {
                 "destination": destination,
                 "executemany": executemany,
                 "insert_rows": insert_rows,
+                "copy": copy,
             }
             before = 0
             for name, rows in zip(PASSES, (records(args.rows), records(args.rows), records(args.rows, older=True))):
@@ -136,6 +158,8 @@ def main() -> None:
                 for turn, start in enumerate(range(0, len(all_pages), TURN)):
                     chunk = all_pages[start : start + TURN]
                     for way in WAYS[turn % len(WAYS) :] + WAYS[: turn % len(WAYS)]:
+                        if way in FIRST_ONLY and name != "first":
+                            continue
                         started = time.perf_counter()
                         run[way](chunk)
                         spent[name, way] += time.perf_counter() - started
@@ -148,7 +172,11 @@ def main() -> None:
     for name in PASSES:
         print(
             f"{name:>6}: "
-            + "  ".join(f"{way} {args.rows / spent[name, way]:,.0f} rows/s" for way in WAYS)
+            + "  ".join(
+                f"{way} {args.rows / spent[name, way]:,.0f} rows/s"
+                for way in WAYS
+                if name == "first" or way not in FIRST_ONLY
+            )
             + f"  vs_executemany {spent[name, 'executemany'] / spent[name, 'destination']:.2f}"
         )
     rows_per_s = args.rows / spent["first", "destination"]
@@ -161,6 +189,7 @@ def main() -> None:
         f"rows_per_s={rows_per_s:.0f} "
         f"vs_executemany={spent['first', 'executemany'] / spent['first', 'destination']:.2f} "
         f"vs_insert_rows={spent['first', 'insert_rows'] / spent['first', 'destination']:.2f} "
+        f"copy_vs_executemany={spent['first', 'executemany'] / spent['first', 'copy']:.2f} "
         f"unchanged_writes={writes['again']} stale_writes={writes['older']}"
     )
 

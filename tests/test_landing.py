@@ -7,6 +7,7 @@ seen, not inferred from the counts the landing reports.
 from __future__ import annotations
 
 import threading
+import uuid
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
@@ -149,6 +150,70 @@ def test_a_key_another_transaction_inserts_meanwhile_is_upserted_not_refused(
     assert landed == [LandCounts(inserted=1, updated=1, unchanged=1, stale=1)]
     assert stored(admin, landing_schema) == {1: (1, "n", 1), 2: (5, "theirs", 1), 3: (2, "ours", 1), 4: (1, "n", 1)}
     assert writes(admin, landing_schema) == 1 + 2 + 2  # the first page, theirs, and ours: 3 updated, 4 inserted
+
+
+def tuples_written(conn: psycopg.Connection, table: str) -> int:
+    """Tuples this transaction wrote to ``table``, those of an undone copy too (the statistics count them)."""
+    query = "SELECT pg_stat_get_xact_tuples_inserted({0}::regclass) + pg_stat_get_xact_tuples_updated({0}::regclass)"
+    found = conn.execute(sql.SQL(query).format(sql.Literal(table))).fetchone()
+    assert found is not None
+    return int(found[0])
+
+
+def test_a_key_the_client_cannot_bound_is_looked_at_with_the_server_s_bounds(landing_schema, admin, database_url):
+    """A numeric key: Python's order of its values is not known to be the index's, so a page of new keys sends its
+    keys and the server takes the page's bounds before the copy; landed again, it writes no tuple."""
+    table = f"{landing_schema}.amounts"
+    admin.execute(
+        sql.SQL("CREATE TABLE {} (id numeric PRIMARY KEY, name text NOT NULL)").format(
+            sql.Identifier(landing_schema, "amounts")
+        )
+    )
+    amounts = Destination(table, key="id")
+    pages = [[{"id": Decimal(f"{i}.5"), "name": "n"} for i in range(start, start + 10)] for start in (0, 10)]
+    with psycopg.connect(database_url) as conn:
+        for page in pages:
+            with conn.transaction():
+                assert amounts.write(conn, page, owner=None) == LandCounts(inserted=10)
+        for page in pages:
+            with conn.transaction():
+                before = tuples_written(conn, table)
+                assert amounts.write(conn, page, owner=None) == LandCounts(unchanged=10)
+                assert tuples_written(conn, table) - before == 0
+
+
+@pytest.fixture
+def linguistic_database(database_url: str) -> Iterator[str]:
+    """A database of its own whose collation orders strings as people read them (ICU, en-US), not by code point."""
+    name = f"synclane_test_icu_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute(
+            sql.SQL("CREATE DATABASE {} TEMPLATE template0 LOCALE_PROVIDER icu ICU_LOCALE 'en-US' LOCALE 'C'").format(
+                sql.Identifier(name)
+            )
+        )
+    try:
+        yield psycopg.conninfo.make_conninfo(database_url, dbname=name)
+    finally:
+        with psycopg.connect(database_url, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
+def test_strings_under_a_linguistic_collation_are_bounded_by_the_server(linguistic_database):
+    """In en-US "a" sorts before "B"; by code point after. A page ["B", "a", "c"] after a page that stored "a": its
+    bounds taken as Python compares would miss the stored "a", and the copy would write tuples only to undo them.
+    The server takes them instead, finds "a", and the page goes through the guarded statement."""
+    table = "public.words"
+    words = Destination(table, key="word")
+    with psycopg.connect(linguistic_database) as conn:
+        conn.execute("CREATE TABLE public.words (word text PRIMARY KEY, n integer NOT NULL)")
+        with conn.transaction():
+            assert words.write(conn, [{"word": "a", "n": 1}], owner=None) == LandCounts(inserted=1)
+        with conn.transaction():
+            before = tuples_written(conn, table)
+            page = [{"word": "B", "n": 1}, {"word": "a", "n": 1}, {"word": "c", "n": 1}]
+            assert words.write(conn, page, owner=None) == LandCounts(inserted=2, unchanged=1)
+            assert tuples_written(conn, table) - before == 2
 
 
 def test_a_first_landing_is_copied_and_a_page_landed_again_writes_no_tuple_even_undone(

@@ -29,7 +29,6 @@ in the jobs database commits in with its cursor.
 
 from __future__ import annotations
 
-import operator
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from itertools import repeat
@@ -40,7 +39,14 @@ from psycopg import sql
 from psycopg.pq import TransactionStatus
 from psycopg.rows import tuple_row
 
-from synclane_provider.core.db.page_rows import Row, checked_page, copy_types, one_scalar_kind, values_as_text
+from synclane_provider.core.db.page_rows import (
+    Row,
+    checked_page,
+    copy_types,
+    one_scalar_kind,
+    page_bounds,
+    values_as_text,
+)
 from synclane_provider.core.db.page_statements import PageStatements, column_list, landing_texts
 from synclane_provider.core.db.page_transaction import PageTransaction
 from synclane_provider.core.errors import DeclarationError, LandingError
@@ -123,6 +129,9 @@ class Destination:
         self._ranged = False
         """Whether a unique index on the key orders keys as comparing them does (read at the first page): then a
         page whose range of keys holds no stored key is inserted without a probe a row."""
+        self._bounded = False
+        """Whether Python compares the key's values as its index orders them (read at the first page): then a page's
+        bounds are taken here, and only they are sent to look at its range."""
         self._copied_as: dict[str, int] = {}
         """The type each column's values are copied as (its own, text for a string type)."""
         self._copies = True
@@ -189,16 +198,15 @@ class Destination:
         Rows of the same key in one page are landed once: the newest by the version column (the last one when
         there is none or they tie); the others count as stale.
         """
-        page, columns, superseded = checked_page(
+        arrays, columns, count, superseded = checked_page(
             self.table, rows, owner, key=self.key, owner_column=self.owner, version=self.version
         )
-        if not page:
+        if not count:
             return LandCounts(stale=superseded)
         types = self._check(conn, columns)
         statements = self._statements
         assert statements is not None
         # The owner column is the same in every row: it goes as one value, every other column as one array.
-        arrays = {name: list(map(operator.itemgetter(name), page)) for name in columns if name != self.owner}
         as_text = tuple(
             name != self.owner and (types[name][1] or not one_scalar_kind(arrays[name])) for name in columns
         )
@@ -226,17 +234,18 @@ class Destination:
         # one of its own, which would commit) and its release go in the statement's round trip.
         with psycopg.Cursor(conn, row_factory=tuple_row) as cur, psycopg.Cursor(conn) as savepoint:
             if copied_as is not None:  # all new keys, as a first landing in key order has: copied, no probe at all
-                page_range_stored, copy_page = statements.range_and_copy(conn, columns)
+                bounds = page_bounds(arrays, self.key, owner_column=self.owner) if self._bounded else None
+                page_range_stored, copy_page = statements.range_and_copy(conn, columns, bounds_sent=bounds is not None)
                 with conn.pipeline():  # the savepoint the copy may go back to, in the look's round trip
                     if in_transaction:
                         savepoint.execute(_SAVEPOINT)
-                    cur.execute(page_range_stored, params)
+                    cur.execute(page_range_stored, params if bounds is None else {"owner": owner, **bounds})
                 stored = cur.fetchone()
                 assert stored is not None
                 copied = None if stored[0] else self._copy(cur, savepoint, copy_page, copied_as, columns, arrays, owner)
                 if copied is not None:  # a row a trigger of the table skipped is not inserted: left as it was
                     self._local.all_new = True
-                    return LandCounts(inserted=copied, unchanged=len(page) - copied, stale=superseded)
+                    return LandCounts(inserted=copied, unchanged=count - copied, stale=superseded)
             try:
                 with conn.pipeline():
                     if in_transaction and copied_as is None:  # else taken by the look at the page's range
@@ -251,11 +260,11 @@ class Destination:
                 counted = cur.execute(upsert_page, params).fetchone()
         assert counted is not None
         inserted, updated, stale = (int(n) for n in (counted[0], counted[1], counted[2]))
-        self._local.all_new = inserted == len(page)
+        self._local.all_new = inserted == count
         return LandCounts(
             inserted=inserted,
             updated=updated,
-            unchanged=len(page) - inserted - updated - stale,
+            unchanged=count - inserted - updated - stale,
             stale=stale + superseded,
         )
 
@@ -356,6 +365,8 @@ class Destination:
             if missing:
                 raise LandingError(f"table {self.table} has no column {', '.join(map(repr, missing))}")
             self._ranged = frozenset(self.key) in {frozenset(k.split(",")) for k in found[5]}
+            bounded_as_sent = dict(zip(found[0], found[6], strict=True))
+            self._bounded = all(bounded_as_sent.get(k, False) for k in self.key if k != self.owner)
             if frozenset(self.key) not in unique_keys:
                 raise LandingError(
                     f"table {self.table} has no unique index on the key ({', '.join(self.key)}): "

@@ -10,7 +10,10 @@
 -- binary form is the same),
 -- the column sets of its unique indexes that ON CONFLICT can infer (valid, whole table, plain columns), and
 -- of those the ones ordered as a comparison of their columns orders them (default operator classes, each
--- column's collation its type's, the index's the column's), which can find the stored keys of a page's range.
+-- column's collation its type's, the index's the column's), which can find the stored keys of a page's range,
+-- and the columns whose values Python compares as such an index orders them (bounded_as_sent: integers, uuids,
+-- dates and times, and strings when the database's collation orders them by code point -- C, POSIX, C.UTF-8
+-- or the builtin provider, in UTF8 -- as Python orders str): a page's bounds in those are taken by the client.
 -- Read once per destination, at its first page.
 SELECT (SELECT array_agg(a.attname::text ORDER BY a.attnum)
         FROM pg_attribute AS a
@@ -44,8 +47,24 @@ SELECT (SELECT array_agg(a.attname::text ORDER BY a.attnum)
               JOIN pg_type AS t ON t.oid = a.atttypid
               JOIN pg_opclass AS o ON o.oid = k.opclass
               WHERE NOT o.opcdefault OR k.coll <> a.attcollation OR a.attcollation <> t.typcollation
-          )) AS ordered_keys
-FROM pg_class AS c
+          )) AS ordered_keys,
+       (SELECT array_agg(
+                   t.oid IN ('int2'::regtype, 'int4'::regtype, 'int8'::regtype, 'uuid'::regtype, 'date'::regtype,
+                             'timestamp'::regtype, 'timestamptz'::regtype)
+                   OR (t.oid IN ('text'::regtype, 'varchar'::regtype) AND code_points.ordered)
+                   ORDER BY a.attnum)
+        FROM pg_attribute AS a JOIN pg_type AS t ON t.oid = a.atttypid
+        WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped) AS bounded_as_sent
+FROM pg_class AS c,
+     -- datlocprovider is read through jsonb: a server before PostgreSQL 15 has no such column (and only libc).
+     (SELECT pg_encoding_to_char(d.encoding) = 'UTF8'
+             AND CASE coalesce(to_jsonb(d) ->> 'datlocprovider', 'c')
+                     WHEN 'b' THEN true
+                     WHEN 'c' THEN d.datcollate IN ('C', 'POSIX', 'C.UTF-8', 'C.utf8')
+                     ELSE false
+                 END AS ordered
+      FROM pg_database AS d
+      WHERE d.datname = current_database()) AS code_points
 WHERE c.oid = to_regclass({table_name});
 
 -- name: land_page
@@ -113,12 +132,10 @@ FROM ({lowest_of_page}) AS lowest, ({highest_of_page}) AS highest
 -- name: page_range_stored
 -- Before a page of new keys is copied into the table: whether the table holds a key in the page's range
 -- (stored_in_page_range) -- when it does not, no row of the page is stored and a COPY inserts them all. Only
--- the key columns are sent. Another transaction may insert one of the keys before the copy: the copy then fails
--- on the unique index, and the page is landed by land_page instead.
-WITH given AS (
-    SELECT {values} FROM unnest({arrays}) AS given ({array_columns})
-)
-{stored_in_page_range}
+-- the key columns are sent (the CTE given), or, when the client can take the page's bounds (see
+-- bounded_as_sent in unique_indexes), only the bounds, and no CTE. Another transaction may insert one of the
+-- keys before the copy: the copy then fails on the unique index, and the page is landed by land_page instead.
+{given}{stored_in_page_range}
 
 -- name: copy_page
 -- A page whose keys are all new (page_range_stored), copied into the table in binary: the rows inserted as by an

@@ -33,9 +33,10 @@ def checked_page(
     key: Sequence[str],
     owner_column: str | None,
     version: str | None,
-) -> tuple[list[Row], tuple[str, ...], int]:
-    """The page's rows, one per key (as given: the owner column, when a row leaves it out, is the job's owner);
-    its columns, the owner column among them; and how many rows were superseded."""
+) -> tuple[dict[str, list[Any]], tuple[str, ...], int, int]:
+    """The page as it is sent: each column's values but the owner column's, one row per key (as given: the owner
+    column, when a row leaves it out, is the job's owner); its columns, the owner column among them; how many rows
+    it has; and how many rows were superseded."""
     if owner_column is not None and owner is None:
         raise LandingError(f"{table}: the owner column {owner_column!r} needs the job's owner")
     rows = rows if isinstance(rows, list) else list(rows)
@@ -70,12 +71,14 @@ def checked_page(
             if kept is not None and kept[version] > row[version]:
                 continue
         newest[row_key] = row
-    return list(newest.values()), columns, number - len(newest)
+    kept_rows = list(newest.values())
+    arrays = {name: [row[name] for row in kept_rows] for name in columns if name != owner_column}
+    return arrays, columns, len(kept_rows), number - len(kept_rows)
 
 
 def _page_as_given(
     rows: list[Row], owner: str | None, *, key: Sequence[str], owner_column: str | None, version: str | None
-) -> tuple[list[Row], tuple[str, ...], int] | None:
+) -> tuple[dict[str, list[Any]], tuple[str, ...], int, int] | None:
     """The usual page, checked a column at a time rather than a row at a time: every row of the first one's
     columns, its owner column (if it has one) the job's owner, a version in every row and no key twice. None
     when it is not so: :func:`checked_page` then goes through the rows one by one, to name the row that is wrong
@@ -83,24 +86,26 @@ def _page_as_given(
     if not rows:
         return None
     first = rows[0]
-    shape = first.keys()
     within = [k for k in key if k != owner_column]
-    try:
-        if not all(map(operator.eq, repeat(shape), map(operator.methodcaller("keys"), rows))):
-            return None
-        if owner_column is not None and owner_column in shape:
-            if not all(map(operator.eq, repeat(owner), map(operator.itemgetter(owner_column), rows))):
-                return None
-        if version is not None and None in map(operator.itemgetter(version), rows):
-            return None
-        if within and len(set(map(operator.itemgetter(*within), rows))) != len(rows):
-            return None
-    except (KeyError, TypeError):  # a key column missing, a key that cannot be hashed: told row by row
-        return None
     if not within and len(rows) > 1:
         return None
-    owners = () if owner_column is None or owner_column in shape else (owner_column,)
-    return rows, (*first, *owners), 0
+    try:
+        # A row as wide as the first that holds each of its columns has the first one's columns.
+        if not all(map(operator.eq, repeat(len(first)), map(len, rows))):
+            return None
+        arrays = {name: list(map(operator.itemgetter(name), rows)) for name in first if name != owner_column}
+        if owner_column is not None and owner_column in first:
+            if not all(map(operator.eq, repeat(owner), map(operator.itemgetter(owner_column), rows))):
+                return None
+        if version is not None and None in arrays[version]:
+            return None
+        keys = arrays[within[0]] if len(within) == 1 else list(zip(*(arrays[k] for k in within)))
+        if within and len(set(keys)) != len(rows):
+            return None
+    except (KeyError, TypeError):  # a column missing, a key that cannot be hashed: told row by row
+        return None
+    owners = () if owner_column is None or owner_column in first else (owner_column,)
+    return arrays, (*first, *owners), len(rows), 0
 
 
 def one_scalar_kind(values: list[Any]) -> bool:
@@ -122,6 +127,22 @@ def values_as_text(conn: psycopg.Connection[Any], values: list[Any]) -> list[str
         return bytes(dumped).decode(encoding)
 
     return [None if v is None else text(v) for v in values]
+
+
+def page_bounds(
+    arrays: Mapping[str, list[Any]], key: Sequence[str], *, owner_column: str | None
+) -> dict[str, Any] | None:
+    """The page's least and greatest value of each key column but the owner's (``low0``, ``high0``, … by the
+    column's place in the key), as Python compares them; None when it cannot (a naive time among aware ones).
+    Sent only for columns whose index orders them as Python does."""
+    bounds: dict[str, Any] = {}
+    try:
+        for number, name in enumerate(key):
+            if name != owner_column:
+                bounds[f"low{number}"], bounds[f"high{number}"] = min(arrays[name]), max(arrays[name])
+    except TypeError:
+        return None
+    return bounds
 
 
 def copy_types(

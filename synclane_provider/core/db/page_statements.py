@@ -136,20 +136,30 @@ class PageStatements:
         self._made[(columns, as_text, snapshot, ranged)] = made
         return made
 
-    def range_and_copy(self, conn: psycopg.Connection[Any], columns: tuple[str, ...]) -> tuple[bytes, bytes]:
-        """``page_range_stored`` (the key columns sent, in binary) and ``copy_page`` for a page of these columns."""
-        made = self._made.get((columns, (), False, True))
+    def range_and_copy(
+        self, conn: psycopg.Connection[Any], columns: tuple[str, ...], *, bounds_sent: bool
+    ) -> tuple[bytes, bytes]:
+        """``page_range_stored`` and ``copy_page`` for a page of these columns. With ``bounds_sent`` the look takes
+        the page's bounds as parameters (``low0``, ``high0``, … by key column; the owner column's is the owner),
+        else the key columns' arrays, in binary, and the server takes the bounds."""
+        made = self._made.get((columns, (), bounds_sent, True))
         if made is None:
-            given = self._given(columns, (False,) * len(columns), self._key)
+            if bounds_sent:
+                given: sql.Composable = sql.SQL("")
+                stored = self._stored_in_page_range(bounds_sent=True)
+            else:
+                given = sql.SQL("WITH given AS (SELECT {values} FROM unnest({arrays}) AS given ({array_columns}))\n")
+                given = given.format(**self._given(columns, (False,) * len(columns), self._key))
+                stored = self._stored_in_page_range()
             made = (
                 sql.SQL(landing_texts()["page_range_stored"])
-                .format(**given, stored_in_page_range=self._stored_in_page_range())
+                .format(given=given, stored_in_page_range=stored)
                 .as_bytes(conn),
                 sql.SQL(landing_texts()["copy_page"])
                 .format(table=self._name, columns=column_list(columns))
                 .as_bytes(conn),
             )
-            self._made[(columns, (), False, True)] = made
+            self._made[(columns, (), bounds_sent, True)] = made
         return made
 
     def _given(
@@ -182,9 +192,23 @@ class PageStatements:
             values=sql.SQL(", ").join(values),
         )
 
-    def _stored_in_page_range(self) -> sql.Composable:
+    def _stored_in_page_range(self, *, bounds_sent: bool = False) -> sql.Composable:
         key = column_list(self._key)
-        if all(self._table_columns[k][0] in _WITH_MIN_AND_MAX for k in self._key):
+        if bounds_sent:
+            lowest, highest = (
+                sql.SQL("SELECT {}").format(
+                    sql.SQL(", ").join(
+                        sql.SQL("CAST({} AS {}) AS {}").format(
+                            sql.Placeholder("owner" if k == self._owner else f"{bound}{number}"),
+                            sql.SQL(self._table_columns[k][0]),
+                            sql.Identifier(k),
+                        )
+                        for number, k in enumerate(self._key)
+                    )
+                )
+                for bound in ("low", "high")
+            )
+        elif all(self._table_columns[k][0] in _WITH_MIN_AND_MAX for k in self._key):
             lowest, highest = (
                 sql.SQL("SELECT {} FROM given").format(
                     sql.SQL(", ").join(sql.SQL(f"{bound}({{0}}) AS {{0}}").format(sql.Identifier(k)) for k in self._key)
