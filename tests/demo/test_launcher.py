@@ -223,6 +223,14 @@ def test_signals_during_the_stop_do_not_cut_it_short():
         launcher.wait()
 
 
+def _signals_as_a_terminal_leaves_them() -> None:
+    """In the child before it runs: SIGINT, SIGTERM and SIGHUP at their defaults, as a shell started from a terminal
+    has them, whatever this test run inherited (under ``nohup`` or as a background job some are ignored, and a
+    shell cannot trap a signal that was ignored when it started)."""
+    for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(number, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize("sent", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT], ids=lambda s: s.name)
 def test_a_signal_to_the_demo_script_reaches_the_launcher_which_stops_before_the_script_exits(sent, tmp_path):
     """``kill <scripts/demo>``: the script runs the launcher through ``run_forwarding_signals``; killed alone it
@@ -235,6 +243,7 @@ def test_a_signal_to_the_demo_script_reaches_the_launcher_which_stops_before_the
         stdout=subprocess.PIPE,
         text=True,
         start_new_session=True,
+        preexec_fn=_signals_as_a_terminal_leaves_them,
     )
     try:
         assert shell.stdout.readline().strip() == "ready"
