@@ -160,6 +160,23 @@ def tuples_written(conn: psycopg.Connection, table: str) -> int:
     return int(found[0])
 
 
+def test_a_stored_key_inside_a_new_page_s_range_keeps_the_page_from_being_copied(items, landing_schema, database_url):
+    """After a page of new keys, the next is copied only when no stored key lies between its least and greatest
+    key, wherever in the page the stored one is: here key 50 sits mid-page, neither first nor last, and the
+    page's other 20 keys are new. The page goes through the guarded statement; not a tuple is written and undone."""
+    name = f"{landing_schema}.items"
+    with psycopg.connect(database_url) as conn:
+        with conn.transaction():
+            assert items.write(conn, [item(50, 1)], owner="acme") == LandCounts(inserted=1)
+        with conn.transaction():
+            before = tuples_written(conn, name)
+            # Out of order, as an API may send them: the first and last keys (55, 60) do not span 50; the least and
+            # greatest (40, 60) do.
+            page = [item(i, 1) for i in (55, *range(40, 55), *range(56, 61))]
+            assert items.write(conn, page, owner="acme") == LandCounts(inserted=20, unchanged=1)
+            assert tuples_written(conn, name) - before == 20
+
+
 def test_a_key_the_client_cannot_bound_is_looked_at_with_the_server_s_bounds(landing_schema, admin, database_url):
     """A numeric key: Python's order of its values is not known to be the index's, so a page of new keys sends its
     keys and the server takes the page's bounds before the copy; landed again, it writes no tuple."""
@@ -221,42 +238,33 @@ def test_a_first_landing_is_copied_and_a_page_landed_again_writes_no_tuple_even_
 ):
     """A page of new keys in order is copied into the table; landed again, its rows are found stored before anything
     is written: not a tuple inserted, not even one undone (the statistics count those too, as they are written)."""
-    table = sql.Identifier(landing_schema, "items")
-
-    def tuples_written(conn: psycopg.Connection) -> int:
-        found = conn.execute(
-            sql.SQL(
-                "SELECT pg_stat_get_xact_tuples_inserted({0}::regclass) + pg_stat_get_xact_tuples_updated({0}::regclass)"
-            ).format(sql.Literal(f"{landing_schema}.items"))
-        ).fetchone()
-        assert found is not None
-        return int(found[0])
+    table, name = sql.Identifier(landing_schema, "items"), f"{landing_schema}.items"
 
     pages = [[item(i, 1) for i in range(start, start + 20)] for start in (0, 20, 40)]
     with psycopg.connect(database_url) as conn:
         for page in pages:
             with conn.transaction():
-                before = tuples_written(conn)
+                before = tuples_written(conn, name)
                 assert items.write(conn, page, owner="acme") == LandCounts(inserted=20)
-                assert tuples_written(conn) - before == 20
+                assert tuples_written(conn, name) - before == 20
         for page in [*pages, [item(i, 1) for i in range(15, 45)]]:
             with conn.transaction():
-                before = tuples_written(conn)
+                before = tuples_written(conn, name)
                 assert items.write(conn, page, owner="acme") == LandCounts(unchanged=len(page))
-                assert tuples_written(conn) - before == 0
+                assert tuples_written(conn, name) - before == 0
         with conn.transaction():  # new keys within the range of stored ones: each row probed, the new one inserted
-            before = tuples_written(conn)
+            before = tuples_written(conn, name)
             counts = items.write(conn, [item(10, 1), {**item(21, 1), "id": 1000}, item(59, 2)], owner="acme")
             assert counts == LandCounts(inserted=1, updated=1, unchanged=1)
-            assert tuples_written(conn) - before == 2
+            assert tuples_written(conn, name) - before == 2
         # Times as ISO strings: the page is not copied but landed by one statement, which looks at its range first
         # when the page before was all new keys.
         as_text = [{**item(i, 1), "updated_at": (T0 + timedelta(minutes=1)).isoformat()} for i in range(100, 105)]
         for expected in (LandCounts(inserted=5), LandCounts(unchanged=5)):
             with conn.transaction():
-                before = tuples_written(conn)
+                before = tuples_written(conn, name)
                 assert items.write(conn, as_text, owner="acme") == expected
-                assert tuples_written(conn) - before == expected.inserted
+                assert tuples_written(conn, name) - before == expected.inserted
         assert conn.execute(sql.SQL("SELECT count(*) FROM {}").format(table)).fetchone() == (66,)
 
 
@@ -362,6 +370,21 @@ def test_a_unique_index_on_other_columns_or_a_partial_one_is_not_enough(items, a
     admin.execute(sql.SQL("CREATE UNIQUE INDEX ON {} (account, id) WHERE price > 0").format(t))
     with pytest.raises(LandingError, match="no unique index on the key"):
         items.land(ACME, [item(1, 1)])
+
+
+@pytest.mark.parametrize(
+    "other",
+    [
+        {"id": 2, "updated_at": T0, "name": "n", "colour": "red"},  # as wide as the first, one column in its stead
+        {"id": 2, "updated_at": T0, "name": "n", "price": 1, "colour": "red"},  # one column more
+        {"id": 2, "updated_at": T0, "name": "n"},  # one column fewer
+    ],
+    ids=["another-column", "one-more", "one-fewer"],
+)
+def test_a_row_whose_columns_differ_from_the_first_row_s_is_refused_by_its_number(items, admin, landing_schema, other):
+    with pytest.raises(LandingError, match=r"row 2 has columns \[.*\], the first row \["):
+        items.land(ACME, [item(1, 1), other])
+    assert writes(admin, landing_schema) == 0
 
 
 def test_a_row_naming_a_column_the_table_lacks_or_without_a_version_is_refused(items):
