@@ -20,9 +20,9 @@ import pytest
 from psycopg import sql
 
 from synclane_provider.core import Job, Operations, Page, WorkerPool, WorkerSlot
-from synclane_provider.core.db.database import Traffic
+from synclane_provider.core.db.database import Session, Traffic
 from synclane_provider.core.db.wakeups import channel
-from tests.support.helpers import declare, products
+from tests.support.helpers import declare, paged, products
 
 WARM_UP = 100
 """Jobs finished before the stretch is watched: every slot has connected and started its threads."""
@@ -196,6 +196,39 @@ def test_a_one_page_job_costs_one_finish_and_take_and_nothing_else(schema, datab
     assert stretch.traffic.described == 0
     assert stretch.per_job(stretch.idle_waits) <= 0.01
     assert stretch.threads == 0
+
+
+def test_a_slot_s_pages_run_on_the_thread_that_sends_its_statements_not_the_caller_s(
+    schema, database_url, due_jobs, monkeypatch
+):
+    """Handing each page to another thread and back costs two thread switches a page, more than a one-page job's
+    statement on a busy machine. A slot's pages run on its work thread, between the statements that save their
+    cursors and finish their jobs; the thread that asked for the work only watches it (so that a page that
+    hangs can still be left behind)."""
+    due_jobs(jobs=20, lanes=20)
+    handler_threads, statement_threads = set(), set()
+    ten_pages = paged(10, 1)
+
+    def page(job: Job) -> Page:
+        handler_threads.add(threading.get_ident())
+        return ten_pages(job)
+
+    run = Session.run
+
+    def sent(session: Session, name: str, **kwargs: object) -> list[dict]:
+        if name in ("save_page", "finish_and_take"):
+            statement_threads.add(threading.get_ident())
+        return run(session, name, **kwargs)
+
+    declaration = declare(schema, products(page))
+    monkeypatch.setattr(Session, "run", sent)
+    with declaration.database(database_url) as database, WorkerSlot(declaration, database, "shops") as slot:
+        summary = slot.drain()
+
+    assert (summary.outcomes, summary.pages) == ({"completed": 20}, 200)
+    assert len(handler_threads) == 1 and handler_threads == statement_threads
+    assert threading.get_ident() not in handler_threads
+    assert slot.thread.started == 1
 
 
 def test_a_job_writes_its_row_twice_and_a_healthy_owner_s_row_once_a_minute(schema, admin, database_url, due_jobs):

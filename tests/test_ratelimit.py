@@ -169,7 +169,7 @@ def test_a_slot_that_wakes_late_for_its_turn_gives_it_up_and_takes_the_next(data
 def test_a_slot_asked_to_stop_while_it_waits_for_a_new_turn_sends_nothing_and_hands_the_job_back(
     database_url, schema, admin, monkeypatch
 ):
-    """The page thread starts 0.2 s after the page's turn (past its 26 ms of room) and takes a new turn; the slot is
+    """The handler starts 0.2 s after the page's turn (past its 26 ms of room) and takes a new turn; the slot is
     asked to stop while it waits for it: the page is not sent, and the job goes back to pending."""
     sent: list[Job] = []
     synclane = declare(schema, products(lambda job: sent.append(job) or Page(None, 1)), rate=Rate(2))

@@ -299,6 +299,39 @@ def test_an_interrupt_while_a_page_runs_waits_for_the_page_to_end_before_handing
     assert (row["status"], row["leased_by"]) == ("pending", None)
 
 
+def test_an_interrupt_whose_page_outlives_the_grace_leaves_the_job_running_and_writes_nothing_more(
+    setup, admin, schema
+):
+    """A page still running 5 s after Ctrl-C may still be sending requests: the job is not handed back (another
+    worker would run beside it) but left to its lease, and the page's late answer is thrown away."""
+    release, returned = threading.Event(), threading.Event()
+
+    def stuck_page(job):
+        release.wait(30)
+        returned.set()
+        return Page(None, 1)
+
+    _, slot = setup(products(stuck_page))
+    worker = slot()
+    previous = signal.signal(signal.SIGALRM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    signal.setitimer(signal.ITIMER_REAL, 0.2)
+    started = time.monotonic()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            worker.run_one()
+        waited = time.monotonic() - started
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        release.set()
+    assert 5 <= waited < 8
+    assert returned.wait(5)
+    time.sleep(0.2)  # the late answer is back, and dropped
+    [row] = rows(admin, schema)
+    assert (row["status"], row["cursor"], row["processed_count"]) == ("running", None, 0)
+    assert row["leased_by"] == worker.worker_id
+
+
 def test_an_expired_lease_is_taken_over_as_a_failed_attempt_and_retried_from_its_cursor(setup, admin, schema, clock):
     takeover = {}
     cursors = []
@@ -466,7 +499,7 @@ def test_a_worker_whose_job_an_operator_released_leaves_its_page_within_a_renewa
         finally:
             hang.set()
     assert result.outcome is Outcome.LEASE_LOST
-    assert left - released_at[0] < interval + 1.1  # one renewal interval, the page thread's look, the statements
+    assert left - released_at[0] < interval + 1.1  # one renewal interval, the watcher's look, the statements
 
 
 def test_a_slot_that_stops_while_its_next_job_is_a_takeover_writes_the_lost_attempt_down(setup, admin, schema, clock):

@@ -11,7 +11,7 @@ from datetime import timedelta
 
 import pytest
 
-from synclane_provider.core import Operations, Owner, WorkerPool, WorkerSlot
+from synclane_provider.core import Operations, Owner, Page, WorkerPool, WorkerSlot
 from synclane_provider.core.run.runner import Outcome
 from tests.support.helpers import Background, declare, owners, paged, products, rows
 
@@ -63,6 +63,44 @@ def test_a_page_past_its_timeout_fails_at_its_cursor_and_its_lane_goes_on(schema
         assert rows(admin, schema, "owner = 'acme-us'")[0]["cursor"] == "50"
         retried = slot.run_one(then_continue=False)
         assert (retried.job.owner, retried.outcome, retried.pages) == ("acme-us", Outcome.COMPLETED, 2)
+
+
+def test_a_page_left_behind_that_returns_later_is_thrown_away_while_the_slot_waits_on_another(
+    schema, database_url, admin
+):
+    """The slot's work goes on without the page it left behind; when that page returns at last, the slot is
+    inside another job's page, and the late answer must not be taken for that page's."""
+    started = {"hangs": threading.Event(), "next": threading.Event()}
+    release = {"hangs": threading.Event(), "next": threading.Event()}
+    records = {"hangs": 7, "next": 3}
+
+    def handler(job):
+        started[job.owner].set()
+        release[job.owner].wait(20)
+        return Page(None, records[job.owner])
+
+    declaration = declare(
+        schema,
+        products(handler, page_timeout=timedelta(seconds=1)),
+        owner_source=owners("hangs", "next"),
+        retry_delay=timedelta(hours=1),
+    )
+    database = declaration.database(database_url)
+    with Operations(declaration, database) as ops, WorkerSlot(declaration, database, "shops") as slot:
+        ops.enqueue("shops", "hangs", "products", key="hangs")
+        ops.enqueue("shops", "next", "products", key="next")
+        draining = Background(slot.drain, name="drain")
+        assert started["hangs"].wait(10) and not started["next"].is_set()
+        assert started["next"].wait(10)  # the first page timed out, and the slot is in the next job's page
+        release["hangs"].set()
+        time.sleep(0.3)  # the late answer is back
+        release["next"].set()
+        summary = draining.result(20)
+
+    assert summary.outcomes == {"failed": 1, "completed": 1}
+    by_owner = {row["owner"]: row for row in rows(admin, schema)}
+    assert (by_owner["hangs"]["status"], by_owner["hangs"]["processed_count"]) == ("failed", 0)
+    assert (by_owner["next"]["status"], by_owner["next"]["processed_count"]) == ("completed", 3)
 
 
 def test_a_stopping_pool_lets_go_of_a_hung_page_after_its_grace(schema, database_url, admin, hang):

@@ -8,9 +8,9 @@ on every machine keeps to the same ones:
   which answers how long to wait; a handler that makes more requests in a page takes more with
   :meth:`Job.spend <synclane_provider.core.records.Job.spend>`.
 * **On its turn or not at all.** Pacing the grants paces what the API sees only if each request is sent on its
-  turn. On a busy machine the slot may wake late, the page thread may start late, the database may answer
+  turn. On a busy machine the slot may wake late, the handler may start late, the database may answer
   late; a request sent late lands close behind the next taker's, and with the one ``requests`` before it in one
-  of the API's periods. So on the page thread, immediately before the handler (and in ``spend``, immediately
+  of the API's periods. So on the work thread, immediately before the handler (and in ``spend``, immediately
   before the requests it pays for), :meth:`LaneGate.keep_turn` checks the clock: a page later than half the
   rate's :attr:`~synclane_provider.core.declare.ratelimit.Rate.lateness` after its turn gives the turn up unused and
   takes a new one. A turn is reckoned from the instant the take was *sent*, the earliest the database can

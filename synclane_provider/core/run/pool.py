@@ -16,6 +16,7 @@ from synclane_provider.core.records import Wakeup
 from synclane_provider.core.run.runner import DEFAULT_STOP_GRACE
 from synclane_provider.core.run.slot import WorkerSlot, new_worker_id
 from synclane_provider.core.run.summary import Summary
+from synclane_provider.core.run.work_thread import Work
 
 log = logging.getLogger("synclane_provider.core.run.worker")
 """The pool's log, under the name logging configurations already give it."""
@@ -131,36 +132,40 @@ class WorkerPool:
         self._wake(everyone=True)
 
     def _work(self, slot: WorkerSlot, *, ends: Callable[[Wakeup], bool] | None) -> None:
-        idle = False  # the last wait ended with nothing to do
         try:
-            while not self.stop.is_set():
-                woken = self._wakes  # a lane left after this instant ends the wait below before it starts
-                result = slot.run_one()
-                if result is not None:
-                    idle = False
-                    following = slot.next_job
-                    if following is None or following.lane != result.job.lane:
-                        self._wake()  # this slot left a lane that may still have work
-                    if following is not None or not slot.found_nothing:
-                        continue
-                look = slot.store.wakeup(self.queue.name, now=slot.clock())
-                if ends is not None and ends(look):
-                    self._finished.set()
-                    self._wake(everyone=True)
-                    return
-                if idle and not look.due:
-                    slot.session.close()  # nothing due: let others have the connection while it waits
-                with self._idle:
-                    if self.stop.is_set() or self._wakes != woken:
-                        idle = False
-                        continue
-                    self.idle_waits += 1
-                    idle = not self._idle.wait(self._idle_seconds(look))
+            slot.thread.run(self._working(slot, ends=ends))
         except DatabaseUnavailableError:
             if not self._finished.is_set():
                 raise  # a slot that never got a connection while the others finished the work just ends
         finally:
             slot.close()  # on the slot's own thread: a pool of many slots stops as fast as one
+
+    def _working(self, slot: WorkerSlot, *, ends: Callable[[Wakeup], bool] | None) -> Work[None]:
+        """A slot's life in the pool, all on its work thread: run jobs, and between them wait to be woken."""
+        idle = False  # the last wait ended with nothing to do
+        while not self.stop.is_set():
+            woken = self._wakes  # a lane left after this instant ends the wait below before it starts
+            result = yield from slot.running_one()
+            if result is not None:
+                idle = False
+                following = slot.next_job
+                if following is None or following.lane != result.job.lane:
+                    self._wake()  # this slot left a lane that may still have work
+                if following is not None or not slot.found_nothing:
+                    continue
+            look = slot.store.wakeup(self.queue.name, now=slot.clock())
+            if ends is not None and ends(look):
+                self._finished.set()
+                self._wake(everyone=True)
+                return
+            if idle and not look.due:
+                slot.session.close()  # nothing due: let others have the connection while it waits
+            with self._idle:
+                if self.stop.is_set() or self._wakes != woken:
+                    idle = False
+                    continue
+                self.idle_waits += 1
+                idle = not self._idle.wait(self._idle_seconds(look))
 
     def _idle_seconds(self, look: Wakeup) -> float:
         """How long an idle slot sleeps: not at all when a take would find a job now (a lane race lost, a row

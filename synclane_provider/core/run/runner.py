@@ -24,7 +24,7 @@ from synclane_provider.core.records import Job, LandCounts, Page
 from synclane_provider.core.run.lane_gate import LaneGate, PageNotSent, Turn
 from synclane_provider.core.run.lease import LeaseKeeper, why_lost
 from synclane_provider.core.run.outcomes import CANCELLED, describe_error, lost_attempt
-from synclane_provider.core.run.pages import PageLeftBehind, PageThread
+from synclane_provider.core.run.work_thread import PageCall, PageLeftBehind, Work, WorkLeft
 from synclane_provider.core.states import JobStatus
 
 DEFAULT_STOP_GRACE = timedelta(seconds=30)
@@ -104,10 +104,8 @@ class JobRunner:
         clock: Clock,
         stop: threading.Event,
         lease: LeaseKeeper,
-        pages: PageThread,
         final_write: FinalWrite,
         gate: LaneGate,
-        stop_grace: timedelta = DEFAULT_STOP_GRACE,
         log: logging.Logger | logging.LoggerAdapter[logging.Logger] | None = None,
         metrics: Metrics = NO_METRICS,
         interrupted: threading.Event | None = None,
@@ -120,8 +118,6 @@ class JobRunner:
         self._lease = lease
         self._gate = gate
         self._waited = 0.0
-        self._pages = pages
-        self._stop_grace = stop_grace
         self._final_write = final_write
         self._store = store
         self._queue = queue
@@ -130,8 +126,9 @@ class JobRunner:
         self._stop = stop
         self._log = log or logging.getLogger(__name__)
 
-    def run(self, job: Job, *, lost_worker: str | None = None, lane_wait: float = 0.0) -> RunResult:
-        """Run ``job`` page by page to the end of this attempt.
+    def run(self, job: Job, *, lost_worker: str | None = None, lane_wait: float = 0.0) -> Work[RunResult]:
+        """Run ``job`` page by page to the end of this attempt: a work for the slot's
+        :class:`~synclane_provider.core.run.work_thread.WorkThread`, which runs its pages.
 
         With ``lost_worker`` the job was taken over from a worker whose lease lapsed: that worker's attempt
         is written down as a failure (:class:`~synclane_provider.core.errors.WorkerLost`) and retried after
@@ -143,17 +140,18 @@ class JobRunner:
         """
         self._waited = 0.0
         if lost_worker is not None:
-            return self._after_lost_worker(job, lost_worker)
+            return self.after_lost_worker(job, lost_worker)
         try:
             job_type = self._queue.job_type(job.type)
         except UnknownJobTypeError as exc:
             return self._finish(job, JobStatus.ABANDONED, job.processed_count, 0, 0, error=describe_error(exc))
         with self._lease.watch(job.id) as lease:
-            return _Attempt(self, job, job_type, lease, paused=lane_wait).run()
+            return (yield from _Attempt(self, job, job_type, lease, paused=lane_wait).run())
 
-    def _after_lost_worker(self, job: Job, lost_worker: str) -> RunResult:
+    def after_lost_worker(self, job: Job, lost_worker: str) -> RunResult:
         """Write down the attempt of a worker whose lease lapsed: abandoned when a cancel had asked it to stop,
         else a failure retried after its delay."""
+        self._waited = 0.0
         if job.stop_reason is not None:  # cancelled, then its worker was lost
             return self._finish(job, JobStatus.ABANDONED, job.processed_count, 0, 0, error=job.stop_reason)
         lost = lost_attempt(job.error, worker=lost_worker, cursor=job.cursor)
@@ -191,7 +189,7 @@ class JobRunner:
         return result
 
     def _on_turn(self, handler: Callable[[Job], object], turn: Turn) -> Callable[[Job], object]:
-        """The handler, run on the page thread once the page is sure to go on its turn (see LaneGate.keep_turn);
+        """The handler, run on the work thread once the page is sure to go on its turn (see LaneGate.keep_turn);
         a lane without a rate has no turn to keep."""
         if turn.rate is None:
             return handler
@@ -315,13 +313,13 @@ class _Attempt:
         """The records this attempt's pages brought."""
         return self.processed - self.taken.processed_count
 
-    def run(self) -> RunResult:
+    def run(self) -> Work[RunResult]:
         while True:
-            ended = self.page()
+            ended = yield from self.page()
             if ended is not None:
                 return ended
 
-    def page(self) -> RunResult | None:
+    def page(self) -> Work[RunResult | None]:
         """One page: wait its turn, call the handler, write what came back; None when the next page follows."""
         turn = self.wait_turn()
         if self.runner._stop.is_set():
@@ -330,7 +328,7 @@ class _Attempt:
             return self.lost()
         started = time.monotonic()
         try:
-            page = self.call(turn)
+            page = yield from self.call(turn)
         except PageNotSent:
             return self.release()
         except PageLeftBehind as left:
@@ -341,13 +339,17 @@ class _Attempt:
             self.timed(started)
             self.undo_landing(left_behind=isinstance(exc, PageTimeout))
             return self.failed(exc)
-        except BaseException:
+        except WorkLeft:
+            # Interrupted, and the page outlived the grace: it may still be sending requests, so nothing is
+            # written; the job's lease lapses.
             self.undo_landing(left_behind=True)
-            # An interrupt (Ctrl-C, SystemExit, a task timeout, raised by the handler or into this thread
-            # while it waited): hand the job back with its cursor rather than leave it running until its
-            # lease lapses -- once the page is over, so that no other worker runs beside it.
-            if self.runner._pages.finish_current(within=INTERRUPT_GRACE.total_seconds()):
-                self.release()
+            raise
+        except BaseException:
+            # An interrupt (Ctrl-C, SystemExit, a task timeout), raised by the handler or into the waiting
+            # thread and thrown in here once the page was over: hand the job back with its cursor rather than
+            # leave it running until its lease lapses.
+            self.undo_landing(left_behind=False)
+            self.release()
             raise
         self.timed(started)
         return self.landed(page)
@@ -360,25 +362,24 @@ class _Attempt:
         self.runner._waited += turn.waited
         return turn
 
-    def call(self, turn: Turn) -> Page:
-        """The handler's page, on the page thread, checked."""
+    def call(self, turn: Turn) -> Work[Page]:
+        """The handler's page, run by the work thread, checked."""
         runner = self.runner
         self.page_counts = []  # a fresh list: a page left behind that lands later adds to its own
         job = self.current.with_spend(runner._spender(self.current)).with_land_counter(self.page_counts.append)
         if runner._page_transaction is not None:
             job = job.with_page_transaction(runner._page_transaction)
-        answer = runner._pages.call(
+        answer = yield PageCall(
             runner._on_turn(self.job_type.handler, turn),
             job,
             timeout=self.job_type.page_timeout.total_seconds(),
             describe=self.current.describe,
-            lease_lost=lambda: self.lease.lost,
-            stop=runner._stop,
-            stop_grace=runner._stop_grace.total_seconds(),
-            interrupted=runner._interrupted,
-            interrupt_grace=KILL_GRACE.total_seconds(),
+            lease_lost=self.lease_lost,
         )
         return Page.check(answer, job_type=self.taken.type, counted=self.current.processed_count)
+
+    def lease_lost(self) -> bool:
+        return self.lease.lost
 
     def undo_landing(self, *, left_behind: bool) -> None:
         """Roll back what the page landed in the jobs database; a page still running keeps its connection, which

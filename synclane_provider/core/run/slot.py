@@ -27,9 +27,9 @@ from synclane_provider.core.metrics import JOBS_FINISHED, LEASE_TAKEOVERS, NO_ME
 from synclane_provider.core.records import Job
 from synclane_provider.core.run.lane_gate import LaneGate
 from synclane_provider.core.run.lease import LeaseKeeper
-from synclane_provider.core.run.pages import PageThread
-from synclane_provider.core.run.runner import DEFAULT_STOP_GRACE, JobRunner, RunResult
+from synclane_provider.core.run.runner import DEFAULT_STOP_GRACE, INTERRUPT_GRACE, KILL_GRACE, JobRunner, RunResult
 from synclane_provider.core.run.summary import Summary
+from synclane_provider.core.run.work_thread import Work, WorkThread
 from synclane_provider.core.states import JobStatus
 
 log = logging.getLogger("synclane_provider.core.run.worker")
@@ -106,7 +106,16 @@ class WorkerSlot:
         self.landing = PageTransaction(database)
         """The connection pages land on in the jobs database, opened by the first page that lands there."""
         self.lease = LeaseKeeper(self.store, worker=self.worker_id, lease=self.queue.lease, clock=clock)
-        self.pages = PageThread(self.worker_id, logger or log)
+        self.thread = WorkThread(
+            self.worker_id,
+            logger or log,
+            stop=self.stop,
+            stop_grace=stop_grace.total_seconds(),
+            interrupted=self.interrupted,
+            interrupt_grace=KILL_GRACE.total_seconds(),
+            finish_grace=INTERRUPT_GRACE.total_seconds(),
+        )
+        """Where this slot's jobs run, their pages watched from the thread that asked for them."""
         self.gate = LaneGate(
             self.store, self.queue, clock=clock, stop=self.stop, refresh=synclane.plan_interval, log=logger or log
         )
@@ -117,11 +126,9 @@ class WorkerSlot:
             clock=clock,
             stop=self.stop,
             lease=self.lease,
-            pages=self.pages,
             final_write=self._finish_and_take_next,
             gate=self.gate,
             log=logger or log,
-            stop_grace=stop_grace,
             metrics=metrics,
             interrupted=self.interrupted,
             page_transaction=self.landing,
@@ -226,6 +233,10 @@ class WorkerSlot:
         :meth:`_finish_and_take_next`); a caller that will not run it must
         call :meth:`hand_back`.
         """
+        return self.thread.run(self.running_one(then_continue=then_continue))
+
+    def running_one(self, *, then_continue: bool = True) -> Work[RunResult | None]:
+        """:meth:`run_one` as a work for this slot's :attr:`thread`, to be part of a longer one (a pool's loop)."""
         taken, self._next = self._next, None
         self.found_nothing = False
         if taken is None:
@@ -235,7 +246,7 @@ class WorkerSlot:
         self._hand_over = then_continue
         self._busy = True
         try:
-            result = self.runner.run(taken.job, lost_worker=taken.lost_worker, lane_wait=taken.lane_wait)
+            result = yield from self.runner.run(taken.job, lost_worker=taken.lost_worker, lane_wait=taken.lane_wait)
         finally:
             self._busy = False
         self._count(result)  # a completed initial job has woken the first loads' watchers as it finished
@@ -258,7 +269,7 @@ class WorkerSlot:
         taken, self._next = self._next, None
         if taken is not None and taken.lost_worker is not None:
             self._hand_over = False
-            self._count(self.runner.run(taken.job, lost_worker=taken.lost_worker))
+            self._count(self.runner.after_lost_worker(taken.job, taken.lost_worker))
         elif taken is not None:
             job = taken.job
             left = self.store.release(
@@ -269,13 +280,16 @@ class WorkerSlot:
 
     def drain(self, *, max_jobs: int | None = None, until: float | None = None) -> Summary:
         """Run jobs until nothing is due, the slot is stopped, ``max_jobs`` ran or ``until`` (monotonic) passed."""
+        return self.thread.run(self._draining(max_jobs=max_jobs, until=until))
+
+    def _draining(self, *, max_jobs: int | None, until: float | None) -> Work[Summary]:
         done = 0
         try:
             while not self.stop.is_set():
                 if until is not None and time.monotonic() >= until:
                     break
                 last = max_jobs is not None and done + 1 >= max_jobs
-                if self.run_one(then_continue=not last) is None:
+                if (yield from self.running_one(then_continue=not last)) is None:
                     break
                 done += 1
                 if last:
@@ -292,7 +306,7 @@ class WorkerSlot:
         try:
             self.hand_back()
         finally:
-            self.pages.close()
+            self.thread.close()
             self.lease.close()
             self.session.close()
             self.landing.close()
