@@ -358,6 +358,27 @@ def test_the_owner_gauges_are_emitted_beside_the_queue_gauges(database_url, sche
     }
 
 
+def test_a_check_that_names_itself_is_told_its_own_claims_again_and_no_other_check_is(database_url, schema, clock):
+    """A second try of the same check (Airflow ran its task again after a try whose failure it never recorded)
+    reports the pause its first try claimed; another check, named or not, does not."""
+    declaration = declare(schema, products(), owner_source=owners("acme", "globex"))
+    with Operations(declaration, declaration.database(database_url)) as ops:
+        ops.plan("shops", now=clock.now)
+        ops.store.upsert_owner(
+            OwnerState("shops", "acme", paused_at=clock.now, paused_by="handler", paused_reason="401 Unauthorized")
+        )
+
+        def paused(claimant: str | None) -> list[str]:
+            report = ops.check_health("shops", abandoned_since=None, now=clock.now, claimant=claimant)
+            return [f.owner for f in report.findings if f.problem == "paused"]
+
+        assert paused("synclane_health/run-1/check") == ["acme"]
+        assert paused("synclane_health/run-1/check") == ["acme"]  # its second try
+        assert paused("synclane_health/run-2/check") == []
+        assert paused(None) == []
+        assert paused("synclane_health/run-1/check") == ["acme"]  # still the claim's owner
+
+
 def test_a_window_abandoned_again_after_its_requeues_is_a_stuck_window_said_once(database_url, schema, clock):
     declaration = declare(schema, products(failing(RuntimeError("page 50 answers 500"))), max_attempts=1)
     database = declaration.database(database_url)

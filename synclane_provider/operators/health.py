@@ -58,7 +58,10 @@ class SyncLaneHealthCheckOperator(QueueOperator):
     ``abandoned_since`` / ``abandoned_until`` override the bounds; a run with no
     or an empty data interval (a trigger timetable; a bare ``timedelta``
     schedule is one in Airflow 3) reports every abandoned job, every run. Stuck workers
-    and lagging owners are conditions, reported by every run while they last.
+    and lagging owners are conditions, reported by every run while they last. An owner
+    paused by its handler or turned failing is reported by one run, and again by a
+    second try of that run's task: Airflow may run a try again after a restart that
+    came before it recorded the first one's failure, and the alert must not be lost.
 
     Returns ``{"queue", "healthy": True}`` (pushed to XCom) when it passes.
 
@@ -97,7 +100,9 @@ class SyncLaneHealthCheckOperator(QueueOperator):
             )
             since = until = None
         with self.operations() as (operations, queue):
-            report = operations.check_health(queue.name, abandoned_since=since, abandoned_until=until)
+            report = operations.check_health(
+                queue.name, abandoned_since=since, abandoned_until=until, claimant=_claimant(context)
+            )
         self.log.info(
             "queue %s checked (abandoned from %s to %s): %s problem(s)",
             queue.name,
@@ -132,3 +137,13 @@ class SyncLaneHealthCheckOperator(QueueOperator):
             start.isoformat(),
         )
         return checked_until
+
+
+def _claimant(context: Context) -> str | None:
+    """The check's name for the owner alerts it claims: its task instance's, the same for every try of it."""
+    if "ti" not in context:
+        return None
+    ti = context["ti"]
+    index = getattr(ti, "map_index", -1)
+    mapped = f"[{index}]" if index is not None and index >= 0 else ""
+    return f"{ti.dag_id}/{ti.run_id}/{ti.task_id}{mapped}"

@@ -8,6 +8,7 @@ import pytest
 from airflow.sdk.exceptions import AirflowException
 
 from synclane_provider.core import DeclarationError, WorkerSlot
+from synclane_provider.core.records import OwnerState
 from synclane_provider.hooks.synclane import SyncLaneHook
 from synclane_provider.operators.health import SyncLaneHealthCheckOperator
 from tests.provider.conftest import DECLARATION
@@ -100,6 +101,47 @@ def test_it_fails_on_an_owner_lagging_more_than_the_queues_max_lag(provider_sche
     [line] = str(failed.value).splitlines()[1:]
     assert line.startswith("- lagging: owner initech is 2 days ") and " behind in orders " in line
     assert line.endswith("more than max_lag (1 h)")
+
+
+class TaskTry:
+    """What the operator reads of Airflow's task instance: its names, and XCom (kept across tries, as Airflow's)."""
+
+    def __init__(self, run_id: str, xcoms: dict) -> None:
+        self.dag_id, self.run_id, self.task_id, self.map_index = "synclane_health", run_id, "check", -1
+        self.xcoms = xcoms
+
+    def xcom_push(self, key: str, value: object) -> None:
+        self.xcoms[key] = value
+
+    def xcom_pull(self, **_: object) -> object:
+        return None  # no earlier run's range: this run's data interval is the range
+
+
+def test_a_paused_owner_fails_each_try_of_the_run_that_claimed_it_and_no_later_run(provider_schema):
+    """Airflow may run a check's task a second time after a try whose failure it never recorded (the scheduler
+    restarted first): the second try must fail too, or the run ends green and the alert is lost."""
+    with operations(decl.synclane) as ops:
+        ops.plan("shops")
+        ops.store.upsert_owner(
+            OwnerState(
+                "shops", "globex", paused_at=datetime.now(timezone.utc), paused_by="handler", paused_reason="401"
+            )
+        )
+    run = interval()
+    xcoms: dict = {}
+    for _ in range(2):  # the first try, then Airflow's second try of the same task instance
+        with pytest.raises(AirflowException, match="paused: owner globex was paused by its handler"):
+            checker().execute({**run, "ti": TaskTry("scheduled__1", xcoms)})
+    later = interval()
+    assert "paused: owner globex" not in _failure_or_nothing({**later, "ti": TaskTry("scheduled__2", {})})
+
+
+def _failure_or_nothing(context: dict) -> str:
+    try:
+        checker().execute(context)
+    except AirflowException as failed:
+        return str(failed)
+    return ""
 
 
 def test_bounds_given_as_templates_are_read_as_times(provider_schema):

@@ -1302,7 +1302,9 @@ SELECT (SELECT count(*) FROM {schema}.owners WHERE queue = %(queue)s AND health 
 -- 'paused:<when>') or, failing that, one whose health is failing ('failing:<since>'), whose alerted_for is not
 -- already that event. The claim writes alerted_at and alerted_for in the same statement, so that however many
 -- checks run, and however often, each event is alerted once; a new pause or a new spell of failing is a new
--- event. Returns the claimed owners' rows, at most %(limit)s, by name.
+-- event. A check that names itself (%(claimant)s, e.g. an Airflow task instance's run) writes its name in
+-- alerted_by and claims its own claims again: the same check run a second time reports what its first run
+-- claimed. Returns the claimed owners' rows, at most %(limit)s, by name.
 WITH trouble AS (
     SELECT o.queue, o.owner,
            CASE WHEN o.paused_at IS NOT NULL AND o.paused_by = 'handler' THEN 'paused:' || o.paused_at::text
@@ -1313,9 +1315,11 @@ WITH trouble AS (
 ),
 claimed AS (
     UPDATE {schema}.owners AS o
-    SET alerted_at = coalesce(%(now)s::timestamptz, statement_timestamp()), alerted_for = trouble.event
+    SET alerted_at = coalesce(%(now)s::timestamptz, statement_timestamp()), alerted_for = trouble.event,
+        alerted_by = %(claimant)s::text
     FROM (SELECT * FROM trouble ORDER BY owner LIMIT %(limit)s) AS trouble
-    WHERE o.queue = trouble.queue AND o.owner = trouble.owner AND o.alerted_for IS DISTINCT FROM trouble.event
+    WHERE o.queue = trouble.queue AND o.owner = trouble.owner
+      AND (o.alerted_for IS DISTINCT FROM trouble.event OR o.alerted_by = %(claimant)s::text)
     RETURNING o.*
 )
 SELECT * FROM claimed ORDER BY owner;

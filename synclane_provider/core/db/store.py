@@ -580,10 +580,12 @@ class Store:
         assert row is not None
         return row["degraded"], row["failing"], row["paused"]
 
-    def claim_owner_alerts(self, queue: str, *, limit: int, now: datetime | None) -> list[OwnerState]:
+    def claim_owner_alerts(
+        self, queue: str, *, limit: int, now: datetime | None, claimant: str | None = None
+    ) -> list[OwnerState]:
         """The owners paused by their handler or failing that no check has alerted about yet, claimed (see
-        queries.sql): each such event is returned once, to one caller."""
-        rows = self.session.run("claim_owner_alerts", queue=queue, limit=limit, now=now)
+        queries.sql): each such event is returned once, to one caller, and again to the same ``claimant``."""
+        rows = self.session.run("claim_owner_alerts", queue=queue, limit=limit, now=now, claimant=claimant)
         return [OwnerState.from_row(row) for row in rows]
 
     def upsert_owner(self, state: OwnerState, *, now: datetime | None = None) -> OwnerState:

@@ -11,7 +11,9 @@ Three things a person must hear about, because nothing in the engine will fix th
   its abandonment, by the check that sees it);
 * an owner **paused** by its handler (it raised ``OwnerPaused``: its token is gone) or turned **failing** (its
   attempts kept failing): reported once per event, not on every check while it lasts -- the check claims the
-  event on the owner's row (``alerted_at``, ``alerted_for``) in the statement that finds it.
+  event on the owner's row (``alerted_at``, ``alerted_for``) in the statement that finds it. A check that names
+  itself (``claimant``) is told its own claims again when it runs a second time: Airflow may run a check's task
+  again after a try whose failure it never recorded, and that alert must not be lost with the first try.
 
 The check keeps no state of its own: "since the last check" is a time range the caller passes (the Airflow
 operator passes its run's data interval), matched against the moment each job was abandoned, which the row
@@ -159,11 +161,12 @@ def check(
     abandoned_since: datetime | None,
     abandoned_until: datetime | None = None,
     now: datetime | None = None,
+    claimant: str | None = None,
 ) -> HealthReport:
     """Check ``queue``: jobs abandoned in ``[abandoned_since, abandoned_until)`` (None: no bound), stuck
     workers, owners paused by their handler or turned failing since the last alert about them (each such event
-    is claimed here, so it is reported once), and, when the queue declares ``max_lag``, owners listed by its owner
-    source that lag more."""
+    is claimed here, so it is reported once; again to the same ``claimant``), and, when the queue declares
+    ``max_lag``, owners listed by its owner source that lag more."""
     more: dict[Problem, bool] = {}
     abandoned = store.abandoned_between(
         queue.name, since=abandoned_since, until=abandoned_until, limit=MAX_FINDINGS + 1
@@ -178,7 +181,7 @@ def check(
             queue.name, owners, queue.windowed_types, over=queue.max_lag, limit=MAX_FINDINGS + 1, now=now
         )
         more[Problem.LAGGING] = len(lagging) > MAX_FINDINGS
-    troubled = store.claim_owner_alerts(queue.name, limit=MAX_FINDINGS, now=now)
+    troubled = store.claim_owner_alerts(queue.name, limit=MAX_FINDINGS, now=now, claimant=claimant)
     findings = [
         _stuck_window(job) if requeues == STUCK_AFTER_REQUEUES else _abandoned(job)
         for job, requeues in abandoned[:MAX_FINDINGS]

@@ -431,16 +431,19 @@ class Operations:
         abandoned_since: datetime | None,
         abandoned_until: datetime | None = None,
         now: datetime | None = None,
+        claimant: str | None = None,
     ) -> HealthReport:
         """What needs a person in ``queue``: jobs abandoned in ``[abandoned_since, abandoned_until)`` (None: no
-        bound), running jobs whose worker stopped renewing their lease, and owners lagging more than the
-        queue's ``max_lag`` (see :mod:`~synclane_provider.core.ops.health`)."""
+        bound), running jobs whose worker stopped renewing their lease, owners paused by their handler or turned
+        failing (once each; again to the same ``claimant``), and owners lagging more than the queue's ``max_lag``
+        (see :mod:`~synclane_provider.core.ops.health`)."""
         return health.check(
             self.store,
             self.synclane.queue(queue),
             abandoned_since=abandoned_since,
             abandoned_until=abandoned_until,
             now=self.at(now),
+            claimant=claimant,
         )
 
     def gauges(self, queue: str, *, now: datetime | None = None) -> QueueGauges:
