@@ -130,16 +130,25 @@ ORDERS = WindowedType(
 )
 
 
-def orders_per_owner() -> int:
-    """Order jobs a first plan gives an owner now: two 30-day slices, and the recurring window once the first
-    15-minute period of the day (UTC) has passed -- before that, the newest slice ends at midnight."""
-    now = datetime.now(timezone.utc)
+def orders_per_owner(at: datetime | None = None) -> int:
+    """Order jobs a first plan at ``at`` (now by default) gives an owner: two 30-day slices, and the recurring
+    window once the first 15-minute period of the day (UTC) has passed -- before that, the newest slice ends
+    at midnight. A test whose plan ran a while before it counts names the moment (see :func:`planned_between`)."""
+    now = at or datetime.now(timezone.utc)
     return 2 + (now - now.replace(hour=0, minute=0, second=0, microsecond=0) >= ORDERS.every)
 
 
-def shop_jobs() -> int:
-    """Jobs a first plan gives the queue ``shops``: four owners' orders and one product snapshot each."""
-    return 4 * (orders_per_owner() + 1)
+def shop_jobs(at: datetime | None = None) -> int:
+    """Jobs a first plan at ``at`` (now by default) gives the queue ``shops``: four owners' orders and one
+    product snapshot each."""
+    return 4 * (orders_per_owner(at) + 1)
+
+
+def planned_between(start: datetime, end: datetime) -> set[int]:
+    """What :func:`shop_jobs` may be for a plan that ran between ``start`` and ``end``: one figure, or two when
+    the first period of a day ended in between (a run at 00:14:58 UTC plans one recurring window fewer than
+    the same run at 00:15:00)."""
+    return {shop_jobs(start), shop_jobs(end)}
 
 
 synclane = SyncLane(
