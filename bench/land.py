@@ -1,17 +1,21 @@
-"""Landing records in PostgreSQL: a Destination's one guarded upsert per page, against the usual upserts.
+"""Landing records in PostgreSQL: a Destination's page, one statement, against the usual upserts.
 
-From one run on one server, the same rows (as an API gives them: no owner column) land in three tables of the same
-shape (text key pair, a version, three columns), one per way of landing, each page in a transaction of its own:
+From one run on one server, the same rows (as an API gives them: no owner column) land in tables of the same shape
+(text key pair, a version, three columns), one per way of landing, each page committed before the next:
 
-* ``rows_per_s``: rows landed per second by ``Destination.write`` on the first landing (every row new).
+* ``rows_per_s``: rows landed per second by ``Destination.land`` on the first landing (every row new), as a
+  handler lands a page in a database other than the jobs database: the one statement that lands the page commits it.
 * ``vs_executemany``: that over a plain ``executemany`` of an ``INSERT … ON CONFLICT … DO UPDATE`` of the same
   rows (psycopg 3 pipelines it), each page a transaction.
-* ``vs_insert_rows``: that over Airflow's ``PostgresHook.insert_rows(..., replace=True)``, a commit per page.
-* ``copy_vs_executemany``: a bare binary ``COPY`` of the first landing's rows (a fourth table, savepoint and all,
-  as the first landing pays; it lands nothing again) over the same ``executemany``: the most any landing that
-  sends rows from Python by ``COPY`` can reach on this machine.
+* ``vs_executemany_in_transaction``: ``Destination.write`` inside a transaction per page (a savepoint around the
+  copy; in the jobs database a page lands so, in the transaction that saves its cursor) over the same.
+* ``vs_insert_rows``: ``rows_per_s`` over Airflow's ``PostgresHook.insert_rows(..., replace=True)``, a commit per
+  page.
+* ``copy_vs_executemany``: a bare binary ``COPY`` of the first landing's rows (a table of its own, each page a
+  statement committed alone, as the first landing's copy is; it lands nothing again) over the same
+  ``executemany``: the most a landing that sends rows from Python by ``COPY`` reaches on this machine.
 * ``unchanged_writes``: tuples written (n_tup_ins + n_tup_upd + n_tup_del) when the same rows land again.
-* ``stale_writes``: the same when rows one version older land.
+* ``stale_writes``: the same when rows one version older land. Both are summed over the two Destination tables.
 
 The ways take turns (in a rotating order, ten pages each), so the machine's load weighs on them alike; the
 baselines build their tuples from the same rows inside the timed part, as their users would. The same three
@@ -37,7 +41,7 @@ import psycopg
 from harness import database_url, drop_schema
 from psycopg import sql
 
-from synclane_provider.core import Destination
+from synclane_provider.core import Destination, Job, JobMode, JobStatus
 
 OWNER = "acme"
 COLUMNS = ("account", "id", "updated_at", "name", "price", "status")
@@ -53,12 +57,22 @@ INSERT INTO {table} (account, id, updated_at, name, price, status) VALUES (%s, %
 ON CONFLICT (account, id) DO UPDATE
 SET updated_at = excluded.updated_at, name = excluded.name, price = excluded.price, status = excluded.status"""
 PASSES = ("first", "again", "older")
-WAYS = ("destination", "executemany", "insert_rows", "copy")
+WAYS = ("destination", "in_transaction", "executemany", "insert_rows", "copy")
+DESTINATIONS = ("destination", "in_transaction")
 FIRST_ONLY = ("copy",)
 """Ways that land new keys only: they take their turns in the first pass."""
 COPY_TYPES = ("text", "text", "timestamptz", "text", "int4", "text")
 TURN = 10
 """Pages each way lands before the next takes its turn."""
+
+
+JOB = Job(
+    id=1, queue="orders", owner=OWNER, lane=OWNER, type="orders", mode=JobMode.RECURRING, status=JobStatus.RUNNING,
+    priority=0, window_start=None, window_end=None, dedup_key="bench", cursor=None, processed_count=0,
+    attempt_count=1, error=None, next_run_at=T0, leased_by="bench", lease_expires_at=None, created_at=T0,
+    started_at=T0, heartbeat_at=None, completed_at=None, stop_reason=None,
+)  # fmt: skip
+"""The job a handler lands its pages for."""
 
 
 def records(count: int, *, older: bool = False) -> list[dict[str, Any]]:
@@ -77,15 +91,16 @@ def as_tuples(page: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
     return [(OWNER, r["id"], r["updated_at"], r["name"], r["price"], r["status"]) for r in page]
 
 
-def tuples_written(conn: psycopg.Connection, schema: str, table: str) -> int:
-    """Tuples written to the table so far, every backend's statistics flushed (this one's by the first statement)."""
-    conn.execute("SELECT pg_stat_force_next_flush()")
+def tuples_written(conn: psycopg.Connection, schema: str, tables: tuple[str, ...], *writers: psycopg.Connection) -> int:
+    """Tuples written to the tables so far, the statistics of this backend and the writers' flushed."""
+    for backend in (conn, *writers):
+        backend.execute("SELECT pg_stat_force_next_flush()")
     time.sleep(0.05)
     conn.execute("SELECT pg_stat_clear_snapshot()")
     found = conn.execute(
         "SELECT coalesce(sum(n_tup_ins + n_tup_upd + n_tup_del), 0) FROM pg_stat_user_tables "
-        "WHERE schemaname = %s AND relname = %s",
-        [schema, table],
+        "WHERE schemaname = %s AND relname = ANY(%s)",
+        [schema, list(tables)],
     ).fetchone()
     assert found is not None
     return int(found[0])
@@ -110,13 +125,21 @@ def main() -> None:
             conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
             for way in WAYS:
                 conn.execute(sql.SQL(TABLE).format(table=sql.Identifier(schema, way)))
-            dest = Destination(f"{schema}.destination", key=KEY, owner="account", version="updated_at")
+            landing = psycopg.connect(url, autocommit=True)  # the destination's own, as conninfo would open it
+            dest = Destination(
+                f"{schema}.destination", key=KEY, owner="account", version="updated_at", connect=lambda: landing
+            )
+            in_transaction = Destination(f"{schema}.in_transaction", key=KEY, owner="account", version="updated_at")
             upsert = sql.SQL(UPSERT).format(table=sql.Identifier(schema, "executemany"))
 
             def destination(chunk: list[list[dict[str, Any]]]) -> None:
                 for page in chunk:
+                    dest.land(JOB, page)
+
+            def in_a_transaction(chunk: list[list[dict[str, Any]]]) -> None:
+                for page in chunk:
                     with conn.transaction():
-                        dest.write(conn, page, owner=OWNER)
+                        in_transaction.write(conn, page, owner=OWNER)
 
             def executemany(chunk: list[list[dict[str, Any]]]) -> None:
                 with conn.cursor() as cur:
@@ -138,16 +161,14 @@ def main() -> None:
             def copy(chunk: list[list[dict[str, Any]]]) -> None:
                 with conn.cursor() as cur:
                     for page in chunk:
-                        with conn.transaction():
-                            cur.execute("SAVEPOINT bare_copy")
-                            with cur.copy(copy_rows) as copying:
-                                copying.set_types(list(COPY_TYPES))
-                                for row in as_tuples(page):
-                                    copying.write_row(row)
-                            cur.execute("RELEASE SAVEPOINT bare_copy")
+                        with cur.copy(copy_rows) as copying:  # autocommit: the statement commits the page
+                            copying.set_types(list(COPY_TYPES))
+                            for row in as_tuples(page):
+                                copying.write_row(row)
 
             run: dict[str, Callable[[list[list[dict[str, Any]]]], None]] = {
                 "destination": destination,
+                "in_transaction": in_a_transaction,
                 "executemany": executemany,
                 "insert_rows": insert_rows,
                 "copy": copy,
@@ -163,12 +184,16 @@ def main() -> None:
                         started = time.perf_counter()
                         run[way](chunk)
                         spent[name, way] += time.perf_counter() - started
-                after = tuples_written(conn, schema, "destination")
+                after = tuples_written(conn, schema, DESTINATIONS, landing)
                 writes[name], before = after - before, after
+            dest.close()
     finally:
         drop_schema(url, schema)
-    if writes["first"] != args.rows:
-        raise SystemExit(f"the first landing counted {writes['first']} tuples written, not {args.rows}: no figures")
+    if writes["first"] != args.rows * len(DESTINATIONS):
+        raise SystemExit(
+            f"the first landing counted {writes['first']} tuples written, not {args.rows * len(DESTINATIONS)}: "
+            "no figures"
+        )
     for name in PASSES:
         print(
             f"{name:>6}: "
@@ -188,6 +213,7 @@ def main() -> None:
     print(
         f"rows_per_s={rows_per_s:.0f} "
         f"vs_executemany={spent['first', 'executemany'] / spent['first', 'destination']:.2f} "
+        f"vs_executemany_in_transaction={spent['first', 'executemany'] / spent['first', 'in_transaction']:.2f} "
         f"vs_insert_rows={spent['first', 'insert_rows'] / spent['first', 'destination']:.2f} "
         f"copy_vs_executemany={spent['first', 'executemany'] / spent['first', 'copy']:.2f} "
         f"unchanged_writes={writes['again']} stale_writes={writes['older']}"

@@ -268,11 +268,27 @@ def test_a_first_landing_is_copied_and_a_page_landed_again_writes_no_tuple_even_
         assert conn.execute(sql.SQL("SELECT count(*) FROM {}").format(table)).fetchone() == (66,)
 
 
+def in_a_transaction_of_the_caller(items: Destination, database_url: str, page: list[dict[str, Any]]) -> LandCounts:
+    """The page written in a transaction that wrote before it (item 9) and commits after it."""
+    with psycopg.connect(database_url) as conn:
+        with conn.transaction():
+            conn.execute(
+                sql.SQL("INSERT INTO {} VALUES ('acme', 9, %s, 'before', 1)").format(
+                    sql.Identifier(*items.table.split("."))
+                ),
+                [T0],
+            )
+            return items.write(conn, page, owner="acme")
+
+
+@pytest.mark.parametrize("in_transaction", [False, True], ids=["a statement of its own", "the caller's transaction"])
 def test_a_key_another_transaction_inserts_while_a_page_of_new_keys_is_copied_lands_by_the_guard(
-    items, admin, landing_schema, database_url
+    items, admin, landing_schema, database_url, in_transaction
 ):
     """The copy of a page of new keys meets a key another transaction inserted (uncommitted when the page looked at
-    its range): the copy is undone and the page lands by the guard, its other rows inserted."""
+    its range): the copy is undone and the page lands by the guard, its other rows inserted. Landed in another
+    database, the copy is a statement of its own, undone whole; written in the caller's transaction, it is undone
+    to a savepoint, and what the transaction wrote before it stays."""
     with psycopg.connect(database_url) as other:
         other.execute(
             sql.SQL("INSERT INTO {} VALUES ('acme', 2, %s, 'theirs', 1)").format(
@@ -282,15 +298,21 @@ def test_a_key_another_transaction_inserts_while_a_page_of_new_keys_is_copied_la
         )
         landed: list[LandCounts] = []
         page = [item(1, 1), item(2, 3, name="ours"), item(3, 1)]
-        landing = threading.Thread(target=lambda: landed.append(items.land(ACME, page)))
+        land = (
+            (lambda: in_a_transaction_of_the_caller(items, database_url, page))
+            if in_transaction
+            else (lambda: items.land(ACME, page))
+        )
+        landing = threading.Thread(target=lambda: landed.append(land()))
         landing.start()
         landing.join(0.5)
         assert landing.is_alive()  # the copy waits on the other transaction's key
         other.commit()
         landing.join(10)
     assert landed == [LandCounts(inserted=2, stale=1)]
-    assert stored(admin, landing_schema) == {1: (1, "n", 1), 2: (5, "theirs", 1), 3: (1, "n", 1)}
-    assert writes(admin, landing_schema) == 1 + 2  # theirs, and our two new keys once each
+    before = {9: (0, "before", 1)} if in_transaction else {}
+    assert stored(admin, landing_schema) == {1: (1, "n", 1), 2: (5, "theirs", 1), 3: (1, "n", 1), **before}
+    assert writes(admin, landing_schema) == 1 + 2 + len(before)  # theirs, and our two new keys once each
 
 
 def test_a_row_a_trigger_skips_is_counted_as_left_alone_whether_copied_or_not(items, admin, landing_schema):

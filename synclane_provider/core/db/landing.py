@@ -17,8 +17,9 @@ row looks up its key's stored row once (unless no stored key lies in the page's 
 inserted plainly and changed rows go through an ``INSERT … ON CONFLICT … DO UPDATE … WHERE`` whose ``WHERE`` is
 the guard; a row the guard refuses is not even locked. That statement is ``landing.sql``'s ``land_page``. A page
 of new keys (a first landing in key order) is copied instead: one look at its range of keys finds none stored,
-and its rows go in by ``COPY`` in binary, in a savepoint that a key inserted meanwhile by another transaction
-sends back to ``land_page``. The table must have a unique index on the key (ON CONFLICT needs it); the first
+and its rows go in by ``COPY`` in binary, which a key inserted meanwhile by another transaction undoes and sends
+back to ``land_page``: to a savepoint in the caller's transaction, whole when the copy is a statement of its own
+(a page landed in another database commits with the one statement that writes it). The table must have a unique index on the key (ON CONFLICT needs it); the first
 page checks that, and that every column named exists, and refuses with a
 :class:`~synclane_provider.core.errors.LandingError` naming what is missing.
 
@@ -43,6 +44,7 @@ from synclane_provider.core.db.page_rows import (
     Row,
     checked_page,
     copy_types,
+    kinds_of,
     one_scalar_kind,
     page_bounds,
     values_as_text,
@@ -162,8 +164,10 @@ class Destination:
 
         In the jobs database, run by a worker, the rows are written in the page's transaction, which commits with
         the job's cursor and count, fenced on its lease: the page lands exactly once, and not at all when the
-        job was taken over meanwhile. In another database they are committed now: a page cut off before its
-        cursor is saved lands again, which the key, the version guard and the content comparison make harmless.
+        job was taken over meanwhile. In another database they are committed now, by the one statement that lands
+        them (the page that completes a snapshot with deletions commits them with its rows): a page cut off before
+        its cursor is saved lands again, which the key, the version guard and the content comparison make
+        harmless.
 
         Run by a worker, what it did is added to the job's counts (``inserted_count`` … ``deleted_count`` on its
         row), written by the statement that saves the page's cursor or completes the job: a page whose cursor is
@@ -175,7 +179,10 @@ class Destination:
         else:
             conn = self._connection()
             try:
-                with conn.transaction():
+                if self.deletions is not None and complete:
+                    with conn.transaction():  # the last page and the deletions it leads to, together or not at all
+                        counts = self._land(conn, job, rows, complete)
+                else:  # one statement (a copy, or land_page), which commits on its own: no round trips around it
                     counts = self._land(conn, job, rows, complete)
             except (psycopg.OperationalError, psycopg.InterfaceError):
                 self._local.conn = None
@@ -193,7 +200,8 @@ class Destination:
     def write(
         self, conn: psycopg.Connection[Any], rows: Iterable[Row], *, owner: str | None, job_id: int | None = None
     ) -> LandCounts:
-        """Land ``rows`` on ``conn`` inside the caller's transaction, which commits or rolls back with them.
+        """Land ``rows`` on ``conn`` inside the caller's transaction, which commits or rolls back with them; on an
+        autocommit connection outside a transaction, the one statement that writes them commits them.
 
         Rows of the same key in one page are landed once: the newest by the version column (the last one when
         there is none or they tie); the others count as stale.
@@ -207,9 +215,8 @@ class Destination:
         statements = self._statements
         assert statements is not None
         # The owner column is the same in every row: it goes as one value, every other column as one array.
-        as_text = tuple(
-            name != self.owner and (types[name][1] or not one_scalar_kind(arrays[name])) for name in columns
-        )
+        kinds = {name: kinds_of(values) for name, values in arrays.items()}
+        as_text = tuple(name != self.owner and (types[name][1] or not one_scalar_kind(kinds[name])) for name in columns)
         params: dict[str, Any] = {"job": job_id, "owner": owner}
         for number, (name, text) in enumerate(zip(columns, as_text, strict=True)):
             if name != self.owner:
@@ -222,7 +229,7 @@ class Destination:
             and all(None not in arrays[name] for name in self.key if name != self.owner)
         )
         copied_as = (
-            copy_types(conn, columns, arrays, owner, owner_column=self.owner, copied_as=self._copied_as)
+            copy_types(conn, columns, arrays, kinds, owner, owner_column=self.owner, copied_as=self._copied_as)
             if ranged and job_id is None and self._copies and not any(as_text)
             else None
         )
@@ -236,10 +243,13 @@ class Destination:
             if copied_as is not None:  # all new keys, as a first landing in key order has: copied, no probe at all
                 bounds = page_bounds(arrays, self.key, owner_column=self.owner) if self._bounded else None
                 page_range_stored, copy_page = statements.range_and_copy(conn, columns, bounds_sent=bounds is not None)
-                with conn.pipeline():  # the savepoint the copy may go back to, in the look's round trip
-                    if in_transaction:
+                look = params if bounds is None else {"owner": owner, **bounds}
+                if in_transaction:
+                    with conn.pipeline():  # the savepoint the copy may go back to, in the look's round trip
                         savepoint.execute(_SAVEPOINT)
-                    cur.execute(page_range_stored, params if bounds is None else {"owner": owner, **bounds})
+                        cur.execute(page_range_stored, look)
+                else:  # the copy is a transaction of its own, which a key stored meanwhile undoes whole
+                    cur.execute(page_range_stored, look)
                 stored = cur.fetchone()
                 assert stored is not None
                 copied = None if stored[0] else self._copy(cur, savepoint, copy_page, copied_as, columns, arrays, owner)

@@ -108,12 +108,17 @@ def _page_as_given(
     return arrays, (*first, *owners), len(rows), 0
 
 
-def one_scalar_kind(values: list[Any]) -> bool:
-    """Whether the values (None aside) are all of one Python type that is sent as it is: not a list, a tuple or
-    a dict (a page's column goes as one array, and psycopg dumps an array of one type)."""
-    kinds = set(map(type, values))
-    kinds.discard(type(None))
-    return len(kinds) <= 1 and not any(issubclass(k, (list, tuple, dict)) for k in kinds)
+def kinds_of(values: list[Any]) -> set[type]:
+    """The Python types among a column's values, None's too: one pass over the column, which both the choice of how
+    it is sent (:func:`one_scalar_kind`) and the check that it can be copied (:func:`copy_types`) read."""
+    return set(map(type, values))
+
+
+def one_scalar_kind(kinds: set[type]) -> bool:
+    """Whether a column of values of these types (None aside) is of one Python type that is sent as it is: not a
+    list, a tuple or a dict (a page's column goes as one array, and psycopg dumps an array of one type)."""
+    scalar = kinds - {type(None)}
+    return len(scalar) <= 1 and not any(issubclass(k, (list, tuple, dict)) for k in scalar)
 
 
 def values_as_text(conn: psycopg.Connection[Any], values: list[Any]) -> list[str | None]:
@@ -149,6 +154,7 @@ def copy_types(
     conn: psycopg.Connection[Any],
     columns: tuple[str, ...],
     arrays: dict[str, list[Any]],
+    kinds: Mapping[str, set[type]],
     owner: str | None,
     *,
     owner_column: str | None,
@@ -156,24 +162,34 @@ def copy_types(
 ) -> list[int] | None:
     """The types to copy the page's columns as, when each column's values are of the column's type already (as
     psycopg sends them: a str for a string type, an aware datetime for timestamptz, an int in range for an
-    integer type): a copy then lands exactly what land_page would. None otherwise. ``copied_as`` is the type each
+    integer type): a copy then lands exactly what land_page would. None otherwise. ``kinds`` are each column's
+    Python types (:func:`kinds_of`, of one kind each: see :func:`one_scalar_kind`); ``copied_as`` is the type each
     column's values are copied as (its own, text for a string type)."""
-    transformer = Transformer(conn)
+    transformer: Transformer | None = None
     types: list[int] = []
     for name in columns:
         oid = copied_as[name]
-        values = [owner] if name == owner_column else arrays[name]
-        if None in values:
-            values = [v for v in values if v is not None]
-        if not values:
-            types.append(oid)
-        elif type(values[0]) is int:
-            limit = _INTEGER_LIMITS.get(oid)
-            if limit is None or not -limit <= min(values) <= max(values) < limit:
-                return None
-            types.append(oid)
-        elif transformer.get_dumper(values[0], PyFormat.BINARY).oid == oid:
-            types.append(oid)
+        if name == owner_column:
+            values, kind = [owner], type(owner)
         else:
-            return None
+            values = arrays[name]
+            scalar = kinds[name] - {type(None)}
+            if not scalar:
+                types.append(oid)
+                continue
+            [kind] = scalar
+        if kind is int:
+            limit = _INTEGER_LIMITS.get(oid)
+            if limit is None:
+                return None
+            if type(None) in kinds.get(name, ()):
+                values = [v for v in values if v is not None]
+            if not -limit <= min(values) <= max(values) < limit:
+                return None
+        else:
+            transformer = transformer or Transformer(conn)
+            sample = next(v for v in values if v is not None)
+            if transformer.get_dumper(sample, PyFormat.BINARY).oid != oid:
+                return None
+        types.append(oid)
     return types
