@@ -268,6 +268,35 @@ def test_a_first_landing_is_copied_and_a_page_landed_again_writes_no_tuple_even_
         assert conn.execute(sql.SQL("SELECT count(*) FROM {}").format(table)).fetchone() == (66,)
 
 
+def test_landed_in_another_database_a_page_landed_again_writes_no_tuple_even_undone(
+    landing_schema, database_url, admin
+):
+    """A page landed in another database is committed by the statement that writes it, with no savepoint to undo
+    a copy to: the look at its range still keeps a page of stored keys from being copied and undone. The server's
+    statistics count every tuple written, those of an undone copy too."""
+    with psycopg.connect(database_url, autocommit=True) as own:
+        items = Destination(
+            f"{landing_schema}.items", key=("account", "id"), owner="account", version="updated_at", connect=lambda: own
+        )
+
+        def tuples_written() -> int:
+            own.execute("SELECT pg_stat_force_next_flush()")  # its statistics are in before it answers
+            admin.execute("SELECT pg_stat_clear_snapshot()")
+            query = "SELECT n_tup_ins + n_tup_upd + n_tup_del AS n FROM pg_stat_user_tables WHERE relid = %s::regclass"
+            found = admin.execute(query, [f'"{landing_schema}".items']).fetchone()
+            assert found is not None
+            return int(found["n"])
+
+        pages = [[item(i, 1) for i in range(start, start + 20)] for start in (0, 20, 40)]
+        for page in pages:
+            assert items.land(ACME, page) == LandCounts(inserted=20)
+        assert tuples_written() == 60
+        for page in pages:
+            assert items.land(ACME, page) == LandCounts(unchanged=20)
+        assert tuples_written() == 60
+        assert writes(admin, landing_schema) == 60
+
+
 def in_a_transaction_of_the_caller(items: Destination, database_url: str, page: list[dict[str, Any]]) -> LandCounts:
     """The page written in a transaction that wrote before it (item 9) and commits after it."""
     with psycopg.connect(database_url) as conn:
