@@ -165,10 +165,12 @@ def copy_types(
     integer type): a copy then lands exactly what land_page would. None otherwise. ``kinds`` are each column's
     Python types (:func:`kinds_of`, of one kind each: see :func:`one_scalar_kind`); ``copied_as`` is the type each
     column's values are copied as (its own, text for a string type)."""
-    transformer: Transformer | None = None
+    transformer: Any = None  # made at the first column that needs a dumper's type
     types: list[int] = []
     for name in columns:
         oid = copied_as[name]
+        values: list[Any]
+        kind: type
         if name == owner_column:
             values, kind = [owner], type(owner)
         else:
