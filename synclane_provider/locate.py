@@ -73,6 +73,10 @@ def _import(module_name: str, path: str) -> object:
         ) from exc
     except ImportError as exc:
         raise DeclarationError(f"module {module_name!r} of declaration={path!r} cannot be imported: {exc}") from exc
+    except Exception as exc:  # raised while the module ran: a setting missing from the environment, a typo
+        raise DeclarationError(
+            f"module {module_name!r} of declaration={path!r} cannot be imported: {type(exc).__name__}: {exc}"
+        ) from exc
 
 
 def locate_synclane(path: str) -> SyncLane:

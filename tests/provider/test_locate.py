@@ -120,3 +120,10 @@ def test_a_module_that_fails_on_its_own_import_is_not_reported_as_missing(folder
         "module 'broken_sync' of declaration='broken_sync:synclane' cannot be imported: "
         "No module named 'no_such_dependency_anywhere'"
     )
+    # a module that raises while it runs (a setting missing from the environment) is told the same way
+    (dags / "unset_sync.py").write_text("import os\nWAREHOUSE = os.environ['NO_SUCH_SETTING_SET']\n", encoding="utf-8")
+    with pytest.raises(DeclarationError) as error:
+        locate_synclane("unset_sync:synclane")
+    assert str(error.value) == (
+        "module 'unset_sync' of declaration='unset_sync:synclane' cannot be imported: KeyError: 'NO_SUCH_SETTING_SET'"
+    )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import logging
 from importlib.metadata import entry_points
 
 import pytest
@@ -75,3 +76,27 @@ def test_the_classpaths_of_the_previous_release_still_import_the_same_class(old,
         return getattr(importlib.import_module(module), name)
 
     assert imported(old) is imported(new)
+
+
+def test_airflow_looks_for_the_provider_s_example_dags_without_an_error():
+    """With ``load_examples`` on, Airflow imports each provider's module by its distribution's name to look for an
+    ``example_dags`` folder, and logs an error with a traceback in every command when it cannot: it finds one, and
+    no example DAGs in it."""
+    from airflow.dag_processing.bundles import manager
+
+    class Kept(logging.Handler):
+        def __init__(self) -> None:
+            super().__init__(logging.ERROR)
+            self.messages: list[str] = []
+
+        def emit(self, record: logging.LogRecord) -> None:
+            self.messages.append(record.getMessage())
+
+    kept, bundles = Kept(), []
+    manager.log.addHandler(kept)  # on Airflow's logger itself: its logging setup may not pass records on
+    try:
+        manager._add_provider_example_dags_to_bundle(bundles)
+    finally:
+        manager.log.removeHandler(kept)
+    assert [message for message in kept.messages if "synclane" in message] == []
+    assert [bundle.name for bundle in bundles if "synclane" in bundle.name] == []
