@@ -121,11 +121,11 @@ def main() -> None:
 
     hook = PostgresHook(postgres_conn_id="synclane_bench_land")
     try:
-        with psycopg.connect(url, autocommit=True) as conn:
+        # The second connection is the destination's own, as conninfo would open it.
+        with psycopg.connect(url, autocommit=True) as conn, psycopg.connect(url, autocommit=True) as landing:
             conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
             for way in WAYS:
                 conn.execute(sql.SQL(TABLE).format(table=sql.Identifier(schema, way)))
-            landing = psycopg.connect(url, autocommit=True)  # the destination's own, as conninfo would open it
             dest = Destination(
                 f"{schema}.destination", key=KEY, owner="account", version="updated_at", connect=lambda: landing
             )
@@ -186,7 +186,6 @@ def main() -> None:
                         spent[name, way] += time.perf_counter() - started
                 after = tuples_written(conn, schema, DESTINATIONS, landing)
                 writes[name], before = after - before, after
-            dest.close()
     finally:
         drop_schema(url, schema)
     if writes["first"] != args.rows * len(DESTINATIONS):

@@ -19,9 +19,9 @@ the guard; a row the guard refuses is not even locked. That statement is ``landi
 of new keys (a first landing in key order) is copied instead: one look at its range of keys finds none stored,
 and its rows go in by ``COPY`` in binary, which a key inserted meanwhile by another transaction undoes and sends
 back to ``land_page``: to a savepoint in the caller's transaction, whole when the copy is a statement of its own
-(a page landed in another database commits with the one statement that writes it). The table must have a unique index on the key (ON CONFLICT needs it); the first
-page checks that, and that every column named exists, and refuses with a
-:class:`~synclane_provider.core.errors.LandingError` naming what is missing.
+(a page landed in another database commits with the one statement that writes it). The table must have a unique
+index on the key (ON CONFLICT needs it); the first page checks that, and that every column named exists, and
+refuses with a :class:`~synclane_provider.core.errors.LandingError` naming what is missing.
 
 Beside it: ``page_rows`` checks a page's rows and converts its values, ``page_statements`` composes the
 statements for a page of given columns, and ``page_transaction`` holds a worker's transaction that a page landed
