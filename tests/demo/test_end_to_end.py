@@ -536,7 +536,9 @@ def test_failed_and_throttled_jobs_continued_from_their_cursor(scenario):
 def test_the_broken_slice_ended_abandoned_at_cursor_50_while_its_lane_completed(scenario):
     [broken] = [r for r in scenario.settled if scenario.is_broken_slice(r)]
     assert (broken["status"], broken["cursor"], broken["processed_count"]) == ("abandoned", "50", 50)
-    # Five attempts, then the last one: more only when a last attempt was throttled (a 429 from the shop).
+    # Five attempts, then the last one: more only when a last attempt was throttled (a 429 from the shop). The
+    # row says it stepped aside: a sixth attempt is only ever given to a deferred job, as its last. (Status
+    # samples taken every few seconds may miss the failed and deferred spells on a busy machine; the row cannot.)
     assert broken["attempt_count"] >= 6
     # Its attempts met the unreadable page at cursor 50; the last may instead have met one of the shop's
     # random 503s, which come before the page is read (a 429 there would have kept it deferred), or have
@@ -556,8 +558,6 @@ def test_the_broken_slice_ended_abandoned_at_cursor_50_while_its_lane_completed(
     assert all(
         r["status"] == "completed" for r in scenario.settled if r["lane"] == "globex" and r["id"] != broken["id"]
     )
-    seen = [r["status"] for sample in scenario.samples for r in sample if r["id"] == broken["id"]]
-    assert "failed" in seen and "deferred" in seen  # it stepped aside before its last attempt
 
 
 def test_after_healing_a_requeue_completed_the_slice_from_cursor_50(scenario):
