@@ -1,8 +1,8 @@
 """Downstream of SyncLane: runs whenever the queue's ``orders`` land, and counts the new orders per account.
 
-Scheduled on the Asset ``synclane://<schema>/<queue>/orders``; a worker task of ``synclane_work`` emits one
-event per run in which orders jobs completed, its ``extra`` naming each account (owner) with its jobs,
-records and window span. This DAG reads those events and logs, and returns, the new orders per account: the
+Scheduled on the Asset ``synclane://<schema>/<queue>/orders``; the ``assets`` task of ``synclane_plan`` emits,
+every minute, one event when orders jobs completed since its last run, its ``extra`` naming each account
+(owner) with its jobs, records and window span. This DAG reads those events and logs, and returns, the new orders per account: the
 place to start a dbt run, a refresh, a report. When a run carried re-sync work, the event's ``resyncs`` names
 each request's re-fetched windows per account, and ``rebuild_resynced_partitions`` turns them into exactly the
 daily partitions to rebuild. Set ``[synclane] declaration`` and ``queue`` (or

@@ -1,4 +1,6 @@
-"""SyncLane planning: inserts the jobs every owner of the queue should have, at the declaration's plan interval.
+"""SyncLane planning: inserts the jobs every owner of the queue should have, at the declaration's plan interval,
+and announces what the queue's jobs completed since the last run as asset events (``synclane_downstream`` runs
+on them).
 
 Planning is repeatable (a retried or doubled run inserts nothing more), so the
 DAG needs no catchup and one active run at a time. A run that takes longer than
@@ -7,6 +9,9 @@ while one is active), and the next one is the latest interval's alone
 (``catchup=False``): it plans whatever became due meanwhile. Any other planning
 run of the queue that starts meanwhile (another deployment, the CLI) finds the
 queue's planning lock held and returns at once with ``skipped`` set.
+
+The ``assets`` task reads the completions from the table, whichever worker slot completed them, so downstream
+DAGs hear of new data within a plan interval of the work, and each completion once.
 
 Set ``[synclane] declaration`` ("package.module:attribute") and
 ``[synclane] queue`` to plan your own queue.
@@ -20,6 +25,7 @@ from airflow.sdk import DAG
 
 from synclane_provider.configured import declaration_path, queue_name
 from synclane_provider.locate import locate_queue
+from synclane_provider.operators.asset_events import SyncLaneAssetsOperator
 from synclane_provider.operators.plan import SyncLanePlanOperator
 
 SYNCLANE = declaration_path(default="synclane_provider.example:synclane")  # [synclane] declaration
@@ -44,3 +50,5 @@ with DAG(
         retries=2,
         retry_delay=timedelta(seconds=15),
     )
+    # One asset event per type whose jobs completed since the last run (not waiting for the planning to end).
+    SyncLaneAssetsOperator(task_id="assets", declaration=SYNCLANE, synclane_queue=queue.name)

@@ -28,7 +28,6 @@ from airflow.sdk import DAG, Param
 
 from synclane_provider.configured import declaration_path, queue_name
 from synclane_provider.locate import locate_queue
-from synclane_provider.operators.asset_events import SyncLaneAssetsOperator
 from synclane_provider.operators.work import SyncLaneWorkOperator
 
 SYNCLANE = declaration_path(default="synclane_provider.example:synclane")  # [synclane] declaration
@@ -83,5 +82,3 @@ with DAG(
         retry_delay=timedelta(seconds=15),
         map_index_template="{{ task.synclane_queue }} slot {{ task.slot }}",
     ).expand(slot=list(range(queue.concurrency)))
-    # One asset event per type that landed in this run, for every slot at once (synclane_downstream runs on them).
-    work >> SyncLaneAssetsOperator(task_id="assets", declaration=SYNCLANE, synclane_queue=queue.name)

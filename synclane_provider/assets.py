@@ -7,9 +7,9 @@ URI scheme (registered with Airflow through the provider info's ``asset-uris``):
 The schema (the jobs table's, ``synclane`` by default) is the authority part, so two declarations in one
 database do not share assets; queue and type names are percent-encoded, so any name the table accepts makes
 one URI and back. A downstream DAG schedules on :func:`asset` (``schedule=[asset("synclane", "shops",
-"orders")]``); :class:`~synclane_provider.operators.asset_events.SyncLaneAssetsOperator` (after a worker DAG's
-mapped slots) or a single worker task with ``emit_assets=True`` emits one event per type per run for the
-types whose jobs completed, with ``extra`` naming the owners, their windows and record counts
+"orders")]``); :class:`~synclane_provider.operators.asset_events.SyncLaneAssetsOperator` (in the planning
+DAG, every plan interval, from the table) or a single worker task with ``emit_assets=True`` (when it ends) emits
+one event per type whose jobs completed, with ``extra`` naming the owners, their windows and record counts
 (:meth:`Landed.extra <synclane_provider.core.run.landed.Landed.extra>`). Events go through an
 :class:`AssetAlias` named by :func:`alias_name`, so a run in which nothing of a type completed emits nothing
 for it. :func:`initial_load_asset` is the event-driven option: an asset watched on the triggerer.

@@ -50,9 +50,9 @@ def test_creating_the_schema_is_idempotent_and_safe_to_race(admin, database_url,
         thread.join()
     assert errors == []
     assert (
-        len(indexes(admin, fresh_schema)) == 23
-    )  # 15 on jobs; the primary keys of the version table, lane_budgets, coverage, owners, resync_requests and
-    # planned_rosters; owners_paused and owners_in_trouble
+        len(indexes(admin, fresh_schema)) == 24
+    )  # 15 on jobs; the primary keys of the version table, lane_budgets, coverage, owners, resync_requests,
+    # planned_rosters and announcements; owners_paused and owners_in_trouble
     assert read_status(admin, fresh_schema).ready
 
 

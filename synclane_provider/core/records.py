@@ -85,6 +85,36 @@ class LandCounts:
 
 
 @dataclass(frozen=True)
+class Completed:
+    """Jobs of one type and owner completed within an announcement's span, folded into one: how many, their
+    records, the span of their windows and what their pages landed. A re-sync's job is one of its own
+    (``request_key`` set), so that its window is announced as the range fetched again."""
+
+    type: str
+    owner: str
+    request_key: str | None
+    jobs: int
+    records: int
+    window_start: datetime | None
+    window_end: datetime | None
+    landed: LandCounts
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> Completed:
+        counts = LandCounts(row["inserted"], row["updated"], row["unchanged"], row["stale"], row["deleted"])
+        return cls(
+            row["type"],
+            row["owner"],
+            row["request_key"],
+            row["jobs"],
+            row["records"],
+            row["window_start"],
+            row["window_end"],
+            counts,
+        )
+
+
+@dataclass(frozen=True)
 class Job:
     """One row of the jobs table, as read. Handlers receive it; it is never written back whole."""
 

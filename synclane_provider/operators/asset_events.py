@@ -1,4 +1,4 @@
-"""The assets operator: after a queue's mapped worker slots, one asset event per type that landed in the run."""
+"""The assets operator: announces what a queue completed since its last announcement, one asset event per type."""
 
 from __future__ import annotations
 
@@ -6,7 +6,6 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from synclane_provider.assets import alias, emit_landed
-from synclane_provider.core.run.landed import Landed
 from synclane_provider.operators.base import QueueOperator
 
 if TYPE_CHECKING:
@@ -14,23 +13,20 @@ if TYPE_CHECKING:
 
 
 class SyncLaneAssetsOperator(QueueOperator):
-    """Emits what a worker DAG run's slots completed as Airflow asset events: one per job type, for all slots.
+    """Emits what a queue's jobs completed since the last announcement as Airflow asset events: one per job type.
 
-    Reads the slots' returned summaries (their ``landed``) from XCom, merges them per type and owner, and adds
-    one event per type to the outlet alias ``synclane-<queue>``, for the asset
-    ``synclane://<schema>/<queue>/<type>`` with ``extra`` naming the owners, their windows and record counts
-    (see :mod:`synclane_provider.assets`). Types with nothing completed get no event. One task emitting for
-    every slot is what makes this safe: slots emitting themselves end together (they run out of work at
-    the same moment) and Airflow 3.3 fails one of two tasks creating an alias or asset row at once. Run it
-    with ``trigger_rule="all_done"`` so that a failed slot does not hold back what the others landed.
+    Reads the completions from the jobs table (:meth:`Operations.announce
+    <synclane_provider.core.ops.operations.Operations.announce>`), whichever worker completed them, and adds one
+    event per type to the outlet alias ``synclane-<queue>``, for the asset ``synclane://<schema>/<queue>/<type>``
+    with ``extra`` naming the owners, their windows and record counts (see :mod:`synclane_provider.assets`).
+    Types with nothing completed get no event. The example planning DAG runs it beside the planner, every plan
+    interval, so that downstream DAGs hear of new data within a minute or so of the work however long a worker
+    slot runs. Each completion is announced once: the queue's mark in the table moves with every run.
 
-    What a slot's failed try completed is not announced (the table has it; the retry starts afresh): the
-    events are a wake-up with a summary, and a downstream DAG that must see every record reads the data.
-
-    :param synclane_queue: the queue the slots worked.
-    :param worker_task_id: the task id of the (mapped) worker operator.
-    (The other parameters are :class:`~synclane_provider.operators.base.QueueOperator`'s; it reads XCom and
-    opens no connection of its own.)
+    :param synclane_queue: the queue whose completions to announce.
+    :param worker_task_id: no longer read (the completions come from the table); kept so that DAG files that
+        placed this task after the worker slots still parse.
+    (The other parameters are :class:`~synclane_provider.operators.base.QueueOperator`'s.)
     """
 
     template_fields: Sequence[str] = QueueOperator.queue_fields
@@ -40,10 +36,10 @@ class SyncLaneAssetsOperator(QueueOperator):
         self,
         *,
         synclane_queue: str,
-        worker_task_id: str = "work",
+        worker_task_id: str | None = None,
         **kwargs: Any,
     ) -> None:
-        kwargs.setdefault("trigger_rule", "all_done")
+        kwargs.setdefault("trigger_rule", "all_done")  # placed after worker slots, a failed slot holds nothing back
         outlets = kwargs.pop("outlets", None) or []
         # Declared when the DAG is parsed: Airflow records the alias then, and events only for declared outlets.
         super().__init__(
@@ -54,17 +50,8 @@ class SyncLaneAssetsOperator(QueueOperator):
         self.worker_task_id = worker_task_id
 
     def execute(self, context: Context) -> dict[str, Any]:
-        returned = context["ti"].xcom_pull(task_ids=self.worker_task_id, key="return_value")
-        summaries = [returned] if isinstance(returned, dict) else list(returned or [])
-        landed = Landed()
-        for summary in summaries:
-            if isinstance(summary, dict) and summary.get("landed"):
-                landed.merge(Landed.from_dict(summary["landed"]))
-        emitted = emit_landed(context, self.declaration, self.synclane_queue, landed, self.log)
-        self.log.info(
-            "queue %s: %s slot summary(ies) read, %s asset event(s) emitted",
-            self.synclane_queue,
-            len(summaries),
-            emitted,
-        )
-        return {type_name: landed.extra(self.synclane_queue, type_name) for type_name in sorted(landed.by_type)}
+        with self.operations() as (operations, queue):
+            landed = operations.announce(queue.name)
+        emitted = emit_landed(context, self.declaration, queue.name, landed, self.log)
+        self.log.info("queue %s: %s asset event(s) emitted", queue.name, emitted)
+        return {type_name: landed.extra(queue.name, type_name) for type_name in sorted(landed.by_type)}

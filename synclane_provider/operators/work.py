@@ -128,11 +128,12 @@ class SyncLaneWorkOperator(QueueOperator):
         (``synclane://<schema>/<queue>/<type>``, see :mod:`synclane_provider.assets`), with ``extra`` naming
         the owners, their windows and record counts. Emitted through the outlet ``AssetAlias``
         ``synclane-<queue>``, added to ``outlets`` here, so a run that completed nothing emits nothing. For
-        one unmapped worker task only: mapped slots leave it off and a
-        :class:`~synclane_provider.operators.asset_events.SyncLaneAssetsOperator` after them emits once for all
-        (the returned ``landed`` is what it reads). Several tasks emitting through one alias at the same
-        moment fail in Airflow 3.3 (both create the alias or the asset row: a unique violation that fails
-        the task), and a mapped task's outlets are not known when the DAG is parsed.
+        one unmapped worker task only, and not beside a
+        :class:`~synclane_provider.operators.asset_events.SyncLaneAssetsOperator` (which announces every
+        worker's completions from the table within a plan interval; both would announce each completion).
+        Several tasks emitting through one alias at the same moment fail in Airflow 3.3 (both create the
+        alias or the asset row: a unique violation that fails the task), and a mapped task's outlets are not
+        known when the DAG is parsed.
     (The other parameters are :class:`~synclane_provider.operators.base.QueueOperator`'s.)
     """
 

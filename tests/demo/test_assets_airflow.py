@@ -1,6 +1,9 @@
 """Assets in a real Airflow: ``airflow standalone`` (scheduler, DAG processor, triggerer, API server) runs the
-example DAGs over a small declaration; the worker DAG's ``assets`` task emits one asset event per type per
-run (for both mapped slots), and the downstream DAG ``synclane_downstream`` runs on the ``orders`` asset and counts the new orders per account.
+example DAGs over a small declaration; the planning DAG's ``assets`` task announces every minute what the
+queue completed since its last run, one asset event per type, while the worker slots go on running (they
+linger and defer as they do by default, for up to an hour); the downstream DAG ``synclane_downstream`` runs
+on the ``orders`` asset within two minutes of the first orders window completing, and counts the new orders
+per account.
 
 Checked through the REST API and SQL: the events' ``extra`` names exactly the accounts, record counts and
 windows the jobs table holds, and the downstream runs together counted every account's orders once.
@@ -11,6 +14,7 @@ from __future__ import annotations
 import urllib.parse
 import uuid
 from collections import defaultdict
+from datetime import datetime, timedelta
 
 import psycopg
 import pytest
@@ -59,12 +63,8 @@ def test_the_downstream_dag_runs_when_orders_land_with_owners_windows_and_counts
         **clean_environment(),
         "PYTHONPATH": str(PROJECT),  # the task processes import the test declaration
         "SYNCLANE_TEST_ASSETS_SCHEMA": schema,
-        # A worker slot ends 30 s after the work ran out, and the run's assets task emits. Not less: a slot's
-        # trigger firing within moments of its deferral races Airflow's own report that the deferring process
-        # exited, and on a busy machine the scheduler then fails the resumed try ("finished with state success,
-        # but the task instance's state attribute is queued"); the retry starts afresh and what the failed try
-        # completed is in the table but in no event (measured here with 5 s).
-        "SYNCLANE_IDLE_TIMEOUT": "30",
+        # The worker DAG's defaults: a slot lingers two minutes after its last job and then defers, for up to
+        # an hour; the events must not wait for it.
     }
     env = airflow_environment(
         base,
@@ -87,6 +87,7 @@ def test_the_downstream_dag_runs_when_orders_land_with_owners_windows_and_counts
             return rows if rows and all(r["status"] == "completed" for r in rows) else None
 
         orders = wait_until(orders_done, 300, "every orders job completed", explain=explain)
+        first_done = min(r["completed_at"] for r in orders)
         expected: dict[str, int] = defaultdict(int)
         for row in orders:
             expected[row["owner"]] += row["processed_count"]
@@ -107,14 +108,22 @@ def test_the_downstream_dag_runs_when_orders_land_with_owners_windows_and_counts
             explain=lambda: f"counted so far: {downstream_counts(api)}\n{airflow.tail(40)}",
         )
 
+        # Downstream heard of the first orders within two minutes, while the slots that completed them ran on.
+        first_downstream = min(
+            datetime.fromisoformat(run["start_date"]) for run in api.runs("synclane_downstream") if run["start_date"]
+        )
+        assert first_downstream - first_done < timedelta(minutes=2), (first_done, first_downstream)
+        first_work = api.runs("synclane_work")[-1]  # its slots lingered, then deferred: the run went on
+        assert first_work["end_date"] is None or datetime.fromisoformat(first_work["end_date"]) > first_downstream
+
         events = [
             e
             for e in api.get("/api/v2/assets/events", limit=100)["asset_events"]
             if e.get("extra", {}).get("type") == "orders"
         ]
         assert events, "no orders asset event"
-        assert {(e["source_dag_id"], e["source_task_id"]) for e in events} == {("synclane_work", "assets")}
-        # One orders event per worker DAG run that completed orders jobs (both slots together), not per job or page.
+        assert {(e["source_dag_id"], e["source_task_id"]) for e in events} == {("synclane_plan", "assets")}
+        # One orders event per planning run that found orders jobs completed, not per job or page.
         assert len({e["source_run_id"] for e in events}) == len(events)
         windows: dict[str, tuple] = {}
         for event in events:
@@ -129,6 +138,7 @@ def test_the_downstream_dag_runs_when_orders_land_with_owners_windows_and_counts
                 max(r["window_end"] for r in mine).isoformat(),
             )
         print(f"\ndownstream runs counted {counted}; {len(events)} orders event(s); expected {dict(expected)}")
+        print(f"first orders completed {first_done}, first downstream run started {first_downstream}")
 
         # A re-sync triggered through the DAG synclane_resync with params: the page's JSON shows the request
         # complete, and a downstream run rebuilds exactly the days it fetched again.

@@ -1,4 +1,4 @@
-"""Assets for downstream DAGs: the URI scheme, and the worker's one event per type per run with owners and windows."""
+"""Assets for downstream DAGs: the URI scheme, and a worker that emits its own events (emit_assets) per type with owners and windows."""
 
 from __future__ import annotations
 
@@ -64,7 +64,7 @@ def test_a_worker_run_emits_one_event_per_type_that_landed_with_owners_windows_a
     carry = again.value.trigger.serialize()[1]["carry"]
     assert outlet_events[alias("shops")].asset_alias_events == []  # nothing is emitted before the run ends
     summary = operator.execute_complete(context, {**event, "status": "timeout", "carry": carry})
-    assert set(summary["landed"]) == {"orders", "products"}  # what an assets task after mapped slots reads
+    assert set(summary["landed"]) == {"orders", "products"}  # in the returned summary too
 
     events = outlet_events[alias("shops")].asset_alias_events
     assert sorted(e.dest_asset_key.uri for e in events) == [

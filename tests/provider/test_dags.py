@@ -52,10 +52,10 @@ def test_the_dag_files_parse_without_touching_any_database_or_connection(declara
     assert report["tasks"] == {
         "synclane_downstream": ["count_new_records", "rebuild_resynced_partitions"],
         "synclane_health": ["check"],
-        "synclane_plan": ["plan"],
+        "synclane_plan": ["assets", "plan"],
         "synclane_requeue": ["requeue"],
         "synclane_resync": ["resync"],
-        "synclane_work": ["assets", "work"],
+        "synclane_work": ["work"],
     }
     assert report["attempts"] == []
     assert report["seconds"] < 60
@@ -88,7 +88,7 @@ def task_instances(run) -> list:
         return sorted(run.get_task_instances(session=session), key=lambda ti: ti.map_index)
 
 
-def test_the_planning_dag_inserts_the_planned_rows_once(dags, provider_schema, admin):
+def test_the_planning_dag_inserts_the_planned_rows_once_and_announces_completions_once(dags, provider_schema, admin):
     # One run at a time, and after one that outlasted its interval only the latest interval runs: Airflow starts
     # no run while one is active, and without catchup it does not queue the intervals missed meanwhile.
     assert (dags["synclane_plan"].max_active_runs, dags["synclane_plan"].catchup) == (1, False)
@@ -103,10 +103,39 @@ def test_the_planning_dag_inserts_the_planned_rows_once(dags, provider_schema, a
     }
     assert len(rows(admin, provider_schema)) == planned["total"]
 
+    assert xcoms(first, "assets") == {-1: {}}  # nothing completed yet: no event
+
+    # Jobs completed after the first run's announcement (by any worker: here, by hand) are the next run's events.
+    execute(
+        admin,
+        provider_schema,
+        "UPDATE {jobs} SET status = 'completed', processed_count = id,"
+        " completed_at = (SELECT announced_until FROM {announcements}) + interval '1 ms'",
+    )
     again = dags["synclane_plan"].test()
     assert again.state == "success"
     assert xcoms(again, "plan")[-1]["total"] == 0
     assert len(rows(admin, provider_schema)) == planned["total"]
+
+    # One asset event per type, its extra naming every owner's records; each completion announced once.
+    [emitted] = xcoms(again, "assets").values()
+    table = rows(admin, provider_schema)
+    assert sorted(emitted) == ["orders", "products"]
+    for type_name, extra in emitted.items():
+        mine = [row for row in table if row["type"] == type_name]
+        assert extra["jobs"] == len(mine) and extra["records"] == sum(row["processed_count"] for row in mine)
+        assert set(extra["owners"]) == {row["owner"] for row in mine}
+    from airflow.models.asset import AssetEvent
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        events = [e for e in session.query(AssetEvent).all() if e.source_run_id == again.run_id]
+        assert sorted(e.asset.uri for e in events) == [
+            f"synclane://{provider_schema}/shops/orders",
+            f"synclane://{provider_schema}/shops/products",
+        ]
+        assert {e.extra["type"]: e.extra for e in events} == emitted
+    assert xcoms(dags["synclane_plan"].test(), "assets") == {-1: {}}
 
 
 def test_the_worker_dag_drains_the_lanes_with_mapped_slots_deferring_until_a_job_is_due(
@@ -148,24 +177,6 @@ def test_the_worker_dag_drains_the_lanes_with_mapped_slots_deferring_until_a_job
     assert throttled["attempt_count"] == 2 and throttled["processed_count"] == 100
     # The lane invariant: no two jobs of one lane ever had pages in flight at once.
     assert decl.PAGES and decl.overlapping_lane_pages() == []
-
-    # One asset event per type for the whole run (both slots), its extra naming every owner's records.
-    [emitted] = xcoms(run, "assets").values()
-    assert sorted(emitted) == ["orders", "products"]
-    for type_name, extra in emitted.items():
-        mine = [row for row in table if row["type"] == type_name]
-        assert extra["jobs"] == len(mine) and extra["records"] == sum(row["processed_count"] for row in mine)
-        assert set(extra["owners"]) == {row["owner"] for row in mine}
-    from airflow.models.asset import AssetEvent
-    from airflow.utils.session import create_session
-
-    with create_session() as session:
-        events = [e for e in session.query(AssetEvent).all() if e.source_run_id == run.run_id]
-        assert sorted(e.asset.uri for e in events) == [
-            f"synclane://{provider_schema}/shops/orders",
-            f"synclane://{provider_schema}/shops/products",
-        ]
-        assert {e.extra["type"]: e.extra for e in events} == emitted
 
 
 def test_the_health_dag_fails_naming_the_job_abandoned_in_its_interval_and_passes_after(dags, provider_schema, capsys):

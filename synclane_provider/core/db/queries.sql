@@ -1163,6 +1163,41 @@ SELECT t.type,
        ) AS completed_at
 FROM unnest(%(types)s::text[]) AS t(type)
 ORDER BY t.type;
+-- name: announce_completed
+-- What a queue completed since its last announcement, claimed in one statement: the queue's mark
+-- (announcements) moves up to %(settle)s before now, and the jobs completed after the old mark, up to and
+-- including the new one, are returned, folded per type and owner (a re-sync's jobs one row each, with their
+-- windows). The mark stays %(settle)s behind now because a completion is stamped in its statement and committed
+-- moments later: a mark at now could pass a job before its commit shows it. A queue never announced starts
+-- %(first_look)s before its new mark. The old mark is read with its row locked and written after (moved selects
+-- from span): two announcements at once take turns, the second from where the first left off, so no completion
+-- is announced twice (but by two first announcements of a queue at once, which both start from %(first_look)s).
+-- A mark is never moved back. Reads the completed jobs through jobs_completed_recently.
+WITH before AS (
+    SELECT a.announced_until FROM {schema}.announcements AS a WHERE a.queue = %(queue)s FOR UPDATE
+),
+span AS (
+    SELECT upto, coalesce((SELECT announced_until FROM before), upto - %(first_look)s::interval) AS since
+    FROM (SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) - %(settle)s::interval AS upto) AS mark
+),
+moved AS (
+    INSERT INTO {schema}.announcements AS a (queue, announced_until, updated_at)
+    SELECT %(queue)s, span.upto, statement_timestamp() FROM span
+    ON CONFLICT (queue) DO UPDATE
+    SET announced_until = greatest(a.announced_until, excluded.announced_until), updated_at = excluded.updated_at
+)
+SELECT j.type, j.owner, j.request_key,
+       count(*)::int AS jobs, sum(j.processed_count)::bigint AS records,
+       min(j.window_start) AS window_start, max(j.window_end) AS window_end,
+       sum(j.inserted_count)::bigint AS inserted, sum(j.updated_count)::bigint AS updated,
+       sum(j.unchanged_count)::bigint AS unchanged, sum(j.stale_count)::bigint AS stale,
+       sum(j.deleted_count)::bigint AS deleted
+FROM {schema}.jobs AS j, span
+WHERE j.queue = %(queue)s AND j.status = 'completed'
+  AND j.completed_at > span.since AND j.completed_at <= span.upto
+GROUP BY j.type, j.owner, j.request_key, CASE WHEN j.request_key IS NOT NULL THEN j.id END
+ORDER BY j.type, j.owner, j.request_key NULLS FIRST, min(j.window_start) DESC NULLS LAST;
+
 -- name: initial_loads_complete
 -- The owners of a queue whose initial load (of one type, or of every type) is complete: they have initial jobs
 -- and every one is completed. The asset watcher's trigger compares this between looks: an owner that joins it

@@ -21,6 +21,7 @@ from synclane_provider.core.records import (
     PAUSED_BY_HANDLER,
     Activity,
     Cancelled,
+    Completed,
     Coverage,
     Freshness,
     Job,
@@ -545,6 +546,13 @@ class Store:
         """Per type, the newest completion of the owner's jobs, counting those retention deleted."""
         rows = self.session.run("freshness", queue=queue, owner=owner, types=list(types))
         return {row["type"]: row["completed_at"] for row in rows}
+
+    def announce_completed(
+        self, queue: str, *, settle: timedelta, first_look: timedelta, now: datetime | None
+    ) -> list[Completed]:
+        """What the queue completed since its mark, up to ``settle`` before now; the mark moves there."""
+        rows = self.session.run("announce_completed", queue=queue, settle=settle, first_look=first_look, now=now)
+        return [Completed.from_row(row) for row in rows]
 
     # -- owners ---------------------------------------------------------------------------------------------
 

@@ -22,6 +22,7 @@ from synclane_provider.core.plan.planner import PlanSummary
 from synclane_provider.core.plan.retention import Pruned
 from synclane_provider.core.plan.rule import instant_key, instant_text
 from synclane_provider.core.records import Activity, Cancelled, Job, OwnerState, Progress, ResyncProgress, ResyncRequest
+from synclane_provider.core.run.landed import Landed
 from synclane_provider.core.run.outcomes import CANCELLED, storable_text
 from synclane_provider.core.states import JobMode, JobStatus
 
@@ -29,6 +30,13 @@ log = logging.getLogger(__name__)
 
 MAX_LIST = 10_000
 """The most jobs one :meth:`Operations.list_jobs` call returns."""
+
+ANNOUNCE_SETTLE = timedelta(seconds=5)
+"""How far behind now :meth:`Operations.announce` stops: a job's completion is stamped in the statement that
+writes it and visible once that commits, moments later (a page landed in the jobs database commits with it)."""
+
+FIRST_LOOK = timedelta(hours=1)
+"""How far back the first announcement of a queue reaches."""
 
 
 class Operations:
@@ -449,6 +457,26 @@ class Operations:
     def gauges(self, queue: str, *, now: datetime | None = None) -> QueueGauges:
         """Jobs waiting, running and abandoned in ``queue``, and its listed owners' largest freshness lag."""
         return health.gauges(self.store, self.synclane.queue(queue), now=self.at(now))
+
+    def announce(self, queue: str, *, now: datetime | None = None) -> Landed:
+        """What ``queue`` completed since its last announcement, per type and owner, and the mark moved past it:
+        the ``extra`` of the asset events an assets task emits (:meth:`Landed.extra`).
+
+        Read from the table, so that what every worker completed -- a slot that runs for an hour, a slot whose
+        try failed after its jobs completed, a worker outside Airflow -- is announced by the next call, once.
+        The span ends :data:`ANNOUNCE_SETTLE` before now (a completion commits moments after it is stamped); a
+        queue never announced starts :data:`FIRST_LOOK` back. Moving the mark and reading the span are one
+        statement: two calls at once never return the same job, and a span returned is not returned again,
+        even when the caller fails before it emits (an event is a wake-up; a downstream DAG that must see
+        every record reads the data).
+        """
+        self.synclane.queue(queue)
+        landed = Landed()
+        for completed in self.store.announce_completed(
+            queue, settle=ANNOUNCE_SETTLE, first_look=FIRST_LOOK, now=self.at(now)
+        ):
+            landed.add_completed(completed)
+        return landed
 
     def close(self) -> None:
         self.session.close()

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
 
-from synclane_provider.core.records import Job, LandCounts
+from synclane_provider.core.records import Completed, Job, LandCounts
 
 
 @dataclass
@@ -49,6 +49,20 @@ class OwnerLanding:
             self.window_start = job.window_start
         if job.window_end is not None and (self.window_end is None or job.window_end > self.window_end):
             self.window_end = job.window_end
+
+    @classmethod
+    def of(cls, completed: Completed) -> "OwnerLanding":
+        """The landing of jobs completed together (an announcement's row): a re-sync's job as its window."""
+        if completed.request_key is not None:
+            window = [_text(completed.window_start), _text(completed.window_end), completed.records]
+            return cls(resyncs={completed.request_key: [window]}, landed=completed.landed)
+        return cls(
+            completed.jobs,
+            completed.records,
+            completed.window_start,
+            completed.window_end,
+            landed=completed.landed,
+        )
 
     def merge(self, other: "OwnerLanding") -> None:
         self.landed += other.landed
@@ -103,6 +117,11 @@ class Landed:
         if landing is None:
             landing = owners[job.owner] = OwnerLanding()
         landing.add(job, records, landed)
+
+    def add_completed(self, completed: Completed) -> None:
+        """Fold in jobs completed together, as an announcement reads them from the table."""
+        owners = self.by_type.setdefault(completed.type, {})
+        owners.setdefault(completed.owner, OwnerLanding()).merge(OwnerLanding.of(completed))
 
     def merge(self, other: "Landed") -> None:
         for type_name, owners in other.by_type.items():
