@@ -270,6 +270,83 @@ def _any_job(synclane: SyncLane, database_url: str) -> Job:
     return job
 
 
+# --- on its turn or not at all: how late a page may start -------------------------------------------------------
+
+SLOW_RATE = Rate(1, per=timedelta(seconds=10), burst=5, headroom=0.5)
+"""One request every 20 s with 10 s of lateness (half of it, 5 s, the page's), and a burst that lets the first
+six takes at one instant go at once: no test below sleeps for a turn."""
+
+
+class Watch:
+    """The monotonic clock the lane gate reads, moved only by the test."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def late_gate(database_url, schema, clock, admin, monkeypatch):
+    """A lane gate on the lane acme of SLOW_RATE, its job, the watch it reads, and the turns taken in the lane
+    so far (read from the lane's budget row: each take moves it one interval on from the pinned instant)."""
+    assert SLOW_RATE.lateness == timedelta(seconds=10)
+    synclane = declare(schema, products(), rate=SLOW_RATE)
+    job = _any_job(synclane, database_url)
+    watch = Watch()
+    monkeypatch.setattr("synclane_provider.core.run.lane_gate.time", watch)
+    session = Session(synclane.database(database_url))
+    gate = LaneGate(
+        Store(session), synclane.queue("shops"), clock=clock, stop=threading.Event(), refresh=timedelta(minutes=1)
+    )
+
+    def turns_taken() -> float:
+        [row] = admin.execute(
+            sql.SQL("SELECT tat FROM {}.lane_budgets WHERE lane = 'acme'").format(sql.Identifier(schema))
+        ).fetchall()
+        return (row["tat"] - clock()) / SLOW_RATE.interval
+
+    yield gate, job, watch, turns_taken
+    session.close()
+
+
+def test_a_page_later_than_half_the_rates_lateness_gives_its_turn_up_and_one_within_it_keeps_it(late_gate):
+    """The other half of the lateness is the handler's way to the API: a page that starts 5.1 s after its turn
+    (within the rate's 10 s of lateness, but past half of it) takes a new turn; one 4.9 s late keeps its own."""
+    gate, job, watch, turns_taken = late_gate
+    turn = gate.before_page(job, paused=0.0)  # its turn is now, sent at 1000.0
+    assert turns_taken() == 1
+    watch.now = 1000.0 + 4.9
+    assert gate.keep_turn(job, turn) == 0.0
+    assert turns_taken() == 1
+    watch.now = 1000.0 + 5.1
+    gate.keep_turn(job, turn)
+    assert turns_taken() == 2
+
+
+def test_a_turn_is_reckoned_from_when_the_take_was_sent_so_a_slow_answer_counts_as_lateness(late_gate, monkeypatch):
+    """The take's answer comes back 3 s after it was sent (a busy database, a slow network): the database placed
+    the turn no earlier than the sending, so a page that starts 2.1 s after the answer is 5.1 s late and takes
+    a new turn, and one 1.9 s after it keeps its own."""
+    gate, job, watch, turns_taken = late_gate
+    take_budget = Store.take_lane_budget
+
+    def slow_answer(store, *args, **kwargs):
+        wait = take_budget(store, *args, **kwargs)
+        watch.now += 3.0
+        return wait
+
+    monkeypatch.setattr(Store, "take_lane_budget", slow_answer)
+    turn = gate.before_page(job, paused=0.0)  # sent at 1000.0, answered at 1003.0
+    watch.now = 1003.0 + 1.9
+    assert gate.keep_turn(job, turn) == 0.0
+    assert turns_taken() == 1
+    watch.now = 1003.0 + 2.1
+    gate.keep_turn(job, turn)
+    assert turns_taken() == 2
+
+
 # --- a throttle holds the whole lane ----------------------------------------------------------------------------
 
 THROTTLED_OWNERS = (Owner("acme-us", lane="acme"), Owner("acme-eu", lane="acme"), Owner("globex"))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import signal
 import threading
 import time
+from collections.abc import Callable
 from datetime import timedelta
 
 import pytest
@@ -16,12 +17,13 @@ from synclane_provider.core import (
     Operations,
     Owner,
     Page,
+    SnapshotType,
     WorkerPool,
     WorkerSlot,
 )
-from synclane_provider.core.db.store import Finish
+from synclane_provider.core.db.store import Finish, Store
 from synclane_provider.core.run.runner import Outcome
-from tests.support.helpers import Recorder, declare, execute, failing, orders, owners, paged, products, rows
+from tests.support.helpers import Background, Recorder, declare, execute, failing, orders, owners, paged, products, rows
 
 MINUTE = timedelta(minutes=1)
 
@@ -595,6 +597,102 @@ def test_an_idle_pool_starts_on_new_jobs_as_soon_as_it_is_woken(schema, database
         working.join()
         pool.close()
     assert outcome[0].outcomes == {"completed": 2}
+
+
+LONG = 10.0
+"""Seconds a pool test waits for what a wake-up makes happen at once: far less than an idle slot's own next look."""
+
+
+def assert_an_idle_slot_runs_the_lane_a_busy_one_leaves(
+    schema, database_url, admin, *, left: threading.Event, before_leaving: Callable[[WorkerPool], None]
+) -> None:
+    """Two slots, lane acme holding two jobs: one slot runs the first, the other finds the lane busy and goes idle
+    (its next look of its own minutes away). ``before_leaving(pool)`` runs at the end of the first job's page,
+    which also enqueues a job of globex of a type declared first: the busy slot's finish takes it and leaves lane
+    acme; ``left`` is set when that job's page starts. The page waits up to LONG for acme's second job to run,
+    which only the idle slot can run meanwhile: it must have, and every job ends completed."""
+    second_ran = threading.Event()
+    waited: list[bool] = []
+
+    def acme(job):
+        if job.dedup_key == "manual:first":
+            before_leaving(pool)
+            ops.enqueue("shops", "globex", "urgent", key="urgent")
+        else:
+            second_ran.set()
+        return Page(None, 1)
+
+    def globex(job):
+        left.set()
+        waited.append(second_ran.wait(LONG))
+        return Page(None, 1)
+
+    declaration = declare(
+        schema,
+        SnapshotType("urgent", globex, every=timedelta(days=1)),
+        products(acme),
+        owner_source=owners("acme", "globex"),
+    )
+    database = declaration.database(database_url)
+    pool = WorkerPool(declaration, database, "shops", slots=2, poll_interval=timedelta(minutes=10))
+    with Operations(declaration, database) as ops:
+        for key in ("first", "second"):
+            ops.enqueue("shops", "acme", "products", key=key)
+        working = Background(pool.run, name="pool")
+        try:
+            assert left.wait(LONG), "the busy slot never left lane acme"
+            wait_for(lambda: waited != [] or not working.is_alive(), LONG * 2)
+        finally:
+            pool.shutdown()
+            working.result(timeout=LONG * 3)
+    assert waited == [True], "acme's second job did not run while the slot that left lane acme was busy"
+    assert {r["dedup_key"]: r["status"] for r in rows(admin, schema)} == {
+        "manual:first": "completed",
+        "manual:second": "completed",
+        "manual:urgent": "completed",
+    }
+
+
+def wait_for(condition: Callable[[], bool], timeout: float = LONG) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+def test_a_slot_that_moves_to_another_lanes_job_wakes_an_idle_slot_for_the_lane_it_left(schema, database_url, admin):
+    """The idle slot is already waiting when the busy one finishes acme's first job and takes globex's: it is
+    woken, and runs acme's second job while globex's page still runs."""
+    assert_an_idle_slot_runs_the_lane_a_busy_one_leaves(
+        schema,
+        database_url,
+        admin,
+        left=threading.Event(),
+        before_leaving=lambda pool: wait_for(lambda: pool.idle_waits == 1),  # counted just before it waits
+    )
+
+
+def test_a_wake_up_between_a_slots_take_and_its_wait_is_not_missed(schema, database_url, admin, monkeypatch):
+    """The idle slot's take found lane acme busy; while it looks at the queue, before its wait, the busy slot leaves
+    the lane and wakes an idle slot, when none is waiting to hear it. The wake-up is not lost: the slot does not
+    start its wait, takes again, and runs acme's second job while globex's page still runs."""
+    looked, left = threading.Event(), threading.Event()
+    wakeup = Store.wakeup
+
+    def the_busy_slot_leaves_meanwhile(store, *args, **kwargs):
+        look = wakeup(store, *args, **kwargs)  # acme's first job is still running: nothing to take
+        if not looked.is_set():  # the idle slot's first look, between its take and its wait
+            looked.set()
+            assert left.wait(LONG), "the busy slot did not leave lane acme"
+        return look
+
+    def once_the_idle_slot_looks(pool: WorkerPool) -> None:
+        assert looked.wait(LONG), "the idle slot did not look at the queue"
+
+    monkeypatch.setattr(Store, "wakeup", the_busy_slot_leaves_meanwhile)
+    assert_an_idle_slot_runs_the_lane_a_busy_one_leaves(
+        schema, database_url, admin, left=left, before_leaving=once_the_idle_slot_looks
+    )
 
 
 def test_drain_leaves_retries_waiting_and_run_until_settled_waits_them_out(schema, database_url, admin):

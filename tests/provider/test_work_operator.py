@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import threading
 import time
@@ -16,6 +17,7 @@ from psycopg import sql
 from synclane_provider.core import DatabaseUnavailableError
 from synclane_provider.core.db.wakeups import waiter_key
 from synclane_provider.core.schema import create_schema
+from synclane_provider.hooks.synclane import SyncLaneHook
 from synclane_provider.operators.work import DEFER_GRACE, SETTLE, SyncLaneWorkOperator
 from synclane_provider.triggers.due import JobDueTrigger
 from tests.provider.conftest import DECLARATION
@@ -159,6 +161,48 @@ def test_a_lingering_slot_waits_for_a_dropped_schema_and_runs_the_jobs_of_the_ne
         operator.on_kill()
         with pytest.raises(AirflowException, match="stopped by Airflow"):
             running.result(timeout=10)
+
+
+def test_a_resumed_slot_lingers_from_its_resume_before_deferring_again(provider_schema, admin, capsys):
+    """A slot idle for five minutes (of its ten), past its one-minute linger, is woken (a job came due, and another
+    slot took it first). It does not defer again at once: it waits here, listening, for a linger from its resume; a job
+    planned meanwhile runs in this try."""
+    operator = worker(linger=60, idle_timeout=600)
+    idle_since = (datetime.now(timezone.utc) - timedelta(minutes=5)).isoformat()
+    carry = {"started_at": idle_since, "idle_since": idle_since, "summary": {}, "deferrals": 1}
+    wait_for(lambda: not listening(admin, provider_schema))  # no waiter of an earlier test is still in line
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        resumed = datetime.now(timezone.utc)
+        running = pool.submit(operator.execute_complete, {}, {"status": "due", "carry": carry})
+        wait_for(lambda: running.done() or listening(admin, provider_schema))
+        assert not running.done(), running.exception()  # a deferral shows here as TaskDeferred
+        jobs = plan()
+        wait_for(lambda: running.done() or statuses(admin, provider_schema).get("completed", 0) >= jobs - 1)
+        assert not running.done(), running.exception()
+        operator.on_kill()
+        with pytest.raises(AirflowException, match="stopped by Airflow"):
+            running.result(timeout=10)
+    [until] = re.findall(r"waiting here for a job until (\S+), then deferring", capsys.readouterr().out)[:1]
+    assert datetime.fromisoformat(until) >= resumed + timedelta(seconds=59)
+
+
+def test_an_on_kill_before_the_slot_exists_stops_the_task_before_it_runs_any_job(provider_schema, admin, monkeypatch):
+    """Airflow's SIGTERM lands while the task is still connecting, before it has a worker slot to interrupt: the
+    slot it then makes takes nothing, and the task fails as stopped, every job still pending and unleased."""
+    jobs = plan()
+    operator = worker()
+    get_database = SyncLaneHook.get_database
+
+    def killed_while_connecting(hook, declaration):
+        operator.on_kill()  # as the task runner's SIGTERM handler does, in the middle of execute
+        return get_database(hook, declaration)
+
+    monkeypatch.setattr(SyncLaneHook, "get_database", killed_while_connecting)
+    with pytest.raises(AirflowException, match="stopped by Airflow"):
+        operator.execute({})
+    assert statuses(admin, provider_schema) == {"pending": jobs}
+    assert [r["leased_by"] for r in rows(admin, provider_schema) if r["leased_by"]] == []
+    assert decl.PAGES == []
 
 
 def listening(admin, schema: str, queue: str = "shops") -> bool:
