@@ -11,11 +11,12 @@ from synclane_provider.core.states import JobMode, JobStatus
 COMMANDS = "synclane_provider.cli.commands"
 
 ARG_CONN_ID = Arg(
-    ("--conn-id",), help="the Airflow connection to the jobs table (default: [synclane] conn_id, else synclane_default)"
+    ("--conn-id",),
+    help="the Airflow connection to the jobs table (default: \\[synclane] conn_id, else synclane_default)",
 )
 ARG_DECLARATION = Arg(
     ("--declaration",),
-    help="the declaration, package.module:attribute (default: [synclane] declaration, else $SYNCLANE_DECLARATION)",
+    help="the declaration, package.module:attribute (default: \\[synclane] declaration, else $SYNCLANE_DECLARATION)",
 )
 ARG_QUEUE = Arg(("-q", "--queue"), help="the queue (default: the declaration's only queue)")
 ARG_OWNER = Arg(("--owner",), help="only this owner")

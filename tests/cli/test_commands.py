@@ -201,6 +201,13 @@ def test_schema_reports_applies_and_prints_the_migrations(scene, env):
     assert synclane("schema", "sql", env=env).strip().startswith("--")
 
 
+def test_the_help_names_the_configuration_options_the_defaults_come_from(env):
+    """Airflow's help formatter reads ``[...]`` as markup: the section names must survive it."""
+    help_text = " ".join(synclane("plan", "--help", env=env).split())
+    assert "(default: [synclane] conn_id, else synclane_default)" in help_text
+    assert "(default: [synclane] declaration, else $SYNCLANE_DECLARATION)" in help_text
+
+
 def test_the_declaration_and_connection_can_be_named_on_the_command_line(scene, env, database_url):
     unconfigured = {k: v for k, v in env.items() if k != "AIRFLOW__SYNCLANE__DECLARATION"}
     other = {**unconfigured, "AIRFLOW_CONN_REPORTING_DB": airflow_connection(database_url)}
