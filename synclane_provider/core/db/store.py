@@ -542,7 +542,7 @@ class Store:
         return row["deleted"], row["looked_at"]
 
     def freshness(self, queue: str, owner: str, types: Sequence[str]) -> dict[str, datetime | None]:
-        """Per type, the newest completion of the owner's jobs, counting those retention deleted."""
+        """Per type, the newest completion of the owner's planned jobs, counting those retention deleted."""
         rows = self.session.run("freshness", queue=queue, owner=owner, types=list(types))
         return {row["type"]: row["completed_at"] for row in rows}
 

@@ -5,8 +5,8 @@ Three things a person must hear about, because nothing in the engine will fix th
 * a job **abandoned** since the last check (it waits for a requeue);
 * a running job whose heartbeat is older than its lease: its worker is **stuck** (a page that hangs) or gone
   and no worker has taken the job over;
-* an owner **lagging**: the end of its newest completed window of a windowed type is further behind now than
-  the queue's ``max_lag``;
+* an owner **lagging**: the end of its newest completed planned window of a windowed type (a manual job's
+  never counts, see ``Operations.freshness``) is further behind now than the queue's ``max_lag``;
 * a **stuck window**: a job abandoned again after ``STUCK_AFTER_REQUEUES`` requeues (said once, instead of
   its abandonment, by the check that sees it);
 * an owner **paused** by its handler (it raised ``OwnerPaused``: its token is gone) or turned **failing** (its

@@ -96,7 +96,8 @@ class Operations:
         The job runs in the lane the queue's owner source gives ``owner``, like its planned jobs; ``lane`` is
         only for an owner the source does not list (it is refused otherwise, unless it is the same lane).
         The key defaults to the window (``manual:<start>/<end>``) or, for a window-less job, to the enqueue
-        time, so repeating a call for the same window adds nothing.
+        time, so repeating a call for the same window adds nothing. The job is outside the plan: it moves neither
+        the owner's coverage nor its freshness (see :meth:`freshness`).
         """
         declared = self.synclane.queue(queue)
         priority = declared.priority_of(type)
@@ -368,8 +369,13 @@ class Operations:
         return self.store.initial_progress(queue, owner, type=type)
 
     def freshness(self, queue: str, owner: str) -> dict[str, datetime | None]:
-        """When the owner's data of each job type was last brought up to date: the newest completion of any of
-        its jobs, including jobs retention has deleted since; None for a type with nothing completed."""
+        """When the owner's data of each job type was last brought up to date: the newest completion of its
+        planned jobs, including jobs retention has deleted since; None for a type with nothing completed.
+
+        A manual job -- a re-sync's, or one enqueued by hand -- never counts: it fetches a range again or once and
+        says nothing of whether the plan keeps the owner up to date (a paused or failing owner must not look
+        fresh after one). The owners view, the health check's lag and the gauges read freshness by the same
+        rule (``j_counts_for_freshness`` in queries.sql)."""
         declared = self.synclane.queue(queue)
         return self.store.freshness(queue, owner, [t.name for t in declared.types])
 
