@@ -23,7 +23,7 @@ from synclane_provider.core import (
 )
 from synclane_provider.core.db.database import Session
 from synclane_provider.core.db.store import Store
-from synclane_provider.core.ops.health import STUCK_AFTER_REQUEUES
+from synclane_provider.core.ops.health import MAX_FINDINGS, STUCK_AFTER_REQUEUES
 from synclane_provider.core.records import OwnerState
 from synclane_provider.core.states import OwnerHealth
 from tests.support.helpers import declare, execute, failing, orders, owners, paged, products, rows
@@ -356,6 +356,34 @@ def test_the_owner_gauges_are_emitted_beside_the_queue_gauges(database_url, sche
         "synclane.owners.failing": 0,
         "synclane.owners.paused": 1,
     }
+
+
+def test_owners_in_trouble_beyond_one_checks_findings_are_said_to_be_there_and_alerted_by_the_next_check(
+    database_url, schema, clock, store
+):
+    """One owner more than a check reports turns failing (and one more is paused by its handler): the first
+    check reports the first ones by name and says that more are left, the next one reports those left, and
+    none is reported twice."""
+    declaration = declare(schema, products(), owner_source=owners("acme"))
+    failing = [f"owner-{n:03}" for n in range(MAX_FINDINGS + 1)]
+    for owner in failing:
+        store.upsert_owner(
+            OwnerState("shops", owner, health=OwnerHealth.FAILING, consecutive_failures=10, failing_since=clock.now)
+        )
+    store.upsert_owner(OwnerState("shops", "zeta", paused_at=clock.now, paused_by="handler", paused_reason="401"))
+    with Operations(declaration, declaration.database(database_url)) as ops:
+        first = ops.check_health("shops", abandoned_since=None, now=clock.now)
+        second = ops.check_health("shops", abandoned_since=None, now=clock.advance(timedelta(minutes=5)))
+        third = ops.check_health("shops", abandoned_since=None, now=clock.advance(timedelta(minutes=5)))
+
+    assert [f.owner for f in first.findings] == failing[:MAX_FINDINGS]
+    assert first.describe().splitlines()[-2:] == [
+        f"- … and more paused owners beyond the first {MAX_FINDINGS}: the next check reports them",
+        f"- … and more failing owners beyond the first {MAX_FINDINGS}: the next check reports them",
+    ]
+    assert [(f.problem, f.owner) for f in second.findings] == [("failing", failing[-1]), ("paused", "zeta")]
+    assert "… and more" not in second.describe()
+    assert third.healthy
 
 
 def test_a_check_that_names_itself_is_told_its_own_claims_again_and_no_other_check_is(database_url, schema, clock):

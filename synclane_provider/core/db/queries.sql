@@ -1323,22 +1323,41 @@ SELECT (SELECT count(*) FROM {schema}.owners WHERE queue = %(queue)s AND health 
 -- checks run, and however often, each event is alerted once; a new pause or a new spell of failing is a new
 -- event. A check that names itself (%(claimant)s, e.g. an Airflow task instance's run) writes its name in
 -- alerted_by and claims its own claims again: the same check run a second time reports what its first run
--- claimed. Returns the claimed owners' rows, at most %(limit)s, by name.
+-- claimed. At most %(limit)s are claimed, by name, among those not yet alerted (those already alerted are left
+-- out first, so that the owners beyond the first %(limit)s are never hidden behind them); the rest stay
+-- unclaimed for the next check, and every row returned says how many were left (more_paused, more_failing).
+-- Returns the claimed owners' rows by name; when none was claimed, one row whose owner columns are NULL.
 WITH trouble AS (
-    SELECT o.queue, o.owner,
-           CASE WHEN o.paused_at IS NOT NULL AND o.paused_by = 'handler' THEN 'paused:' || o.paused_at::text
-                ELSE 'failing:' || coalesce(o.failing_since::text, '') END AS event
-    FROM {schema}.owners AS o
-    WHERE o.queue = %(queue)s
-      AND ((o.paused_at IS NOT NULL AND o.paused_by = 'handler') OR o.health = 'failing')
+    SELECT t.queue, t.owner, t.event FROM (
+        SELECT o.queue, o.owner, o.alerted_for, o.alerted_by,
+               CASE WHEN o.paused_at IS NOT NULL AND o.paused_by = 'handler' THEN 'paused:' || o.paused_at::text
+                    ELSE 'failing:' || coalesce(o.failing_since::text, '') END AS event
+        FROM {schema}.owners AS o
+        WHERE o.queue = %(queue)s
+          AND ((o.paused_at IS NOT NULL AND o.paused_by = 'handler') OR o.health = 'failing')
+    ) AS t
+    WHERE t.alerted_for IS DISTINCT FROM t.event OR t.alerted_by = %(claimant)s::text
+),
+chosen AS (
+    SELECT * FROM trouble ORDER BY owner LIMIT %(limit)s
 ),
 claimed AS (
+    -- The condition again, on the row as it is now: a check that claimed it meanwhile has committed a new version.
     UPDATE {schema}.owners AS o
-    SET alerted_at = coalesce(%(now)s::timestamptz, statement_timestamp()), alerted_for = trouble.event,
+    SET alerted_at = coalesce(%(now)s::timestamptz, statement_timestamp()), alerted_for = chosen.event,
         alerted_by = %(claimant)s::text
-    FROM (SELECT * FROM trouble ORDER BY owner LIMIT %(limit)s) AS trouble
-    WHERE o.queue = trouble.queue AND o.owner = trouble.owner
-      AND (o.alerted_for IS DISTINCT FROM trouble.event OR o.alerted_by = %(claimant)s::text)
+    FROM chosen
+    WHERE o.queue = chosen.queue AND o.owner = chosen.owner
+      AND (o.alerted_for IS DISTINCT FROM chosen.event OR o.alerted_by = %(claimant)s::text)
     RETURNING o.*
+),
+left_over AS (
+    SELECT count(*) FILTER (WHERE starts_with(t.event, 'paused:'))::int AS more_paused,
+           count(*) FILTER (WHERE NOT starts_with(t.event, 'paused:'))::int AS more_failing
+    FROM trouble AS t
+    WHERE t.owner NOT IN (SELECT owner FROM chosen)
 )
-SELECT * FROM claimed ORDER BY owner;
+SELECT claimed.*, left_over.more_paused, left_over.more_failing
+FROM left_over
+LEFT JOIN claimed ON true
+ORDER BY claimed.owner;
