@@ -386,6 +386,19 @@ def test_owners_in_trouble_beyond_one_checks_findings_are_said_to_be_there_and_a
     assert third.healthy
 
 
+def test_the_healthy_owners_are_the_listed_ones_neither_degraded_nor_failing_whatever_unlisted_owners_do(
+    database_url, schema, clock, store
+):
+    """initech was dropped from the owner source while failing, and its row stays: it hides no listed owner."""
+    declaration = declare(schema, products(), owner_source=owners("acme", "globex", "umbrella"))
+    store.upsert_owner(OwnerState("shops", "globex", health=OwnerHealth.DEGRADED, consecutive_failures=3))
+    store.upsert_owner(OwnerState("shops", "initech", health=OwnerHealth.FAILING, consecutive_failures=10))
+    store.upsert_owner(OwnerState("shops", "umbrella", last_clean_at=clock.now))
+    with Operations(declaration, declaration.database(database_url)) as ops:
+        gauges = ops.gauges("shops", now=clock.now)
+    assert gauges.owners_healthy == 2  # acme (no row) and umbrella
+
+
 def test_a_check_that_names_itself_is_told_its_own_claims_again_and_no_other_check_is(database_url, schema, clock):
     """A second try of the same check (Airflow ran its task again after a try whose failure it never recorded)
     reports the pause its first try claimed; another check, named or not, does not."""

@@ -233,7 +233,7 @@ class QueueGauges:
 
 def gauges(store: Store, queue: Queue, *, now: datetime | None = None) -> QueueGauges:
     """Read the queue's gauges; the freshness lag and the healthy owners cover the owners its owner source lists
-    now."""
+    now (an owner dropped from the source keeps its row, and its health, which must not hide a listed one)."""
     counts = store.queue_counts(queue.name)
     owners = [owner.id for owner in owners_of(queue)]
     lag = None
@@ -241,13 +241,14 @@ def gauges(store: Store, queue: Queue, *, now: datetime | None = None) -> QueueG
         behind = store.window_lags(queue.name, owners, queue.windowed_types, over=None, limit=1, now=now)
         lag = behind[0].lag if behind else None
     degraded, failing, paused = store.owner_counts(queue.name)
+    in_trouble = store.owners_in_trouble(queue.name)  # the few degraded or failing, listed or not
     return QueueGauges(
         queue.name,
         counts.waiting,
         counts.running,
         counts.abandoned,
         lag,
-        owners_healthy=max(len(owners) - degraded - failing, 0),
+        owners_healthy=sum(1 for owner in owners if owner not in in_trouble),
         owners_degraded=degraded,
         owners_failing=failing,
         owners_paused=paused,
