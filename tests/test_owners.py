@@ -278,9 +278,30 @@ def test_pause_and_resume_refuse_what_cannot_be_paused(database_url, schema, clo
             ops.pause("shops", "acme", "gone", by="")
         with pytest.raises(ValueError, match="limit"):
             ops.owners("shops", limit=0)
+        with pytest.raises(UnknownOwnerError, match="'umbrela' is not listed by the owner source of queue 'shops'"):
+            ops.resume("shops", "umbrela", now=clock.now)  # a typo: nobody lists it, nothing is paused
+        with pytest.raises(UnknownQueueError, match="nowhere"):
+            ops.resume("nowhere", "acme", now=clock.now)
+        assert ops.resume("shops", "acme", now=clock.now) == OwnerState("shops", "acme")  # not paused: no change
         state = ops.pause("shops", "acme", "account closing", by="ana", now=clock.now)
         assert (state.paused_at, state.paused_reason, state.paused_by) == (clock.now, "account closing", "ana")
-        assert ops.resume("shops", "never-paused", now=clock.now) == OwnerState("shops", "never-paused")
+
+
+def test_an_owner_paused_and_then_dropped_from_the_source_can_still_be_resumed(database_url, schema, admin, clock):
+    """Its row says it is paused (and its waiting jobs wait for a resume): the resume clears the pause and plans
+    nothing for it, since nobody lists it any more."""
+    listed = ["acme", "globex"]
+    declaration = declare(schema, products(), owner_source=lambda queue: listed)
+    with Operations(declaration, declaration.database(database_url)) as ops:
+        ops.plan("shops", now=clock.now)
+        ops.pause("shops", "globex", "contract ended", by="ana", now=clock.now)
+        listed.remove("globex")
+        planned = rows(admin, schema)
+        state = ops.resume("shops", "globex", now=clock.advance(timedelta(days=2)))
+        assert not state.paused and not ops.owner("shops", "globex").paused
+        assert rows(admin, schema) == planned
+        with pytest.raises(UnknownOwnerError, match="'globex' is not listed"):
+            ops.resume("shops", "globex", now=clock.now)  # resumed already: nothing is paused any more
 
 
 # --- seen and alerted ------------------------------------------------------------------------------------------
