@@ -6,7 +6,7 @@ from datetime import timedelta
 
 import pytest
 
-from synclane_provider.core import JobStatus, Operations, Owner
+from synclane_provider.core import JobStatus, Operations, Owner, WorkerSlot
 from synclane_provider.core.ops.monitor import Monitor, plain
 from synclane_provider.core.records import OwnerState
 from synclane_provider.core.states import OwnerHealth
@@ -249,3 +249,30 @@ def test_a_status_is_counted_up_to_a_cap_and_then_said_to_have_more(monitor, sce
     summary = Monitor(monitor.operations, count_cap=pending - 1).queue("shops", now=clock.now)
     assert (summary.jobs["pending"], summary.more_than) == (pending - 1, ["pending"])
     assert monitor.queue("shops", now=clock.now).more_than == []
+
+
+@pytest.mark.parametrize("outside_the_plan", ["re-sync", "by hand"])
+def test_a_job_outside_the_plan_makes_no_owner_fresh_in_any_view(outside_the_plan, schema, database_url, admin, clock):
+    """Freshness is one rule read three ways -- the owners view, the health check's lag and
+    ``Operations.freshness`` -- and a manual job counts in none of them: acme's only completed jobs are a re-sync
+    of its last two days, or jobs enqueued by hand for them, and acme still has nothing that keeps it fresh (a
+    paused or failing owner must not look fresh after one)."""
+    declaration = declare(
+        schema, products(), orders(slice=timedelta(days=1)), owner_source=owners("acme"), max_lag=timedelta(hours=1)
+    )
+    today = clock.now.replace(hour=0, minute=0)
+    with Operations(declaration, declaration.database(database_url), clock=clock) as ops:
+        if outside_the_plan == "re-sync":
+            ops.resync("shops", "orders", today - timedelta(days=2), clock.now, reason="totals were wrong")
+            ops.resync("shops", "products", today - timedelta(days=2), clock.now, reason="totals were wrong")
+        else:
+            ops.enqueue("shops", "acme", "orders", window_start=today, window_end=clock.now)
+            ops.enqueue("shops", "acme", "products")
+        with WorkerSlot(declaration, declaration.database(database_url), "shops", clock=clock) as slot:
+            assert slot.drain().jobs >= 2
+        assert {(r["mode"], r["status"]) for r in rows(admin, schema)} == {("manual", "completed")}
+
+        [acme] = Monitor(ops).owners("shops", now=clock.now).items
+        assert (acme.owner, acme.fresh_until, acme.fresh_type, acme.lag) == ("acme", None, None, None)
+        assert ops.freshness("shops", "acme") == {"orders": None, "products": None}
+        assert ops.store.window_lags("shops", ["acme"], ["orders"], over=None, now=clock.now, limit=10) == []

@@ -187,6 +187,27 @@ def test_requeue_brings_forward_a_pending_job_set_to_run_far_later(ops, admin, s
     assert {r["id"] for r in rows(admin, schema, "owner = 'globex'")} == due_already
 
 
+def test_requeue_count_counts_the_stopped_jobs_requeued_and_not_a_pending_job_brought_forward(
+    ops, admin, schema, clock
+):
+    """requeue_count says how often a person gave a stopped job another go (the health check calls a window
+    abandoned again after several a stuck window); moving a waiting job's time is not such a go."""
+    ops.plan("shops", now=clock.now)
+    stopped = ["failed", "deferred", "abandoned"]
+    jobs = rows(admin, schema, "type = 'orders'")
+    for job, status in zip(jobs, stopped):
+        execute(admin, schema, "UPDATE {jobs} SET status = %s, error = 'E: 500' WHERE id = %s", [status, job["id"]])
+    later = jobs[len(stopped)]["id"]
+    execute(admin, schema, "UPDATE {jobs} SET next_run_at = %s WHERE id = %s", [clock.now + timedelta(days=30), later])
+
+    assert ops.requeue("shops", now=clock.now) == len(stopped) + 1
+    assert ops.requeue("shops", now=clock.now) == 0  # all due now: nothing to requeue or bring forward
+    counts = {row["id"]: row["requeue_count"] for row in rows(admin, schema)}
+    assert [counts[job["id"]] for job in jobs[: len(stopped)]] == [1, 1, 1]
+    assert counts[later] == 0
+    assert set(counts.values()) == {0, 1} and sum(counts.values()) == len(stopped)
+
+
 def test_a_requeued_job_shows_its_last_error_until_it_completes(ops, admin, schema, clock):
     ops.plan("shops", now=clock.now)
     execute(admin, schema, "UPDATE {jobs} SET status = 'abandoned', error = 'HTTP 500' WHERE type = 'products'")

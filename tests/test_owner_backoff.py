@@ -188,3 +188,138 @@ def test_a_queue_takes_an_owner_backoff_or_none(clock):
     assert Queue("shops", owners=owners(), types=[products()], owner_backoff=None).owner_backoff.max_stretch == 1
     with pytest.raises(DeclarationError, match=r"owner_backoff of queue 'shops' must be an OwnerBackoff .* got 16"):
         Queue("shops", owners=owners(), types=[products()], owner_backoff=16)
+
+
+class TypeSwitch:
+    """A handler that fails for the job types named in ``broken`` and completes the others."""
+
+    def __init__(self, *broken: str) -> None:
+        self.broken = set(broken)
+
+    def __call__(self, job) -> Page:
+        if job.type in self.broken:
+            raise PermissionError("401 token revoked")
+        return paged(0)(job)
+
+
+@pytest.mark.parametrize(
+    ("failing_after", "health", "failing_since"),
+    [(3, "degraded", False), (1, "failing", True)],
+)
+def test_with_degraded_after_one_an_owners_first_failure_makes_its_row_unhealthy(
+    failing_after, health, failing_since, queue_of, admin, schema, clock
+):
+    """The owner has no row until its first attempt ends: the row that attempt makes follows the declared rule
+    as a row already there would."""
+    ops, slot = queue_of(
+        products(Switch("acme")), owner_backoff=OwnerBackoff(degraded_after=1, failing_after=failing_after)
+    )
+    ops.plan("shops", now=clock.now)
+    assert owner_row(admin, schema, "acme") is None
+    assert slot.run_one().outcome.value == "failed"
+    row = owner_row(admin, schema, "acme")
+    assert (row["health"], row["consecutive_failures"], row["last_error"]) == (
+        health,
+        1,
+        "PermissionError: 401 token revoked",
+    )
+    assert row["failing_since"] == (clock.now if failing_since else None)
+
+
+def test_failing_since_is_when_the_owner_turned_failing_not_its_latest_failure(queue_of, admin, schema, clock):
+    ops, slot = queue_of(
+        products(Switch("acme")),
+        max_attempts=20,
+        retry_delay=timedelta(seconds=1),
+        retry_max_delay=timedelta(seconds=1),
+        owner_backoff=OwnerBackoff(degraded_after=1, failing_after=2),
+    )
+    ops.plan("shops", now=clock.now)
+    seen = []
+    for _ in range(4):
+        slot.run_one()
+        row = owner_row(admin, schema, "acme")
+        seen.append((row["health"], row["failing_since"]))
+        clock.advance(MINUTE)
+    turned = clock.now - 3 * MINUTE  # the second failure's time
+    assert seen == [("degraded", None), ("failing", turned), ("failing", turned), ("failing", turned)]
+
+
+def test_a_page_that_fails_after_a_cancel_is_not_a_failure_of_the_owner(queue_of, admin, schema, clock):
+    """The account was disconnected while its page was in flight, and the page answered 401: the job ends as the
+    cancel said, and the owner is not counted as failing (its access was withdrawn on purpose)."""
+    cancels = []
+
+    def disconnected_mid_page(job) -> Page:
+        cancels.append(ops.cancel("shops", job.owner, "account disconnected", now=clock.now))
+        raise PermissionError("401 token revoked")
+
+    ops, slot = queue_of(products(disconnected_mid_page), owner_backoff=OwnerBackoff(degraded_after=1))
+    ops.plan("shops", now=clock.now)
+    assert slot.run_one().outcome.value == "abandoned"
+    assert [c.stopping for c in cancels] == [1]
+    [job] = rows(admin, schema)
+    assert (job["status"], job["error"]) == ("abandoned", "Cancelled: account disconnected")
+    assert owner_row(admin, schema, "acme") is None
+
+
+def test_a_completion_heals_a_degraded_owner_even_within_a_minute_of_its_last_clean_run(queue_of, admin, schema, clock):
+    """A completion of an owner already healthy, clean within the last minute, writes nothing (so that a busy
+    owner's finishes do not each rewrite its row); one of an owner with failures in a row always resets them."""
+    handler = TypeSwitch("orders")
+    ops, slot = queue_of(
+        products(handler),
+        orders(handler, horizon=timedelta(days=1), slice=timedelta(days=1)),
+        retry_delay=timedelta(seconds=1),
+        retry_max_delay=timedelta(seconds=1),
+        owner_backoff=OwnerBackoff(degraded_after=1, failing_after=5),
+    )
+    ops.plan("shops", now=clock.now)
+    assert slot.run_one().job.type == "products"
+    clean = owner_row(admin, schema, "acme")
+    assert (clean["health"], clean["last_clean_at"]) == ("healthy", clock.now)
+    clock.advance(timedelta(seconds=10))
+    assert slot.run_one().outcome.value == "failed"
+    assert (owner_row(admin, schema, "acme")["health"], owner_row(admin, schema, "acme")["consecutive_failures"]) == (
+        "degraded",
+        1,
+    )
+    handler.broken.clear()
+    clock.advance(timedelta(seconds=10))  # 20 s after the clean run
+    assert slot.run_one().outcome.value == "completed"
+    healed = owner_row(admin, schema, "acme")
+    assert (healed["health"], healed["consecutive_failures"], healed["last_clean_at"]) == ("healthy", 0, clock.now)
+
+
+def test_a_second_spell_of_failing_after_a_recovery_is_alerted_again(queue_of, admin, schema, clock):
+    handler = Switch("acme")
+    ops, slot = queue_of(
+        products(handler),
+        max_attempts=20,
+        retry_delay=timedelta(seconds=1),
+        retry_max_delay=timedelta(seconds=1),
+        owner_backoff=OwnerBackoff(degraded_after=1, failing_after=1),
+    )
+
+    def alerted() -> list[tuple[str, str]]:
+        report = ops.check_health("shops", abandoned_since=None, now=clock.now)
+        return [(finding.problem.value, finding.owner) for finding in report.findings]
+
+    ops.plan("shops", now=clock.now)
+    assert slot.run_one().outcome.value == "failed"
+    assert alerted() == [("failing", "acme")]
+    clock.advance(MINUTE)
+    assert slot.run_one().outcome.value == "failed"  # still the same spell: said once
+    assert alerted() == []
+
+    handler.broken.clear()
+    clock.advance(MINUTE)
+    assert slot.run_one().outcome.value == "completed"
+    assert owner_row(admin, schema, "acme")["health"] == "healthy" and alerted() == []
+
+    handler.broken.add("acme")
+    clock.advance(timedelta(days=1))
+    ops.plan("shops", now=clock.now)  # the next snapshot
+    assert slot.run_one().outcome.value == "failed"
+    assert owner_row(admin, schema, "acme")["failing_since"] == clock.now
+    assert alerted() == [("failing", "acme")]

@@ -23,7 +23,7 @@ from synclane_provider.core import (
 )
 from synclane_provider.core.db.database import Session
 from synclane_provider.core.db.store import Store
-from synclane_provider.core.ops.health import STUCK_AFTER_REQUEUES
+from synclane_provider.core.ops.health import MAX_FINDINGS, STUCK_AFTER_REQUEUES
 from synclane_provider.core.records import OwnerState
 from synclane_provider.core.states import OwnerHealth
 from tests.support.helpers import declare, execute, failing, orders, owners, paged, products, rows
@@ -278,9 +278,30 @@ def test_pause_and_resume_refuse_what_cannot_be_paused(database_url, schema, clo
             ops.pause("shops", "acme", "gone", by="")
         with pytest.raises(ValueError, match="limit"):
             ops.owners("shops", limit=0)
+        with pytest.raises(UnknownOwnerError, match="'umbrela' is not listed by the owner source of queue 'shops'"):
+            ops.resume("shops", "umbrela", now=clock.now)  # a typo: nobody lists it, nothing is paused
+        with pytest.raises(UnknownQueueError, match="nowhere"):
+            ops.resume("nowhere", "acme", now=clock.now)
+        assert ops.resume("shops", "acme", now=clock.now) == OwnerState("shops", "acme")  # not paused: no change
         state = ops.pause("shops", "acme", "account closing", by="ana", now=clock.now)
         assert (state.paused_at, state.paused_reason, state.paused_by) == (clock.now, "account closing", "ana")
-        assert ops.resume("shops", "never-paused", now=clock.now) == OwnerState("shops", "never-paused")
+
+
+def test_an_owner_paused_and_then_dropped_from_the_source_can_still_be_resumed(database_url, schema, admin, clock):
+    """Its row says it is paused (and its waiting jobs wait for a resume): the resume clears the pause and plans
+    nothing for it, since nobody lists it any more."""
+    listed = ["acme", "globex"]
+    declaration = declare(schema, products(), owner_source=lambda queue: listed)
+    with Operations(declaration, declaration.database(database_url)) as ops:
+        ops.plan("shops", now=clock.now)
+        ops.pause("shops", "globex", "contract ended", by="ana", now=clock.now)
+        listed.remove("globex")
+        planned = rows(admin, schema)
+        state = ops.resume("shops", "globex", now=clock.advance(timedelta(days=2)))
+        assert not state.paused and not ops.owner("shops", "globex").paused
+        assert rows(admin, schema) == planned
+        with pytest.raises(UnknownOwnerError, match="'globex' is not listed"):
+            ops.resume("shops", "globex", now=clock.now)  # resumed already: nothing is paused any more
 
 
 # --- seen and alerted ------------------------------------------------------------------------------------------
@@ -356,6 +377,47 @@ def test_the_owner_gauges_are_emitted_beside_the_queue_gauges(database_url, sche
         "synclane.owners.failing": 0,
         "synclane.owners.paused": 1,
     }
+
+
+def test_owners_in_trouble_beyond_one_checks_findings_are_said_to_be_there_and_alerted_by_the_next_check(
+    database_url, schema, clock, store
+):
+    """One owner more than a check reports turns failing (and one more is paused by its handler): the first
+    check reports the first ones by name and says that more are left, the next one reports those left, and
+    none is reported twice."""
+    declaration = declare(schema, products(), owner_source=owners("acme"))
+    failing = [f"owner-{n:03}" for n in range(MAX_FINDINGS + 1)]
+    for owner in failing:
+        store.upsert_owner(
+            OwnerState("shops", owner, health=OwnerHealth.FAILING, consecutive_failures=10, failing_since=clock.now)
+        )
+    store.upsert_owner(OwnerState("shops", "zeta", paused_at=clock.now, paused_by="handler", paused_reason="401"))
+    with Operations(declaration, declaration.database(database_url)) as ops:
+        first = ops.check_health("shops", abandoned_since=None, now=clock.now)
+        second = ops.check_health("shops", abandoned_since=None, now=clock.advance(timedelta(minutes=5)))
+        third = ops.check_health("shops", abandoned_since=None, now=clock.advance(timedelta(minutes=5)))
+
+    assert [f.owner for f in first.findings] == failing[:MAX_FINDINGS]
+    assert first.describe().splitlines()[-2:] == [
+        f"- … and more paused owners beyond the first {MAX_FINDINGS}: the next check reports them",
+        f"- … and more failing owners beyond the first {MAX_FINDINGS}: the next check reports them",
+    ]
+    assert [(f.problem, f.owner) for f in second.findings] == [("failing", failing[-1]), ("paused", "zeta")]
+    assert "… and more" not in second.describe()
+    assert third.healthy
+
+
+def test_the_healthy_owners_are_the_listed_ones_neither_degraded_nor_failing_whatever_unlisted_owners_do(
+    database_url, schema, clock, store
+):
+    """initech was dropped from the owner source while failing, and its row stays: it hides no listed owner."""
+    declaration = declare(schema, products(), owner_source=owners("acme", "globex", "umbrella"))
+    store.upsert_owner(OwnerState("shops", "globex", health=OwnerHealth.DEGRADED, consecutive_failures=3))
+    store.upsert_owner(OwnerState("shops", "initech", health=OwnerHealth.FAILING, consecutive_failures=10))
+    store.upsert_owner(OwnerState("shops", "umbrella", last_clean_at=clock.now))
+    with Operations(declaration, declaration.database(database_url)) as ops:
+        gauges = ops.gauges("shops", now=clock.now)
+    assert gauges.owners_healthy == 2  # acme (no row) and umbrella
 
 
 def test_a_check_that_names_itself_is_told_its_own_claims_again_and_no_other_check_is(database_url, schema, clock):

@@ -9,7 +9,15 @@ from datetime import datetime, timedelta, timezone
 import psycopg
 import pytest
 
-from synclane_provider.core import DeclarationError, Operations, Owner, UnknownOwnerError, WorkerSlot
+from synclane_provider.core import (
+    DeclarationError,
+    Operations,
+    Owner,
+    Queue,
+    SyncLane,
+    UnknownOwnerError,
+    WorkerSlot,
+)
 from synclane_provider.core.errors import OwnerSourceError
 from synclane_provider.core.plan import planner
 from tests.support.helpers import Background, declare, execute, orders, owners, products, race, rows
@@ -434,6 +442,27 @@ def test_a_planning_run_that_starts_while_another_runs_does_nothing_and_says_so(
     finally:
         running.store.planning_unlock("shops")
     assert late.plan("shops", now=clock.now + DAY).total > 0
+
+
+def test_the_planning_lock_is_per_queue_a_run_of_one_queue_never_makes_anothers_skip(schema, database_url, clock):
+    """shops and books share a table: a planning run of shops still running holds shops' lock alone."""
+    two = SyncLane(
+        queues=[
+            Queue("shops", owners=owners("acme"), types=[orders()]),
+            Queue("books", owners=owners("acme"), types=[products()]),
+        ],
+        schema=schema,
+    )
+    with Operations(two, two.database(database_url)) as running, Operations(two, two.database(database_url)) as other:
+        running.plan("books", owner="acme", now=clock.now)  # the table exists; a one-owner plan takes no lock
+        assert running.store.try_planning_lock("shops")  # a run of shops in progress
+        try:
+            books = other.plan("books", now=clock.now + DAY)
+            assert not books.skipped and books.owners == 1
+            assert other.plan("shops", now=clock.now).skipped
+        finally:
+            running.store.planning_unlock("shops")
+        assert not other.plan("shops", now=clock.now).skipped
 
 
 def test_a_run_longer_than_its_interval_holds_the_lock_to_its_end_and_lets_go_when_it_fails(ops, clock):

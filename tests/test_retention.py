@@ -72,7 +72,7 @@ def test_prune_deletes_old_completed_and_cancelled_jobs_and_keeps_what_waits_for
         old = {r["id"] for r in before if r["mode"] != "initial" and r["status"] == "completed"}
         assert len(old) == 2 + 1  # each owner's first recurring orders job, and the manual job
         freshness = ops.freshness("shops", "acme")
-        assert freshness["products"] == clock.now - 31 * DAY  # the manual job's completion
+        assert freshness["products"] == clock.now - 40 * DAY  # the planned snapshot's: a hand job is not freshness
 
         pruned = ops.prune("shops", now=clock.now)
 

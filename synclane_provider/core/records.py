@@ -518,3 +518,13 @@ class OwnerState:
 
 
 _OWNER_TIMES = ("failing_since", "paused_at", "last_clean_at", "alerted_at", "updated_at")
+
+
+@dataclass(frozen=True)
+class OwnerAlerts:
+    """The owners one health check claimed to alert about, by name, and how many more are waiting for a check
+    (paused by their handler, and failing) beyond the most it claims at once: the next check claims them."""
+
+    claimed: tuple[OwnerState, ...]
+    more_paused: int = 0
+    more_failing: int = 0

@@ -278,6 +278,15 @@ def test_pause_owners_and_resume_an_owner(scene, env, database_url, cli_schema):
     assert json.loads(synclane("owners", "--troubled", "-o", "json", env=env) or "[]") == []
 
 
+def test_resume_refuses_an_owner_nobody_lists_in_one_line(scene, env):
+    refused = airflow("synclane", "resume", "umbrela", env=env)
+    assert refused.returncode != 0 and "Traceback" not in refused.stderr
+    assert refused.stderr.strip().splitlines()[-1] == (
+        "synclane: owner 'umbrela' is not listed by the owner source of queue 'shops', and is not paused: there is "
+        "nothing to resume"
+    )
+
+
 def test_resync_makes_one_request_and_resyncs_lists_cancels_and_requeues_it(scene, env, database_url, cli_schema):
     args = ("--type", "orders", "--from", "2026-03-01", "--to", "2026-03-03", "--owner", "globex", "--owner", "acme-us")
     [made] = json.loads(synclane("resync", *args, "--reason", "March totals", "--key", "march", "-o", "json", env=env))

@@ -104,10 +104,9 @@ ORDER BY page.lane, r.lane_slot;
 -- name: owners
 -- One page of a queue's owners, by name after %(after)s (only %(owner)s when given; with %(troubled)s only
 -- owners with failed, deferred or abandoned jobs, or paused, degraded or failing ones): its health and pause
--- (its row in the owners table, one probe of its key), the initial load's slices and records, how far the
--- newest completed job reaches per declared type, %(types)s, or the newest one retention deleted, whichever is
--- later (the owner's freshness is its stalest type; one probe of jobs_completed_reach and of the coverage key
--- each), and its troubled jobs with the latest error.
+-- (its row in the owners table, one probe of its key), the initial load's slices and records, how far its data
+-- reaches per declared type, %(types)s, by queries.sql's rule (fresh_until_of_o_t: planned jobs only, and what
+-- retention deleted; the owner's freshness is its stalest type), and its troubled jobs with the latest error.
 WITH RECURSIVE clock AS (
     SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now
 ),
@@ -175,26 +174,12 @@ CROSS JOIN LATERAL (
 ) AS i
 LEFT JOIN LATERAL (
     -- The stalest type (that has completed anything), and how far it reaches.
-    SELECT per_type.newest AS fresh_until, t.type AS fresh_type
-    FROM unnest(%(types)s::text[]) AS t(type)
-    CROSS JOIN LATERAL (
-        SELECT greatest(
-            (
-                SELECT coalesce(j.window_end, j.completed_at)
-                FROM {schema}.jobs AS j
-                WHERE j.queue = %(queue)s AND j.owner = owners.owner AND j.type = t.type AND j.status = 'completed'
-                  AND coalesce(j.window_end, j.completed_at) IS NOT NULL
-                ORDER BY coalesce(j.window_end, j.completed_at) DESC
-                LIMIT 1
-            ),
-            (
-                SELECT c.last_pruned_reach FROM {schema}.coverage AS c
-                WHERE c.queue = %(queue)s AND c.owner = owners.owner AND c.type = t.type
-            )
-        ) AS newest
-    ) AS per_type
-    WHERE per_type.newest IS NOT NULL
-    ORDER BY per_type.newest, t.type
+    SELECT fresh.fresh_until, t.type AS fresh_type
+    FROM (SELECT owners.owner) AS o
+    CROSS JOIN unnest(%(types)s::text[]) AS t(type)
+    {fresh_until_of_o_t}
+    WHERE fresh.fresh_until IS NOT NULL
+    ORDER BY fresh.fresh_until, t.type
     LIMIT 1
 ) AS f ON true
 CROSS JOIN LATERAL (

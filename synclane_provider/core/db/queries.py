@@ -14,14 +14,39 @@ from psycopg import sql
 _HEADER = re.compile(r"^-- (?P<kind>name|fragment): (?P<name>\w+)\s*$", re.MULTILINE)
 
 
-def named_statements(package: str, source: str) -> dict[str, str]:
+def named_statements(package: str, source: str, *, borrowed: Mapping[str, str] | None = None) -> dict[str, str]:
     """The statements of a file ``source`` in ``package``, each under its ``-- name: <name>`` header.
 
     A part the file repeats in several statements is written once under a ``-- fragment: <name>`` header and
-    stands as ``{<name>}`` where it is used; each statement is given back with its fragments in place, so what
-    is sent is what a statement written out whole would be. A name given twice is an error (the second would
+    stands as ``{<name>}`` where it is used (in a statement, or in another fragment); each statement is given
+    back with its fragments in place, so what is sent is what a statement written out whole would be.
+    ``borrowed`` are another file's fragments that this file's statements may name as well (a rule written once
+    for the engine's statement files, see :func:`fragments_of`). A name given twice is an error (the second would
     silently win), and so is a fragment no statement uses. The demo's own tables use the same format.
     """
+    statements, fragments = _parts(package, source)
+    for name in fragments:
+        placeholder = "{" + name + "}"
+        users = [*statements.values(), *(body for other, body in fragments.items() if other != name)]
+        if not any(placeholder in body for body in users):
+            raise RuntimeError(f"{source} defines the fragment {name!r} but no statement uses it")
+    borrowed = borrowed or {}
+    clash = sorted(set(fragments) & set(borrowed))
+    if clash:
+        raise RuntimeError(f"{source} names {clash[0]!r} twice: a fragment of its own, and one it borrows")
+    parts = {**borrowed, **fragments}
+    for _ in range(len(parts)):  # a fragment named in a fragment: in place before that one is put in a statement
+        parts = {key: _put_in(body, parts) for key, body in parts.items()}
+    return {key: _put_in(body, parts) for key, body in statements.items()}
+
+
+def fragments_of(package: str, source: str) -> dict[str, str]:
+    """The fragments of a file ``source`` in ``package``, by name, as written (for another file to borrow)."""
+    return _parts(package, source)[1]
+
+
+def _parts(package: str, source: str) -> tuple[dict[str, str], dict[str, str]]:
+    """The statements and the fragments of a file, each by name, as written."""
     text = resources.files(package).joinpath(source).read_text(encoding="utf-8")
     parts = _HEADER.split(text)
     # parts: [preamble, kind1, name1, body1, kind2, name2, body2, ...]
@@ -31,17 +56,24 @@ def named_statements(package: str, source: str) -> dict[str, str]:
         if name in statements or name in fragments:
             raise RuntimeError(f"{source} names {name!r} twice")
         (fragments if kind == "fragment" else statements)[name] = body.strip().rstrip(";")
+    return statements, fragments
+
+
+def _put_in(body: str, fragments: Mapping[str, str]) -> str:
     for name, fragment in fragments.items():
-        placeholder = "{" + name + "}"
-        if not any(placeholder in body for body in statements.values()):
-            raise RuntimeError(f"{source} defines the fragment {name!r} but no statement uses it")
-        statements = {key: body.replace(placeholder, fragment) for key, body in statements.items()}
-    return statements
+        body = body.replace("{" + name + "}", fragment)
+    return body
+
+
+RULES = "queries.sql"
+"""The statement file whose fragments the engine's other statement files may name too (``monitor.sql`` reads an
+owner's freshness by the rule ``queries.sql`` writes down once)."""
 
 
 @functools.cache
-def _texts(source: str = "queries.sql") -> dict[str, str]:
-    return named_statements(__package__, source)
+def _texts(source: str = RULES) -> dict[str, str]:
+    borrowed = None if source == RULES else fragments_of(__package__, RULES)
+    return named_statements(__package__, source, borrowed=borrowed)
 
 
 @dataclass(frozen=True)

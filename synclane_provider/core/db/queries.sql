@@ -94,6 +94,41 @@ SET status = CASE WHEN stop_reason IS NOT NULL THEN 'abandoned' ELSE 'pending' E
 WHERE id = %(id)s AND leased_by = %(worker)s AND status = 'running'
 RETURNING *
 
+-- fragment: j_counts_for_freshness
+-- Job j is one its owner's freshness is read from: a completed planned job (initial or recurring). A manual job
+-- (a re-sync's, request_key set, or one enqueued by hand) is left out, as the planner leaves it out of coverage:
+-- it fetches a range again or once, and says nothing of whether the plan keeps the owner up to date (a paused
+-- or failing owner must not look fresh after one; a hand job's window may even end in the future). The one
+-- rule of freshness, for every read of it: freshness (when each type was last brought up to date),
+-- fresh_until_of_o_t (how far it reaches, which lag is measured from) and prune (what retention records of the
+-- jobs it deletes, for both to read).
+(j.status = 'completed' AND j.mode <> 'manual')
+
+-- fragment: fresh_until_of_o_t
+-- How far the data of owner o.owner and type t.type reaches, as fresh.fresh_until: the end of its newest
+-- completed window that counts for freshness (j_counts_for_freshness; a snapshot, which has no window, reaches
+-- when it completed), or of the newest one retention deleted (the coverage row's last_pruned_reach), whichever
+-- is later; NULL when there is none. One probe of jobs_completed_reach, newest first (the few manual jobs at its
+-- top are stepped over), and one of the coverage key, whatever the history holds. Used by window_lags and, in
+-- monitor.sql, the owners view.
+CROSS JOIN LATERAL (
+    SELECT greatest(
+        (
+            SELECT coalesce(j.window_end, j.completed_at)
+            FROM {schema}.jobs AS j
+            WHERE j.queue = %(queue)s AND j.owner = o.owner AND j.type = t.type
+              AND {j_counts_for_freshness}
+              AND coalesce(j.window_end, j.completed_at) IS NOT NULL
+            ORDER BY coalesce(j.window_end, j.completed_at) DESC
+            LIMIT 1
+        ),
+        (
+            SELECT c.last_pruned_reach FROM {schema}.coverage AS c
+            WHERE c.queue = %(queue)s AND c.owner = o.owner AND c.type = t.type
+        )
+    ) AS fresh_until
+) AS fresh
+
 -- name: finish_and_take
 -- How a worker moves on, in one statement: write how its last job ended (when %(finished)s names one),
 -- then lease its next job (when %(take)s). Done together, other workers never see the lane free in
@@ -1096,10 +1131,10 @@ ORDER BY o.owner;
 -- owner: the record of the first load that progress and the initial-load sensor read), and so are failed,
 -- deferred and other abandoned jobs (they wait for a person). Rows locked by anyone are skipped, never waited
 -- on, so a worker is never held up; a job of an owner-type without a coverage row is skipped too, so that
--- nothing the planner needs is ever deleted. Each deleted job's owner-type records the newest completion among
--- them but a re-sync's (freshness) and the newest reach of the completed planned ones (window end, or completion for a
--- snapshot: what lag is read from), widened only, in the same statement (a manual job's owner-type may have
--- no row: its pruning is then not recorded). Returns how many were deleted.
+-- nothing the planner needs is ever deleted. Each deleted job's owner-type records, of the deleted jobs that
+-- count for freshness (j_counts_for_freshness), the newest completion (what freshness reads) and the newest reach
+-- (window end, or completion for a snapshot: what lag is read from), widened only, in the same statement.
+-- Returns how many were deleted.
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) - %(older_than)s::interval AS cutoff
 ),
@@ -1130,19 +1165,18 @@ deleted AS (
       AND (j.mode = 'manual' OR EXISTS (
           SELECT 1 FROM {schema}.coverage AS c WHERE c.queue = j.queue AND c.owner = j.owner AND c.type = j.type
       ))
-    RETURNING j.owner, j.type, j.status, j.mode, j.completed_at, j.window_end, j.request_key
+    RETURNING j.owner, j.type, j.status, j.mode, j.completed_at, j.window_end
 ),
 noted AS (
     UPDATE {schema}.coverage AS c
     SET last_pruned_completion = greatest(c.last_pruned_completion, d.last_completion),
         last_pruned_reach = greatest(c.last_pruned_reach, d.last_reach)
     FROM (
-        SELECT d.owner, d.type,
-               max(d.completed_at) FILTER (WHERE d.status = 'completed' AND d.request_key IS NULL) AS last_completion,
-               max(coalesce(d.window_end, d.completed_at))
-                   FILTER (WHERE d.status = 'completed' AND d.mode <> 'manual') AS last_reach
-        FROM deleted AS d
-        GROUP BY d.owner, d.type
+        SELECT j.owner, j.type,
+               max(j.completed_at) FILTER (WHERE {j_counts_for_freshness}) AS last_completion,
+               max(coalesce(j.window_end, j.completed_at)) FILTER (WHERE {j_counts_for_freshness}) AS last_reach
+        FROM deleted AS j
+        GROUP BY j.owner, j.type
     ) AS d
     WHERE c.queue = %(queue)s AND c.owner = d.owner AND c.type = d.type
     RETURNING 1
@@ -1150,14 +1184,14 @@ noted AS (
 SELECT (SELECT count(*) FROM deleted)::int AS deleted, (SELECT count(*) FROM doomed)::int AS looked_at;
 
 -- name: freshness
--- When an owner's data was last brought up to date, per job type: the newest completion among its jobs, or
--- among those retention deleted (recorded on its coverage row), whichever is later; NULL when none completed.
--- A re-sync's jobs (request_key set) fetch an old range again: they bring nothing up to date and are left out.
+-- When an owner's data was last brought up to date, per job type: the newest completion among its jobs that
+-- count for freshness (j_counts_for_freshness: planned ones, never a manual job), or among those retention
+-- deleted (recorded on its coverage row), whichever is later; NULL when none completed.
 SELECT t.type,
        greatest(
            (SELECT max(j.completed_at) FROM {schema}.jobs AS j
-            WHERE j.queue = %(queue)s AND j.owner = %(owner)s AND j.type = t.type AND j.status = 'completed'
-              AND j.request_key IS NULL),
+            WHERE j.queue = %(queue)s AND j.owner = %(owner)s AND j.type = t.type
+              AND {j_counts_for_freshness}),
            (SELECT c.last_pruned_completion FROM {schema}.coverage AS c
             WHERE c.queue = %(queue)s AND c.owner = %(owner)s AND c.type = t.type)
        ) AS completed_at
@@ -1233,36 +1267,21 @@ SELECT (SELECT count(*) FROM {schema}.jobs
        (SELECT count(*) FROM {schema}.jobs WHERE queue = %(queue)s AND status = 'abandoned') AS abandoned;
 
 -- name: window_lags
--- How far behind each listed owner is, per windowed type: now minus the end of its newest completed planned
--- window (manual jobs are left out, as the planner leaves them out of coverage), or of the newest one retention
--- deleted (the coverage row's last_pruned_reach), whichever is later. An owner-type with no completed window
--- yet is still on its first load and has no row. Only lags over %(over)s (NULL: all), at most %(limit)s rows.
--- One probe of jobs_completed_reach and one of the coverage key per owner and type, whatever the history holds.
+-- How far behind each listed owner is, per windowed type: now minus how far its data reaches (fresh_until_of_o_t:
+-- the end of its newest completed planned window, or of the newest one retention deleted). An owner-type with no
+-- completed window yet is still on its first load and has no row. Only lags over %(over)s (NULL: all), at most
+-- %(limit)s rows. One probe of jobs_completed_reach and one of the coverage key per owner and type, whatever the
+-- history holds.
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now
 )
-SELECT o.owner, t.type, f.fresh_until, clock.now - f.fresh_until AS lag
+SELECT o.owner, t.type, fresh.fresh_until, clock.now - fresh.fresh_until AS lag
 FROM unnest(%(owners)s::text[]) AS o(owner)
 CROSS JOIN unnest(%(types)s::text[]) AS t(type)
 CROSS JOIN clock
-CROSS JOIN LATERAL (
-    SELECT greatest(
-        (
-            SELECT coalesce(j.window_end, j.completed_at)
-            FROM {schema}.jobs AS j
-            WHERE j.queue = %(queue)s AND j.owner = o.owner AND j.type = t.type AND j.status = 'completed'
-              AND j.mode <> 'manual'
-            ORDER BY coalesce(j.window_end, j.completed_at) DESC
-            LIMIT 1
-        ),
-        (
-            SELECT c.last_pruned_reach FROM {schema}.coverage AS c
-            WHERE c.queue = %(queue)s AND c.owner = o.owner AND c.type = t.type
-        )
-    ) AS fresh_until
-) AS f
-WHERE f.fresh_until IS NOT NULL
-  AND (%(over)s::interval IS NULL OR clock.now - f.fresh_until > %(over)s::interval)
+{fresh_until_of_o_t}
+WHERE fresh.fresh_until IS NOT NULL
+  AND (%(over)s::interval IS NULL OR clock.now - fresh.fresh_until > %(over)s::interval)
 ORDER BY lag DESC, o.owner, t.type
 LIMIT %(limit)s;
 
@@ -1339,22 +1358,41 @@ SELECT (SELECT count(*) FROM {schema}.owners WHERE queue = %(queue)s AND health 
 -- checks run, and however often, each event is alerted once; a new pause or a new spell of failing is a new
 -- event. A check that names itself (%(claimant)s, e.g. an Airflow task instance's run) writes its name in
 -- alerted_by and claims its own claims again: the same check run a second time reports what its first run
--- claimed. Returns the claimed owners' rows, at most %(limit)s, by name.
+-- claimed. At most %(limit)s are claimed, by name, among those not yet alerted (those already alerted are left
+-- out first, so that the owners beyond the first %(limit)s are never hidden behind them); the rest stay
+-- unclaimed for the next check, and every row returned says how many were left (more_paused, more_failing).
+-- Returns the claimed owners' rows by name; when none was claimed, one row whose owner columns are NULL.
 WITH trouble AS (
-    SELECT o.queue, o.owner,
-           CASE WHEN o.paused_at IS NOT NULL AND o.paused_by = 'handler' THEN 'paused:' || o.paused_at::text
-                ELSE 'failing:' || coalesce(o.failing_since::text, '') END AS event
-    FROM {schema}.owners AS o
-    WHERE o.queue = %(queue)s
-      AND ((o.paused_at IS NOT NULL AND o.paused_by = 'handler') OR o.health = 'failing')
+    SELECT t.queue, t.owner, t.event FROM (
+        SELECT o.queue, o.owner, o.alerted_for, o.alerted_by,
+               CASE WHEN o.paused_at IS NOT NULL AND o.paused_by = 'handler' THEN 'paused:' || o.paused_at::text
+                    ELSE 'failing:' || coalesce(o.failing_since::text, '') END AS event
+        FROM {schema}.owners AS o
+        WHERE o.queue = %(queue)s
+          AND ((o.paused_at IS NOT NULL AND o.paused_by = 'handler') OR o.health = 'failing')
+    ) AS t
+    WHERE t.alerted_for IS DISTINCT FROM t.event OR t.alerted_by = %(claimant)s::text
+),
+chosen AS (
+    SELECT * FROM trouble ORDER BY owner LIMIT %(limit)s
 ),
 claimed AS (
+    -- The condition again, on the row as it is now: a check that claimed it meanwhile has committed a new version.
     UPDATE {schema}.owners AS o
-    SET alerted_at = coalesce(%(now)s::timestamptz, statement_timestamp()), alerted_for = trouble.event,
+    SET alerted_at = coalesce(%(now)s::timestamptz, statement_timestamp()), alerted_for = chosen.event,
         alerted_by = %(claimant)s::text
-    FROM (SELECT * FROM trouble ORDER BY owner LIMIT %(limit)s) AS trouble
-    WHERE o.queue = trouble.queue AND o.owner = trouble.owner
-      AND (o.alerted_for IS DISTINCT FROM trouble.event OR o.alerted_by = %(claimant)s::text)
+    FROM chosen
+    WHERE o.queue = chosen.queue AND o.owner = chosen.owner
+      AND (o.alerted_for IS DISTINCT FROM chosen.event OR o.alerted_by = %(claimant)s::text)
     RETURNING o.*
+),
+left_over AS (
+    SELECT count(*) FILTER (WHERE starts_with(t.event, 'paused:'))::int AS more_paused,
+           count(*) FILTER (WHERE NOT starts_with(t.event, 'paused:'))::int AS more_failing
+    FROM trouble AS t
+    WHERE t.owner NOT IN (SELECT owner FROM chosen)
 )
-SELECT * FROM claimed ORDER BY owner;
+SELECT claimed.*, left_over.more_paused, left_over.more_failing
+FROM left_over
+LEFT JOIN claimed ON true
+ORDER BY claimed.owner;

@@ -26,6 +26,7 @@ from synclane_provider.core.records import (
     Freshness,
     Job,
     LandCounts,
+    OwnerAlerts,
     OwnerState,
     Progress,
     QueueCounts,
@@ -543,7 +544,7 @@ class Store:
         return row["deleted"], row["looked_at"]
 
     def freshness(self, queue: str, owner: str, types: Sequence[str]) -> dict[str, datetime | None]:
-        """Per type, the newest completion of the owner's jobs, counting those retention deleted."""
+        """Per type, the newest completion of the owner's planned jobs, counting those retention deleted."""
         rows = self.session.run("freshness", queue=queue, owner=owner, types=list(types))
         return {row["type"]: row["completed_at"] for row in rows}
 
@@ -590,11 +591,13 @@ class Store:
 
     def claim_owner_alerts(
         self, queue: str, *, limit: int, now: datetime | None, claimant: str | None = None
-    ) -> list[OwnerState]:
+    ) -> OwnerAlerts:
         """The owners paused by their handler or failing that no check has alerted about yet, claimed (see
-        queries.sql): each such event is returned once, to one caller, and again to the same ``claimant``."""
+        queries.sql), at most ``limit`` by name: each such event is returned once, to one caller, and again to the
+        same ``claimant``; those beyond ``limit`` are counted, and left for the next call."""
         rows = self.session.run("claim_owner_alerts", queue=queue, limit=limit, now=now, claimant=claimant)
-        return [OwnerState.from_row(row) for row in rows]
+        claimed = tuple(OwnerState.from_row(row) for row in rows if row["owner"] is not None)
+        return OwnerAlerts(claimed, more_paused=rows[0]["more_paused"], more_failing=rows[0]["more_failing"])
 
     def upsert_owner(self, state: OwnerState, *, now: datetime | None = None) -> OwnerState:
         """Write the owner's whole state (its row made when missing), ``updated_at`` stamped now; returns the row."""

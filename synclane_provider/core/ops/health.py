@@ -5,15 +5,17 @@ Three things a person must hear about, because nothing in the engine will fix th
 * a job **abandoned** since the last check (it waits for a requeue);
 * a running job whose heartbeat is older than its lease: its worker is **stuck** (a page that hangs) or gone
   and no worker has taken the job over;
-* an owner **lagging**: the end of its newest completed window of a windowed type is further behind now than
-  the queue's ``max_lag``;
+* an owner **lagging**: the end of its newest completed planned window of a windowed type (a manual job's
+  never counts, see ``Operations.freshness``) is further behind now than the queue's ``max_lag``;
 * a **stuck window**: a job abandoned again after ``STUCK_AFTER_REQUEUES`` requeues (said once, instead of
   its abandonment, by the check that sees it);
 * an owner **paused** by its handler (it raised ``OwnerPaused``: its token is gone) or turned **failing** (its
   attempts kept failing): reported once per event, not on every check while it lasts -- the check claims the
-  event on the owner's row (``alerted_at``, ``alerted_for``) in the statement that finds it. A check that names
-  itself (``claimant``) is told its own claims again when it runs a second time: Airflow may run a check's task
-  again after a try whose failure it never recorded, and that alert must not be lost with the first try.
+  event on the owner's row (``alerted_at``, ``alerted_for``) in the statement that finds it. A check claims at
+  most ``MAX_FINDINGS`` of them, among those not alerted yet, says that more are left, and leaves them to the
+  next check. A check that names itself (``claimant``) is told its own claims again when it runs a second
+  time: Airflow may run a check's task again after a try whose failure it never recorded, and that alert must
+  not be lost with the first try.
 
 The check keeps no state of its own: "since the last check" is a time range the caller passes (the Airflow
 operator passes its run's data interval), matched against the moment each job was abandoned, which the row
@@ -90,10 +92,15 @@ class HealthReport:
             return f"queue {self.queue}: healthy"
         lines = [f"queue {self.queue}: {len(self.findings)} problem(s)"]
         lines += [f"- {finding.message}" for finding in self.findings]
-        lines += [
-            f"- … and more {problem} beyond the first {MAX_FINDINGS}" for problem, more in self.more.items() if more
-        ]
+        lines += [_more(problem) for problem, more in self.more.items() if more]
         return "\n".join(lines)
+
+
+def _more(problem: Problem) -> str:
+    """The line saying that findings of a kind were left out; owners in trouble left out are the next check's."""
+    if problem in (Problem.PAUSED, Problem.FAILING):
+        return f"- … and more {problem} owners beyond the first {MAX_FINDINGS}: the next check reports them"
+    return f"- … and more {problem} beyond the first {MAX_FINDINGS}"
 
 
 def _abandoned(job: Job) -> Finding:
@@ -181,12 +188,14 @@ def check(
             queue.name, owners, queue.windowed_types, over=queue.max_lag, limit=MAX_FINDINGS + 1, now=now
         )
         more[Problem.LAGGING] = len(lagging) > MAX_FINDINGS
-    troubled = store.claim_owner_alerts(queue.name, limit=MAX_FINDINGS, now=now, claimant=claimant)
+    alerts = store.claim_owner_alerts(queue.name, limit=MAX_FINDINGS, now=now, claimant=claimant)
+    more[Problem.PAUSED] = alerts.more_paused > 0  # left unclaimed: the next check reports them
+    more[Problem.FAILING] = alerts.more_failing > 0
     findings = [
         _stuck_window(job) if requeues == STUCK_AFTER_REQUEUES else _abandoned(job)
         for job, requeues in abandoned[:MAX_FINDINGS]
     ]
-    findings += [_owner_in_trouble(state) for state in troubled]
+    findings += [_owner_in_trouble(state) for state in alerts.claimed]
     findings += [_stuck(job, queue.lease) for job in stuck[:MAX_FINDINGS]]
     if queue.max_lag is not None:
         findings += [_lagging(row, queue.max_lag) for row in lagging[:MAX_FINDINGS]]
@@ -224,7 +233,7 @@ class QueueGauges:
 
 def gauges(store: Store, queue: Queue, *, now: datetime | None = None) -> QueueGauges:
     """Read the queue's gauges; the freshness lag and the healthy owners cover the owners its owner source lists
-    now."""
+    now (an owner dropped from the source keeps its row, and its health, which must not hide a listed one)."""
     counts = store.queue_counts(queue.name)
     owners = [owner.id for owner in owners_of(queue)]
     lag = None
@@ -232,13 +241,14 @@ def gauges(store: Store, queue: Queue, *, now: datetime | None = None) -> QueueG
         behind = store.window_lags(queue.name, owners, queue.windowed_types, over=None, limit=1, now=now)
         lag = behind[0].lag if behind else None
     degraded, failing, paused = store.owner_counts(queue.name)
+    in_trouble = store.owners_in_trouble(queue.name)  # the few degraded or failing, listed or not
     return QueueGauges(
         queue.name,
         counts.waiting,
         counts.running,
         counts.abandoned,
         lag,
-        owners_healthy=max(len(owners) - degraded - failing, 0),
+        owners_healthy=sum(1 for owner in owners if owner not in in_trouble),
         owners_degraded=degraded,
         owners_failing=failing,
         owners_paused=paused,

@@ -97,7 +97,8 @@ class OwnerState:
     initial_running: int
     initial_records: int
     fresh_until: datetime | None
-    """The end of the newest completed window (a snapshot: when it completed), for the owner's stalest type."""
+    """The end of the newest completed planned window (a snapshot: when it completed), for the owner's stalest
+    type; manual jobs (a re-sync's, or by hand) never count, as in :meth:`Operations.freshness`."""
     fresh_type: str | None
     """That stalest type (the health check's lag looks at windowed types only, so it can differ)."""
     lag: timedelta | None

@@ -13,7 +13,7 @@ from synclane_provider.core.db.store import Store
 from synclane_provider.core.db.transient import Backoff, passes_from_anywhere
 from synclane_provider.core.declare.declarations import Owner, SyncLane, WindowedType, checked_name
 from synclane_provider.core.declare.owners import owners_of, resolve_owner
-from synclane_provider.core.errors import DeclarationError
+from synclane_provider.core.errors import DeclarationError, UnknownOwnerError
 from synclane_provider.core.numbers import whole
 from synclane_provider.core.ops import health, resync
 from synclane_provider.core.ops.health import HealthReport, QueueGauges
@@ -104,7 +104,8 @@ class Operations:
         The job runs in the lane the queue's owner source gives ``owner``, like its planned jobs; ``lane`` is
         only for an owner the source does not list (it is refused otherwise, unless it is the same lane).
         The key defaults to the window (``manual:<start>/<end>``) or, for a window-less job, to the enqueue
-        time, so repeating a call for the same window adds nothing.
+        time, so repeating a call for the same window adds nothing. The job is outside the plan: it moves neither
+        the owner's coverage nor its freshness (see :meth:`freshness`).
         """
         declared = self.synclane.queue(queue)
         priority = declared.priority_of(type)
@@ -295,11 +296,22 @@ class Operations:
     def resume(self, queue: str, owner: str, *, now: datetime | None = None) -> OwnerState:
         """Resume a paused owner: every job of it continues from its cursor, and it is planned at once, so that what
         the pause skipped is planned now (from where its coverage ends: one recurring window reaching over the
-        pause). Resuming an owner that is not paused changes nothing. Returns the owner's state."""
+        pause). Resuming an owner that is not paused changes nothing. Returns the owner's state.
+
+        Refused, as :meth:`pause` refuses it (``UnknownOwnerError``), for an owner the source does not list and
+        that is not paused: a name mistyped must not look like a resume. An owner paused and dropped from the
+        source since can still be resumed (its waiting jobs then run; nothing new is planned for it).
+        """
         declared = self.synclane.queue(queue)
         checked_name("owner", owner)
+        listed = owner in {listed.id for listed in owners_of(declared)}
+        if not listed and not self.store.owner(queue, owner).paused:
+            raise UnknownOwnerError(
+                f"owner {owner!r} is not listed by the owner source of queue {queue!r}, and is not paused: "
+                "there is nothing to resume"
+            )
         state = self.store.resume_owner(queue, owner, now=self.at(now))
-        if owner in {listed.id for listed in owners_of(declared)}:
+        if listed:
             self.plan(queue, owner=owner, now=now)
         self.store.notify(queue)
         log.info("queue %s: owner %s resumed", queue, owner)
@@ -376,8 +388,13 @@ class Operations:
         return self.store.initial_progress(queue, owner, type=type)
 
     def freshness(self, queue: str, owner: str) -> dict[str, datetime | None]:
-        """When the owner's data of each job type was last brought up to date: the newest completion of any of
-        its jobs, including jobs retention has deleted since; None for a type with nothing completed."""
+        """When the owner's data of each job type was last brought up to date: the newest completion of its
+        planned jobs, including jobs retention has deleted since; None for a type with nothing completed.
+
+        A manual job -- a re-sync's, or one enqueued by hand -- never counts: it fetches a range again or once and
+        says nothing of whether the plan keeps the owner up to date (a paused or failing owner must not look
+        fresh after one). The owners view, the health check's lag and the gauges read freshness by the same
+        rule (``j_counts_for_freshness`` in queries.sql)."""
         declared = self.synclane.queue(queue)
         return self.store.freshness(queue, owner, [t.name for t in declared.types])
 
