@@ -355,7 +355,7 @@ def _resync_actions(user_name: Callable[[], Any]) -> APIRouter:
     )
     def cancel_resync(queue: str, key: str, by: str = user_name()) -> dict[str, Any]:
         with _answering() as operations:
-            done = operations.cancel_resync(queue, key, by=by)
+            done = operations.cancel(queue, request=key, by=by)
         return {
             **plain(done),
             "message": f"Cancelled re-sync {key} of queue {queue}: {_jobs_word(done.abandoned)} abandoned now, "
@@ -368,7 +368,7 @@ def _resync_actions(user_name: Callable[[], Any]) -> APIRouter:
     )
     def requeue_resync(queue: str, key: str) -> dict[str, Any]:
         with _answering() as operations:
-            count = operations.requeue_resync(queue, key)
+            count = operations.requeue(queue, request=key)
         return {"requeued": count, "message": f"Requeued {_jobs_word(count)} of re-sync {key}: pending, from cursors."}
 
     return router
