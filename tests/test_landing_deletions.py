@@ -133,3 +133,17 @@ def test_a_requeue_with_force_lets_the_refused_snapshot_delete(database_url, sch
         admin.execute(sql.SQL("UPDATE {}.jobs SET status = 'failed'").format(sql.Identifier(schema)))
         assert ops.requeue("shops", owner="acme", force_deletions=True) == 1
         assert ops.job(job["id"]).force_deletions is True
+
+
+def test_force_stays_set_through_a_later_requeue_without_it(database_url, schema, admin):
+    """The forced job is the one a person decided on: a requeue of its owner afterwards (after a failure that had
+    nothing to do with deletions) does not take the decision back."""
+    declaration = declare(schema, products())
+    with Operations(declaration, declaration.database(database_url)) as ops:
+        ops.plan("shops")
+        [job] = rows(admin, schema)
+        admin.execute(sql.SQL("UPDATE {}.jobs SET status = 'abandoned'").format(sql.Identifier(schema)))
+        assert ops.requeue("shops", job_id=job["id"], force_deletions=True) == 1
+        admin.execute(sql.SQL("UPDATE {}.jobs SET status = 'failed'").format(sql.Identifier(schema)))
+        assert ops.requeue("shops", owner="acme") == 1
+        assert ops.job(job["id"]).force_deletions is True

@@ -90,6 +90,27 @@ def test_a_key_used_for_another_range_is_refused_naming_both(ops, clock):
         ops.resync("shops", "orders", MARCH + timedelta(days=1), APRIL, owners=["acme"], reason="r", key="k1")
 
 
+@pytest.mark.parametrize(
+    ("first", "again", "used_for", "asked_for"),
+    [
+        (["acme"], ["globex"], "of owner(s) acme", "of owner(s) globex"),
+        (["acme"], ["acme", "globex"], "of owner(s) acme", "of owner(s) acme, globex"),
+        (["acme"], None, "of owner(s) acme", "of every owner"),
+        (None, ["acme"], "of every owner", "of owner(s) acme"),
+    ],
+)
+def test_a_key_used_for_other_owners_is_refused_naming_both(
+    ops, admin, schema, clock, first, again, used_for, asked_for
+):
+    made = ops.resync("shops", "orders", MARCH, APRIL, owners=first, reason="r", key="k1", now=clock.now)
+    before = rows(admin, schema)
+    with pytest.raises(DeclarationError) as refused:
+        ops.resync("shops", "orders", MARCH, APRIL, owners=again, reason="r", key="k1", now=clock.now)
+    assert f"was used for orders [2026-03-01T00:00:00Z, 2026-04-01T00:00:00Z) {used_for};" in str(refused.value)
+    assert f"this call asks for orders [2026-03-01T00:00:00Z, 2026-04-01T00:00:00Z) {asked_for}:" in str(refused.value)
+    assert rows(admin, schema) == before and len(before) == made.jobs
+
+
 def test_two_racing_calls_with_one_key_make_the_jobs_once(declaration, database_url, admin, schema, clock):
     def call():
         with Operations(declaration, declaration.database(database_url)) as mine:
