@@ -56,6 +56,9 @@ class RequeueBody(BaseModel):
     owner: str | None = Field(None, description="only this owner's jobs")
     type: str | None = Field(None, description="only jobs of this type")
     job_id: int | None = Field(None, description="only this job")
+    force_deletions: bool = Field(
+        False, description="let a snapshot refused for the share of rows it would delete go ahead and delete them"
+    )
 
 
 class CancelBody(BaseModel):
@@ -244,7 +247,13 @@ def _job_actions() -> APIRouter:
     )
     def requeue(queue: str, body: RequeueBody) -> dict[str, Any]:
         with _answering() as operations:
-            count = operations.requeue(queue, owner=body.owner or None, type=body.type or None, job_id=body.job_id)
+            count = operations.requeue(
+                queue,
+                owner=body.owner or None,
+                type=body.type or None,
+                job_id=body.job_id,
+                force_deletions=body.force_deletions,
+            )
         if body.job_id is not None:
             message = (
                 f"Requeued job #{body.job_id} of queue {queue}: pending, from its cursor."
