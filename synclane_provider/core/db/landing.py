@@ -42,6 +42,7 @@ from psycopg.rows import tuple_row
 
 from synclane_provider.core.db.page_rows import (
     Row,
+    as_json,
     checked_page,
     copy_types,
     kinds_of,
@@ -214,6 +215,7 @@ class Destination:
         if not count:
             return LandCounts(stale=superseded)
         types = self._check(conn, columns)
+        as_json(arrays, {name: types[name][0] for name in arrays})
         statements = self._statements
         assert statements is not None
         # The owner column is the same in every row: it goes as one value, every other column as one array.
