@@ -499,3 +499,102 @@ def test_property_the_table_holds_the_newest_and_equal_rows_write_nothing(pages,
         assert counts == expected
         assert writes(admin, landing_schema) - before == counts.inserted + counts.updated
     assert stored(admin, landing_schema) == model
+
+
+JSON_TABLE = r"""
+CREATE TABLE {schema}.docs (id integer PRIMARY KEY, doc jsonb, score jsonb);
+CREATE TABLE {schema}.doc_writes (statement text NOT NULL);
+CREATE FUNCTION {schema}.note_doc_write() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO {schema}.doc_writes VALUES (
+        CASE WHEN current_query() ~ '^(\s*--[^\n]*\n)*\s*COPY ' THEN 'COPY' ELSE 'statement' END
+    );
+    RETURN NULL;
+END $$;
+CREATE TRIGGER note_doc_write AFTER INSERT OR UPDATE ON {schema}.docs
+    FOR EACH ROW EXECUTE FUNCTION {schema}.note_doc_write();
+"""
+"""A destination with jsonb columns, and what wrote each of its rows: a COPY, or a statement."""
+
+
+@pytest.mark.parametrize("in_transaction", [False, True], ids=["a statement of its own", "the caller's transaction"])
+def test_a_json_list_or_object_lands_in_a_jsonb_column_copied_or_by_the_statement(
+    landing_schema, database_url, admin, in_transaction
+):
+    """What json.load gives (a list, an object, a number) lands in a jsonb column as that JSON: copied in a first
+    landing, by the statement when the page is landed again, changed, or holds JSON text beside objects."""
+    admin.execute(sql.SQL(JSON_TABLE).format(schema=sql.Identifier(landing_schema)).as_string(admin).encode())
+    docs = Destination(f"{landing_schema}.docs", key="id", conninfo=database_url)
+
+    def land(page: list[dict[str, Any]]) -> tuple[LandCounts, set[str]]:
+        admin.execute(sql.SQL("TRUNCATE {}").format(sql.Identifier(landing_schema, "doc_writes")))
+        if in_transaction:
+            with psycopg.connect(database_url) as conn, conn.transaction():
+                counts = docs.write(conn, page, owner=None)
+        else:
+            counts = docs.land(ACME, page)
+        written = admin.execute(
+            sql.SQL("SELECT statement FROM {}").format(sql.Identifier(landing_schema, "doc_writes"))
+        )
+        return counts, {r["statement"] for r in written}
+
+    def stored_docs() -> dict[int, tuple[Any, Any]]:
+        found = admin.execute(sql.SQL("SELECT * FROM {} ORDER BY id").format(sql.Identifier(landing_schema, "docs")))
+        return {r["id"]: (r["doc"], r["score"]) for r in found}
+
+    try:
+        first = [
+            {"id": 1, "doc": {"colours": ["red", "blue"], "size": {"w": 2}}, "score": 3},
+            {"id": 2, "doc": ["red", "blue"], "score": None},
+            {"id": 3, "doc": None, "score": [0.5, True]},
+        ]
+        assert land(first) == (LandCounts(inserted=3), {"COPY"})
+        assert land(first) == (LandCounts(unchanged=3), set())
+        changed = [{**first[0], "doc": {"colours": ["red"]}}, {**first[1], "score": {"n": 1}}, {"id": 4, "doc": []}]
+        assert land([{**row, "score": row.get("score")} for row in changed]) == (
+            LandCounts(inserted=1, updated=2),
+            {"statement"},
+        )
+        as_text = [{"id": 5, "doc": '{"a": [1, 2]}', "score": None}, {"id": 6, "doc": {"b": "2"}, "score": None}]
+        assert land(as_text) == (
+            LandCounts(inserted=2),
+            {"statement"},
+        )  # JSON text, as json.dumps gives it, beside objects
+        assert stored_docs() == {
+            1: ({"colours": ["red"]}, 3),
+            2: (["red", "blue"], {"n": 1}),
+            3: (None, [0.5, True]),
+            4: ([], None),
+            5: ({"a": [1, 2]}, None),
+            6: ({"b": "2"}, None),
+        }
+    finally:
+        docs.close()
+
+
+def test_a_list_lands_in_an_array_column_and_as_json_beside_it_in_a_json_column(landing_schema, database_url, admin):
+    """The column's type decides: the same list is a text[] in an array column and a JSON array in a json or jsonb
+    one, in the statement's path (a page with an array column is never copied) and in a snapshot's."""
+    table = sql.Identifier(landing_schema, "tagged")
+    admin.execute(
+        sql.SQL(
+            "CREATE TABLE {} (account text, id integer, tags text[], doc jsonb, raw json, PRIMARY KEY (account, id))"
+        ).format(table)
+    )
+    plain = Destination(f"{landing_schema}.tagged", key=("account", "id"), owner="account", compare=False,
+                        conninfo=database_url)  # fmt: skip
+    snapshot = Destination(f"{landing_schema}.tagged", key=("account", "id"), owner="account", compare=False,
+                           deletions="delete", conninfo=database_url)  # fmt: skip
+    try:
+        colours = ["red", "blue"]
+        assert plain.land(ACME, [{"id": 1, "tags": colours, "doc": colours, "raw": {"c": colours}}]).inserted == 1
+        assert snapshot.land(ACME, [{"id": 2, "tags": colours, "doc": {"c": colours}, "raw": colours}]).inserted == 1
+        assert plain.land(ACME, [{"id": 1, "tags": ["red"], "doc": ["red"], "raw": {"c": ["red"]}}]).updated == 1
+        found = admin.execute(sql.SQL("SELECT id, tags, doc, raw FROM {} ORDER BY id").format(table)).fetchall()
+        assert [tuple(r.values()) for r in found] == [
+            (1, ["red"], ["red"], {"c": ["red"]}),
+            (2, colours, {"c": colours}, colours),
+        ]
+    finally:
+        plain.close()
+        snapshot.close()

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator
+from datetime import timedelta
 
 import psycopg
 import pytest
 from psycopg import sql
 
-from synclane_provider.core import Destination, LandCounts, LandingError, Operations
-from tests.support.helpers import declare, products, rows
+from synclane_provider.core import Destination, LandCounts, LandingError, Operations, Page, WorkerSlot
+from synclane_provider.core.run.runner import Outcome
+from tests.support.helpers import Recorder, declare, products, rows
 from tests.test_landing import item, job_of
 
 ACME, GLOBEX = job_of("acme"), job_of("globex")
@@ -133,3 +135,57 @@ def test_a_requeue_with_force_lets_the_refused_snapshot_delete(database_url, sch
         admin.execute(sql.SQL("UPDATE {}.jobs SET status = 'failed'").format(sql.Identifier(schema)))
         assert ops.requeue("shops", owner="acme", force_deletions=True) == 1
         assert ops.job(job["id"]).force_deletions is True
+
+
+def test_force_stays_set_through_a_later_requeue_without_it(database_url, schema, admin):
+    """The forced job is the one a person decided on: a requeue of its owner afterwards (after a failure that had
+    nothing to do with deletions) does not take the decision back."""
+    declaration = declare(schema, products())
+    with Operations(declaration, declaration.database(database_url)) as ops:
+        ops.plan("shops")
+        [job] = rows(admin, schema)
+        admin.execute(sql.SQL("UPDATE {}.jobs SET status = 'abandoned'").format(sql.Identifier(schema)))
+        assert ops.requeue("shops", job_id=job["id"], force_deletions=True) == 1
+        admin.execute(sql.SQL("UPDATE {}.jobs SET status = 'failed'").format(sql.Identifier(schema)))
+        assert ops.requeue("shops", owner="acme") == 1
+        assert ops.job(job["id"]).force_deletions is True
+
+
+def test_a_refused_deletion_ends_the_job_abandoned_at_once_and_a_forced_requeue_finishes_its_last_page(
+    landing_schema, database_url, schema, admin, clock
+):
+    """A retry cannot change the share a snapshot would delete, only a person can: the first refusal ends the job
+    abandoned, saying how to go ahead, without fetching its last page again for every attempt; a requeue with
+    force continues from the cursor the refusal left, and lands and deletes what the refused page would have."""
+    catalogue = Destination(f"{landing_schema}.items", key=("account", "id"), owner="account", deletions="delete")
+    stored = Destination(f"{landing_schema}.items", key=("account", "id"), owner="account", conninfo=database_url)
+    stored.land(ACME, [item(i, 1) for i in range(10)])
+    stored.close()
+
+    def two_pages(job):
+        first = job.cursor is None
+        catalogue.land(job, [item(0, 1), item(1, 1)] if first else [item(2, 1)], complete=not first)
+        return Page("1" if first else None, 2 if first else 1)
+
+    pages = Recorder(two_pages)
+    declaration = declare(schema, products(pages), max_attempts=5, retry_delay=timedelta(seconds=1))
+    database = declaration.database(database_url)
+    with (
+        Operations(declaration, database, clock=clock) as ops,
+        WorkerSlot(declaration, database, "shops", clock=clock) as slot,
+    ):
+        ops.plan("shops")
+        refused = slot.run_one(then_continue=False)
+        assert refused.outcome is Outcome.ABANDONED, refused.describe()
+        [job] = rows(admin, schema)
+        assert (job["status"], job["attempt_count"], job["cursor"]) == ("abandoned", 1, "1")
+        assert "would delete 7 of the owner's 10 row(s)" in job["error"]
+        assert "requeue the job with force_deletions" in job["error"]
+        assert ids(admin, landing_schema) == list(range(10))  # nothing of the refused page, nothing deleted
+        clock.advance(timedelta(hours=1))
+        assert slot.run_one(then_continue=False) is None  # nothing retried on its own
+
+        assert ops.requeue("shops", job_id=job["id"], force_deletions=True) == 1
+        assert slot.run_one(then_continue=False).outcome is Outcome.COMPLETED
+    assert pages.calls == [(job["id"], None), (job["id"], "1"), (job["id"], "1")]
+    assert ids(admin, landing_schema) == [0, 1, 2]

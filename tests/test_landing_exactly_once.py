@@ -20,7 +20,7 @@ from psycopg import sql
 
 from synclane_provider.core import Destination, Job, Operations, Page, WorkerSlot
 from synclane_provider.core.run.runner import Outcome
-from tests.support.helpers import declare, execute, products, rows
+from tests.support.helpers import Background, declare, execute, owners, products, rows
 
 TABLE = """
 CREATE TABLE {schema}.records (owner text NOT NULL, id integer NOT NULL, page text, PRIMARY KEY (owner, id));
@@ -35,7 +35,9 @@ CREATE TRIGGER count_record_write AFTER INSERT OR UPDATE ON {schema}.records
 """
 
 
-def landing_declaration(schema: str, total: int, size: int, before_save: Callable[[Job], None] = lambda job: None):
+def landing_declaration(
+    schema: str, total: int, size: int, before_save: Callable[[Job], None] = lambda job: None, **settings
+):
     """One snapshot type whose handler lands ``size`` records a page in ``schema.records`` (the jobs database),
     then calls ``before_save`` (between the write and the cursor save)."""
     records = Destination(f"{schema}.records", key=("owner", "id"), owner="owner", compare=False)
@@ -55,6 +57,7 @@ def landing_declaration(schema: str, total: int, size: int, before_save: Callabl
         max_attempts=100_000,
         retry_delay=timedelta(milliseconds=1),
         retry_max_delay=timedelta(milliseconds=1),
+        **settings,
     )
 
 
@@ -135,6 +138,43 @@ def test_a_worker_whose_job_was_taken_over_commits_nothing_of_its_page(database_
     assert writes_per_record(admin, schema) == {i: 1 for i in range(10)}  # the second page landed nothing
     [job] = rows(admin, schema)
     assert (job["cursor"], job["processed_count"], job["leased_by"]) == ("10", 10, "another-worker")
+
+
+def test_a_page_whose_lease_was_lost_is_rolled_back_and_never_commits_with_the_slots_next_job(
+    database_url, with_records, admin
+):
+    """The slot's page transaction outlives the job whose lease was lost: the next job's pages, on the same
+    connection, commit only their own rows."""
+    schema = with_records
+    landed, go_on = threading.Event(), threading.Event()
+
+    def wait_at_acmes_second_page(job: Job) -> None:
+        if job.owner == "acme" and job.cursor == "10":
+            landed.set()
+            assert go_on.wait(10)
+
+    declaration = landing_declaration(
+        schema, total=30, size=10, before_save=wait_at_acmes_second_page, owner_source=owners("acme", "globex")
+    )
+    database = declaration.database(database_url)
+    with Operations(declaration, database) as ops:
+        ops.plan("shops", owner="acme")
+        slot = WorkerSlot(declaration, database, "shops")
+        try:
+            acme = Background(lambda: slot.run_one(then_continue=False), name="acme's job")
+            assert landed.wait(10)
+            execute(admin, schema, "UPDATE {jobs} SET leased_by = 'another-worker' WHERE status = 'running'")
+            go_on.set()
+            assert acme.result().outcome is Outcome.LEASE_LOST
+            ops.plan("shops", owner="globex")
+            assert slot.run_one(then_continue=False).outcome is Outcome.COMPLETED
+        finally:
+            go_on.set()
+            slot.close()
+    stored = admin.execute(sql.SQL("SELECT owner, id FROM {}.records").format(sql.Identifier(schema))).fetchall()
+    assert sorted((r["owner"], r["id"]) for r in stored) == [("acme", i) for i in range(10)] + [
+        ("globex", i) for i in range(30)
+    ]
 
 
 KILLS = int(os.environ.get("SYNCLANE_LANDING_KILLS", "200"))

@@ -13,10 +13,11 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg.types.json import Json, Jsonb
 
-from synclane_provider.core.db.page_rows import copy_types, kinds_of, one_scalar_kind
+from synclane_provider.core.db.page_rows import as_json, copy_types, kinds_of, one_scalar_kind
 
-OIDS = {"int4": 23, "int8": 20, "text": 25, "timestamptz": 1184, "numeric": 1700, "date": 1082}
+OIDS = {"int4": 23, "int8": 20, "text": 25, "timestamptz": 1184, "numeric": 1700, "date": 1082, "jsonb": 3802}
 
 
 def copied(conn: psycopg.Connection, column_type: str, values: list[Any]) -> list[int] | None:
@@ -36,6 +37,7 @@ def copied(conn: psycopg.Connection, column_type: str, values: list[Any]) -> lis
         ("numeric", [Decimal("0.1")]),
         ("date", [date(2026, 12, 1)]),
         ("text", [None, None]),  # nothing to look at: copied as the column's type
+        ("jsonb", [Jsonb({"a": [1]}), None, Jsonb(["red"])]),  # what as_json makes of a list or an object
     ],
 )
 def test_values_of_their_columns_type_are_copied_as_it(database_url, column_type, values):
@@ -54,6 +56,7 @@ def test_values_of_their_columns_type_are_copied_as_it(database_url, column_type
         ("int4", [2**31]),  # out of the column's range: a binary copy would wrap it
         ("int4", [None, -(2**31) - 1]),
         ("numeric", [1]),  # an int is copied only into an integer column
+        ("jsonb", ['{"a": 1}']),  # JSON text: the server reads it
     ],
 )
 def test_values_of_another_type_are_not_copied(database_url, column_type, values):
@@ -67,3 +70,25 @@ def test_a_column_of_one_python_type_or_none_is_sent_as_it_is_and_a_mixed_or_nes
     assert not one_scalar_kind(kinds_of([1, "2"]))
     assert not one_scalar_kind(kinds_of([[1], [2]]))
     assert not one_scalar_kind(kinds_of([{"a": 1}]))
+
+
+def test_a_json_columns_values_are_made_json_and_no_other_columns():
+    """A list, an object, a number or a bool in a json or jsonb column is sent as JSON; a string is JSON text
+    already and None is NULL; a list in an array column stays a list (an array)."""
+    page = {
+        "doc": [{"a": 1}, ["red"], 3, True, '{"b": 2}', None],
+        "raw": [["red"]],
+        "tags": [["red"]],
+        "text": ['{"b": 2}'],
+    }
+    as_json(page, {"doc": "jsonb", "raw": "json", "tags": "text[]", "text": "text"})
+    assert [(type(v), getattr(v, "obj", v)) for v in page["doc"]] == [
+        (Jsonb, {"a": 1}),
+        (Jsonb, ["red"]),
+        (Jsonb, 3),
+        (Jsonb, True),
+        (str, '{"b": 2}'),
+        (type(None), None),
+    ]
+    assert [(type(v), v.obj) for v in page["raw"]] == [(Json, ["red"])]
+    assert page["tags"] == [["red"]] and page["text"] == ['{"b": 2}']

@@ -6,8 +6,9 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from synclane_provider.core import DeclarationError, Operations, Owner, UnknownOwnerError, WorkerSlot
+from synclane_provider.core import DeclarationError, JobAbandoned, Operations, Owner, UnknownOwnerError, WorkerSlot
 from synclane_provider.core.errors import UnknownJobTypeError
+from synclane_provider.core.ops.health import STUCK_AFTER_REQUEUES, Problem
 from synclane_provider.core.plan.resync import resync_windows
 from synclane_provider.core.records import OwnerState
 from tests.support.helpers import declare, execute, orders, owners, paged, products, race, rows
@@ -87,6 +88,27 @@ def test_a_key_used_for_another_range_is_refused_naming_both(ops, clock):
     ops.resync("shops", "orders", MARCH, APRIL, owners=["acme"], reason="r", key="k1", now=clock.now)
     with pytest.raises(DeclarationError, match=r"'k1'.*2026-03-01.*2026-03-02"):
         ops.resync("shops", "orders", MARCH + timedelta(days=1), APRIL, owners=["acme"], reason="r", key="k1")
+
+
+@pytest.mark.parametrize(
+    ("first", "again", "used_for", "asked_for"),
+    [
+        (["acme"], ["globex"], "of owner(s) acme", "of owner(s) globex"),
+        (["acme"], ["acme", "globex"], "of owner(s) acme", "of owner(s) acme, globex"),
+        (["acme"], None, "of owner(s) acme", "of every owner"),
+        (None, ["acme"], "of every owner", "of owner(s) acme"),
+    ],
+)
+def test_a_key_used_for_other_owners_is_refused_naming_both(
+    ops, admin, schema, clock, first, again, used_for, asked_for
+):
+    made = ops.resync("shops", "orders", MARCH, APRIL, owners=first, reason="r", key="k1", now=clock.now)
+    before = rows(admin, schema)
+    with pytest.raises(DeclarationError) as refused:
+        ops.resync("shops", "orders", MARCH, APRIL, owners=again, reason="r", key="k1", now=clock.now)
+    assert f"was used for orders [2026-03-01T00:00:00Z, 2026-04-01T00:00:00Z) {used_for};" in str(refused.value)
+    assert f"this call asks for orders [2026-03-01T00:00:00Z, 2026-04-01T00:00:00Z) {asked_for}:" in str(refused.value)
+    assert rows(admin, schema) == before and len(before) == made.jobs
 
 
 def test_two_racing_calls_with_one_key_make_the_jobs_once(declaration, database_url, admin, schema, clock):
@@ -186,17 +208,17 @@ def test_requests_are_listed_with_their_progress_cancelled_whole_and_their_failu
         "ana",
         "totals",
     )
-    assert ops.requeue_resync("shops", "k1", now=clock.now) == 1
+    assert ops.requeue("shops", request="k1", now=clock.now) == 1
     assert ops.resyncs("shops", key="k1")[0].stopped == 0
 
-    cancelled = ops.cancel_resync("shops", "k1", by="bob", now=clock.now)
+    cancelled = ops.cancel("shops", request="k1", by="bob", now=clock.now)
     assert (cancelled.abandoned, cancelled.stopping) == (3, 0)
     after = ops.resyncs("shops", key="k1")[0]
     assert (after.done, after.stopped, after.request.cancelled_by, after.finished) == (1, 3, "bob", True)
-    assert ops.requeue_resync("shops", "k1") == 0  # a cancelled request stays cancelled
+    assert ops.requeue("shops", request="k1") == 0  # a cancelled request stays cancelled
     assert ops.resyncs("shops", key="k2")[0].pending == 4  # the other request untouched
     with pytest.raises(DeclarationError, match="no re-sync request 'nope'"):
-        ops.cancel_resync("shops", "nope")
+        ops.cancel("shops", request="nope")
 
 
 def test_what_a_run_landed_names_the_windows_each_request_fetched_again(declaration, database_url, ops, clock):
@@ -219,3 +241,58 @@ def test_what_a_run_landed_names_the_windows_each_request_fetched_again(declarat
     }
     again = type(summary.landed).from_dict(summary.landed.as_dict())  # through XCom and a deferral
     assert again.extra("shops", "orders") == extra
+
+
+def test_a_re_sync_window_abandoned_again_after_its_requeues_is_a_stuck_window(schema, database_url, clock):
+    """A request's requeue counts on each window as any requeue does: a window abandoned again after
+    STUCK_AFTER_REQUEUES of them is said to be stuck, not one more plain abandonment."""
+
+    def revoked(job):
+        raise JobAbandoned("access revoked")
+
+    declaration = declare(schema, products(revoked), owner_source=owners("acme"))
+    with Operations(declaration, declaration.database(database_url), clock=clock) as ops:
+        ops.resync("shops", "products", MARCH, APRIL, reason="r", key="k", now=clock.now)
+        with WorkerSlot(declaration, declaration.database(database_url), "shops", clock=clock) as slot:
+            for _ in range(STUCK_AFTER_REQUEUES):
+                assert slot.run_one(then_continue=False).outcome == "abandoned"
+                assert ops.requeue("shops", request="k", now=clock.now) == 1
+            assert slot.run_one(then_continue=False).outcome == "abandoned"
+        report = ops.check_health("shops", abandoned_since=None)
+    assert [finding.problem for finding in report.findings] == [Problem.STUCK_WINDOW]
+
+
+def test_a_requests_requeue_with_force_lets_its_refused_snapshots_delete(ops, admin, schema, clock):
+    ops.resync("shops", "products", MARCH, APRIL, owners=["acme", "globex"], reason="r", key="k", now=clock.now)
+    execute(admin, schema, "UPDATE {jobs} SET status = 'failed', error = 'refused' WHERE owner = 'acme'")
+    assert ops.requeue("shops", request="k", force_deletions=True, now=clock.now) == 1
+    assert {(j["owner"], j["force_deletions"], j["requeue_count"]) for j in rows(admin, schema)} == {
+        ("acme", True, 1),
+        ("globex", False, 0),
+    }
+    with pytest.raises(DeclarationError, match="no re-sync request 'nope'"):
+        ops.requeue("shops", request="nope")
+
+
+def test_cancelling_a_request_stops_its_failed_and_deferred_jobs_too_and_no_requeue_revives_them(
+    ops, admin, schema, clock
+):
+    ops.resync("shops", "orders", MARCH, APRIL, owners=["acme"], reason="r", key="k", now=clock.now)
+    ops.plan("shops", owner="acme", now=clock.now)
+    execute(admin, schema, "UPDATE {jobs} SET status = 'failed' WHERE request_key = 'k' AND id = 1")
+    execute(admin, schema, "UPDATE {jobs} SET status = 'deferred' WHERE request_key = 'k' AND id = 2")
+    cancelled = ops.cancel("shops", request="k", reason="wrong range", now=clock.now)
+    assert (cancelled.abandoned, cancelled.stopping) == (4, 0)
+    request_jobs = rows(admin, schema, "request_key = 'k'")
+    assert {(j["status"], j["error"]) for j in request_jobs} == {("abandoned", "Cancelled: wrong range")}
+    assert {j["status"] for j in rows(admin, schema, "request_key IS NULL")} == {"pending"}  # the plan untouched
+    assert ops.requeue("shops", owner="acme", now=clock.now) == 0  # a cancelled request stays cancelled
+    assert ops.requeue("shops", request="k", now=clock.now) == 0
+
+
+@pytest.mark.parametrize("scope", [{}, {"owner": "acme", "request": "k"}])
+def test_a_cancel_names_an_owner_or_a_request(ops, admin, schema, clock, scope):
+    ops.resync("shops", "orders", MARCH, APRIL, owners=["acme"], reason="r", key="k", now=clock.now)
+    with pytest.raises(DeclarationError, match="an owner or a re-sync request"):
+        ops.cancel("shops", reason="why", **scope)
+    assert {j["status"] for j in rows(admin, schema)} == {"pending"}

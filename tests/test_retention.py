@@ -232,3 +232,32 @@ def test_an_abandoned_job_that_was_not_cancelled_is_never_pruned(schema, databas
         clock.advance(365 * DAY)
         assert ops.prune("shops").deleted == 0
         assert [r["status"] for r in rows(admin, schema, "id = %s", [recurring["id"]])] == ["abandoned"]
+
+
+@pytest.mark.parametrize("made_by", ["enqueue", "resync"])
+def test_a_prune_never_takes_a_hand_made_or_re_sync_window_for_the_owners_reach(
+    schema, database_url, admin, clock, made_by
+):
+    """An owner that stalled stays lagging after a prune: a window enqueued by hand, or re-synced, may end later
+    than anything the plan reached (even in the future), and retention records only planned windows as the reach
+    that lag is read from once their jobs are gone."""
+    declaration = declare(
+        schema, orders(every=timedelta(hours=6)), owner_source=owners("acme"), retention=DAY, max_lag=2 * DAY
+    )
+    with Operations(declaration, declaration.database(database_url), clock=clock) as ops:
+        ops.plan("shops")
+        finish_all(admin, schema, clock.now)
+        reach = max(r["window_end"] for r in rows(admin, schema))
+        clock.advance(3 * DAY)  # then the owner stalls
+        if made_by == "enqueue":
+            ops.enqueue("shops", "acme", "orders", window_start=clock.now - DAY, window_end=clock.now + DAY, key="k")
+        else:
+            ops.resync("shops", "orders", clock.now - DAY, clock.now + DAY, reason="again", key="k")
+        finish_all(admin, schema, clock.now)
+        assert ops.gauges("shops").max_freshness_lag == clock.now - reach
+
+        clock.advance(2 * DAY)
+        assert ops.prune("shops").deleted >= 2  # the hand-made or re-sync job(s), and the planned recurring window
+        assert rows(admin, schema, "mode = 'manual'") == []
+        assert ops.gauges("shops").max_freshness_lag == clock.now - reach
+        assert [f.owner for f in ops.check_health("shops", abandoned_since=clock.now).findings] == ["acme"]

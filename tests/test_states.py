@@ -64,7 +64,6 @@ NAMED_SETS = {
 }
 LIST_MEANINGS = {
     "requeue": {"STOPPED"},
-    "requeue_resync": {"STOPPED"},
     "resync_progress": {"STOPPED"},
     "finish_and_take": {"WAITING", "WAITING_IN_TURN"},
     "abandon_job": {"UNSETTLED"},
@@ -377,9 +376,9 @@ def test_every_transition_the_engine_performs_is_allowed_and_every_allowed_one_i
         script.steps["planned"] = [RuntimeError("a"), RuntimeError("b")]
         ops.resync("shops", "products", clock() - timedelta(days=1), clock(), reason="again", key="again", now=clock())
         run("planned", "failed")
-        assert ops.requeue_resync("shops", "again", now=clock()) == 1
+        assert ops.requeue("shops", request="again", now=clock()) == 1
         run("planned", "failed")
-        assert ops.cancel_resync("shops", "again", now=clock()).abandoned == 1
+        assert ops.cancel("shops", request="again", now=clock()).abandoned == 1
         # a graceful stop hands the job back at its cursor
         stopping = WorkerSlot(synclane, database, "shops", clock=clock)
         slots.append(stopping)

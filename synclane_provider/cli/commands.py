@@ -309,10 +309,11 @@ def resyncs_command(args: Any) -> None:
     with _operations(args) as operations:
         queue = _queue(operations, args)
         if args.cancel:
-            done = operations.cancel_resync(queue, args.cancel, by=args.by or getpass.getuser())
+            done = operations.cancel(queue, request=args.cancel, by=args.by or getpass.getuser())
             _print([{"key": args.cancel, "abandoned": done.abandoned, "stopping": done.stopping}], args)
         elif args.requeue:
-            _print([{"key": args.requeue, "requeued": operations.requeue_resync(queue, args.requeue)}], args)
+            count = operations.requeue(queue, request=args.requeue, force_deletions=args.force_deletions)
+            _print([{"key": args.requeue, "requeued": count}], args)
         else:
             _print([_resync_row(p) for p in operations.resyncs(queue, key=args.key, limit=args.limit)], args)
 

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from synclane_provider.core.errors import (
         DatabaseUnavailableError,
         DeclarationError,
+        DeletionsRefused,
         HandlerResultError,
         JobAbandoned,
         JobThrottled,
@@ -53,6 +54,7 @@ _HOMES = {
     "Database": "synclane_provider.core.db.database",
     "DatabaseUnavailableError": "synclane_provider.core.errors",
     "DeclarationError": "synclane_provider.core.errors",
+    "DeletionsRefused": "synclane_provider.core.errors",
     "Destination": "synclane_provider.core.db.landing",
     "HandlerResultError": "synclane_provider.core.errors",
     "Jitter": "synclane_provider.core.declare.retry",
@@ -114,6 +116,7 @@ __all__ = [
     "Database",
     "DatabaseUnavailableError",
     "DeclarationError",
+    "DeletionsRefused",
     "Destination",
     "HandlerResultError",
     "Job",

@@ -86,6 +86,13 @@ class JobAbandoned(SyncLaneError):
     """Raised by a handler when a retry cannot help (access revoked, account gone)."""
 
 
+class DeletionsRefused(LandingError, JobAbandoned):
+    """A snapshot's last page would delete more of its owner's rows than its destination's ``deletion_share`` (or
+    every one of them, having seen none): nothing of the page is written. A retry would fetch the page again only
+    to be refused again -- whether the rows go is a person's decision -- so the job ends abandoned at once, at the
+    cursor before that page, until a requeue with ``force_deletions`` lets it go ahead."""
+
+
 class OwnerPaused(SyncLaneError):
     """Raised by a handler when nothing more can be done for the job's owner until a person acts (its token was
     revoked: a 401 or 403 that no retry will change).

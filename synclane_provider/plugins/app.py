@@ -56,6 +56,9 @@ class RequeueBody(BaseModel):
     owner: str | None = Field(None, description="only this owner's jobs")
     type: str | None = Field(None, description="only jobs of this type")
     job_id: int | None = Field(None, description="only this job")
+    force_deletions: bool = Field(
+        False, description="let a snapshot refused for the share of rows it would delete go ahead and delete them"
+    )
 
 
 class CancelBody(BaseModel):
@@ -244,7 +247,13 @@ def _job_actions() -> APIRouter:
     )
     def requeue(queue: str, body: RequeueBody) -> dict[str, Any]:
         with _answering() as operations:
-            count = operations.requeue(queue, owner=body.owner or None, type=body.type or None, job_id=body.job_id)
+            count = operations.requeue(
+                queue,
+                owner=body.owner or None,
+                type=body.type or None,
+                job_id=body.job_id,
+                force_deletions=body.force_deletions,
+            )
         if body.job_id is not None:
             message = (
                 f"Requeued job #{body.job_id} of queue {queue}: pending, from its cursor."
@@ -355,7 +364,7 @@ def _resync_actions(user_name: Callable[[], Any]) -> APIRouter:
     )
     def cancel_resync(queue: str, key: str, by: str = user_name()) -> dict[str, Any]:
         with _answering() as operations:
-            done = operations.cancel_resync(queue, key, by=by)
+            done = operations.cancel(queue, request=key, by=by)
         return {
             **plain(done),
             "message": f"Cancelled re-sync {key} of queue {queue}: {_jobs_word(done.abandoned)} abandoned now, "
@@ -368,7 +377,7 @@ def _resync_actions(user_name: Callable[[], Any]) -> APIRouter:
     )
     def requeue_resync(queue: str, key: str) -> dict[str, Any]:
         with _answering() as operations:
-            count = operations.requeue_resync(queue, key)
+            count = operations.requeue(queue, request=key)
         return {"requeued": count, "message": f"Requeued {_jobs_word(count)} of re-sync {key}: pending, from cursors."}
 
     return router

@@ -304,8 +304,8 @@ def test_resync_makes_one_request_and_resyncs_lists_cancels_and_requeues_it(scen
     assert listed["by"]  # the login name of whoever ran it
     [cancelled] = json.loads(synclane("resyncs", "--cancel", "march", "--by", "ops", "-o", "json", env=env))
     assert (cancelled["abandoned"], cancelled["stopping"]) == ("2", "0")
-    [requeued] = json.loads(synclane("resyncs", "--requeue", "march", "-o", "json", env=env))
-    assert requeued["requeued"] == "0"  # a cancelled request stays cancelled
+    [requeued] = json.loads(synclane("resyncs", "--requeue", "march", "--force-deletions", "-o", "json", env=env))
+    assert requeued["requeued"] == "0"  # a cancelled request stays cancelled, even forced
 
     refused = airflow("synclane", "resync", *args[:6], "--owner", "nobody", "--reason", "r", env=env)
     assert refused.returncode != 0 and "'nobody' is not listed" in refused.stderr

@@ -160,3 +160,16 @@ def test_the_api_docs_describe_the_endpoints_under_the_mounted_prefix(api_server
     for page in ("/synclane/docs", "/synclane/redoc"):
         status, body = api_server.call("GET", page, token=token)
         assert status == 200 and b"/synclane/openapi.json" in body
+
+
+def test_an_admin_requeues_a_refused_snapshot_with_force(api_server, scene, database_url, operate_schema):
+    status, answer = api_server.call(
+        "POST",
+        "/synclane/api/queues/shops/requeue",
+        token=api_server.token("admin"),
+        body={"job_id": scene["abandoned"], "force_deletions": True},
+    )
+    assert status == 200, answer
+    assert json.loads(answer)["requeued"] == 1
+    row = job(database_url, operate_schema, scene["abandoned"])
+    assert (row["status"], row["force_deletions"]) == ("pending", True)

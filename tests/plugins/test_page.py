@@ -306,3 +306,39 @@ def test_the_jobs_view_gives_what_each_jobs_pages_landed(api_server, scene):
         scene["abandoned"],
         {"inserted": 40, "updated": 8, "unchanged": 0, "stale": 2, "deleted": 0},
     )
+
+
+def test_an_operator_requeues_a_refused_snapshot_with_force_from_its_row(
+    api_server, scene, browser_page, database_url, operate_schema
+):
+    """The refusal says only a person can decide; the job's row offers the decision, and only there."""
+    import psycopg
+    from playwright.sync_api import expect
+    from psycopg import sql
+
+    expect.set_options(timeout=30_000)
+    refusal = "DeletionsRefused: shop.products: … would delete 6 of the owner's 10 row(s) … force_deletions …"
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute(
+            sql.SQL("UPDATE {}.jobs SET error = %s WHERE id = %s").format(sql.Identifier(operate_schema)),
+            [refusal, scene["abandoned"]],
+        )
+    frame = _synclane_as_admin(browser_page, api_server)
+    frame.get_by_role("button", name="Jobs", exact=True).click()
+    frame.locator("#job-filters select[name=status]").select_option("abandoned")
+    frame.get_by_role("button", name="Show", exact=True).click()
+    row = frame.locator(f"#jobs-table tr[data-job='{scene['abandoned']}']")
+    expect(row.get_by_role("button", name="Requeue with force_deletions")).to_have_count(0)  # on the whole record only
+    row.get_by_role("button", name=f"#{scene['abandoned']}").click()
+    detail = frame.locator("#job-detail")
+    detail.get_by_role("button", name="Requeue with force_deletions").click()
+    confirm = frame.get_by_role("dialog")
+    expect(confirm).to_contain_text("deletes the rows it does not see, however many")
+    assert job(database_url, operate_schema, scene["abandoned"])["force_deletions"] is False  # nothing before a yes
+    confirm.get_by_role("button", name="Yes, do it").click()
+    expect(frame.locator("#message")).to_have_text(
+        f"Requeued job #{scene['abandoned']} of queue shops: pending, from its cursor."
+    )
+    requeued = job(database_url, operate_schema, scene["abandoned"])
+    assert (requeued["status"], requeued["cursor"], requeued["force_deletions"]) == ("pending", "50", True)
+    expect(detail.get_by_role("button", name="Requeue with force_deletions")).to_have_count(0)

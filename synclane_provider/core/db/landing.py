@@ -42,6 +42,7 @@ from psycopg.rows import tuple_row
 
 from synclane_provider.core.db.page_rows import (
     Row,
+    as_json,
     checked_page,
     copy_types,
     kinds_of,
@@ -51,7 +52,7 @@ from synclane_provider.core.db.page_rows import (
 )
 from synclane_provider.core.db.page_statements import PageStatements, column_list, landing_texts
 from synclane_provider.core.db.page_transaction import PageTransaction
-from synclane_provider.core.errors import DeclarationError, LandingError
+from synclane_provider.core.errors import DeclarationError, DeletionsRefused, LandingError
 from synclane_provider.core.records import Job, LandCounts
 
 __all__ = ["Destination", "LandCounts", "PageTransaction", "Row"]
@@ -159,8 +160,10 @@ class Destination:
         With deletions declared, each page notes the keys it landed, and the page that ``complete``\ s the
         snapshot (its last: the handler returns no next cursor) deletes, or marks deleted, the owner's rows
         none of its pages saw -- unless it saw nothing at all, or more than ``deletion_share`` of the owner's
-        rows would go: then it raises :class:`~synclane_provider.core.errors.LandingError` naming both counts,
-        nothing of the page is written, and the job fails; a requeue with ``force_deletions`` goes ahead.
+        rows would go: then it raises :class:`~synclane_provider.core.errors.DeletionsRefused` (a
+        :class:`~synclane_provider.core.errors.LandingError`) naming both counts, nothing of the page is written,
+        and the job ends abandoned at once, at the cursor before this page (a retry would only be refused
+        again); a requeue with ``force_deletions`` fetches the page again and goes ahead.
 
         In the jobs database, run by a worker, the rows are written in the page's transaction, which commits with
         the job's cursor and count, fenced on its lease: the page lands exactly once, and not at all when the
@@ -212,6 +215,7 @@ class Destination:
         if not count:
             return LandCounts(stale=superseded)
         types = self._check(conn, columns)
+        as_json(arrays, {name: types[name][0] for name in arrays})
         statements = self._statements
         assert statements is not None
         # The owner column is the same in every row: it goes as one value, every other column as one array.
@@ -331,10 +335,10 @@ class Destination:
             share = f"{self.deletion_share:.0%}"
             if not job.force_deletions and unseen and (seen == 0 or unseen > self.deletion_share * stored):
                 why = "it saw none of them" if seen == 0 else f"more than the declared share ({share})"
-                raise LandingError(
+                raise DeletionsRefused(
                     f"{self.table}: the snapshot of {job.owner} saw {seen} row(s) and would delete {unseen} of the "
-                    f"owner's {stored} row(s), {why}; nothing deleted (requeue the job with force_deletions "
-                    "to delete them)"
+                    f"owner's {stored} row(s), {why}; nothing deleted, and the job waits for a person "
+                    "(requeue the job with force_deletions to delete them)"
                 )
             if self.deleted_column is None:
                 statement = landing_texts()["delete_unseen"]

@@ -2,10 +2,11 @@
 
 A page is checked before anything is sent: every row has the first one's columns, its owner column (if it has
 one) holds the job's owner, a version in every row when a version column is declared, and each key once (of a
-key's rows the newest by version is kept, the others count as superseded). Its columns then go as one array each:
-as they are when the values are of one Python type that psycopg sends as it is, else as text for the server to
-read as the column's type; a page of new keys is copied only when each column's values are of the column's type
-already, so that a copy lands exactly what ``land_page`` would.
+key's rows the newest by version is kept, the others count as superseded). A json or jsonb column's values are
+JSON (:func:`as_json`: a list, an object or a number as ``json.load`` gives it, a string as JSON text). Its columns
+then go as one array each: as they are when the values are of one Python type that psycopg sends as it is, else as
+text for the server to read as the column's type; a page of new keys is copied only when each column's values are
+of the column's type already, so that a copy lands exactly what ``land_page`` would.
 """
 
 from __future__ import annotations
@@ -17,10 +18,13 @@ from typing import Any
 
 import psycopg
 from psycopg.adapt import PyFormat, Transformer
+from psycopg.types.json import Json, Jsonb
 
 from synclane_provider.core.errors import LandingError
 
 Row = Mapping[str, Any]
+_JSON_TYPES: dict[str, type[Json] | type[Jsonb]] = {"json": Json, "jsonb": Jsonb}
+"""The JSON column types (as format_type names them), and what a value is wrapped in to be sent as one."""
 _INTEGER_LIMITS = {21: 2**15, 23: 2**31, 20: 2**63}
 """int2, int4 and int8 by type oid: the magnitude their values stay below (a COPY in binary would wrap them)."""
 
@@ -106,6 +110,20 @@ def _page_as_given(
         return None
     owners = () if owner_column is None or owner_column in first else (owner_column,)
     return arrays, (*first, *owners), len(rows), 0
+
+
+def as_json(arrays: dict[str, list[Any]], column_types: Mapping[str, str]) -> None:
+    """Each json or jsonb column's values (``column_types``: each column's type, as format_type names it) made
+    JSON, in place: a list, a dict, a number or a bool -- what ``json.load`` gives -- wrapped to be sent as JSON, the
+    column's type (as an array it would be a PostgreSQL array literal, and a dict has no other form at all); a
+    string is JSON text already (what ``json.dumps`` gives), and None is NULL. Then a column of JSON values is of
+    one kind, sent and copied in binary as the column's type."""
+    for name, values in arrays.items():
+        wrap = _JSON_TYPES.get(column_types[name])
+        if wrap is not None and not all(value is None or isinstance(value, (str, Json, Jsonb)) for value in values):
+            arrays[name] = [
+                value if value is None or isinstance(value, (str, Json, Jsonb)) else wrap(value) for value in values
+            ]
 
 
 def kinds_of(values: list[Any]) -> set[type]:

@@ -828,57 +828,16 @@ CROSS JOIN LATERAL (
 ) AS p
 ORDER BY r.requested_at DESC, r.key;
 
--- name: cancel_resync
--- Cancel a whole request: its row records when and by whom (a second cancel keeps the first), its waiting jobs
--- are abandoned now with the cancel's reason as their error (cursors kept), and its running jobs are asked to
--- stop after their page in flight, as an owner's cancel does. Returns whether the request exists and how many
--- jobs of each kind.
-WITH request AS (
-    UPDATE {schema}.resync_requests
-    SET cancelled_at = coalesce(cancelled_at, %(now)s::timestamptz, statement_timestamp()),
-        cancelled_by = CASE WHEN cancelled_at IS NULL THEN %(by)s ELSE cancelled_by END
-    WHERE queue = %(queue)s AND key = %(key)s
-    RETURNING key
-),
-waiting AS (
-    UPDATE {schema}.jobs
-    SET status = 'abandoned',
-        error = %(error)s,
-        next_run_at = coalesce(%(now)s::timestamptz, statement_timestamp()),
-        heartbeat_at = coalesce(%(now)s::timestamptz, statement_timestamp())
-    WHERE queue = %(queue)s AND request_key = %(key)s AND status IN ('pending', 'failed', 'deferred')
-    RETURNING id
-),
-running AS (
-    UPDATE {schema}.jobs
-    SET stop_reason = %(error)s
-    WHERE queue = %(queue)s AND request_key = %(key)s AND status = 'running'
-    RETURNING id
-)
-SELECT EXISTS (SELECT 1 FROM request) AS found, (SELECT count(*) FROM waiting)::int AS abandoned,
-       (SELECT count(*) FROM running)::int AS stopping;
-
--- name: requeue_resync
--- Fresh attempts, due now and from their cursors, for a request's failed, deferred and abandoned jobs -- but not
--- for those a cancel abandoned (error "Cancelled: ...": a cancelled request stays cancelled). Returns them.
-UPDATE {schema}.jobs
-SET status = 'pending',
-    attempt_count = 0,
-    next_run_at = coalesce(%(now)s::timestamptz, statement_timestamp())
-WHERE queue = %(queue)s AND request_key = %(key)s
-  AND status IN ('failed', 'deferred', 'abandoned')
-  AND NOT starts_with(coalesce(error, ''), 'Cancelled: ')
-RETURNING id;
-
 -- name: resync_request
 -- One re-sync request by its key, as recorded.
 SELECT *, 0 AS made FROM {schema}.resync_requests WHERE queue = %(queue)s AND key = %(key)s;
 
 -- name: requeue
--- Give failed, deferred and abandoned jobs (of one owner, type or job, or all) fresh attempts, due now;
--- cursors and counts are kept. A pending job set to run later (by hand, or enqueued with run_at) is brought
+-- Give failed, deferred and abandoned jobs (of one owner, type, job or re-sync request, or all) fresh attempts, due
+-- now; cursors and counts are kept. A pending job set to run later (by hand, or enqueued with run_at) is brought
 -- forward to now as well. Each failed, deferred or abandoned job requeued counts one more requeue
 -- (requeue_count: a window abandoned again after several is stuck, and the health check says so).
+-- The jobs of a cancelled re-sync request are left as they are: a cancelled request stays cancelled.
 -- With %(force_deletions)s, a snapshot's landing may delete more of the owner's rows
 -- than its declared share (kept once set: the job is the one that was refused).
 WITH clock AS (
@@ -896,23 +855,40 @@ WHERE queue = %(queue)s
   AND (%(id)s::bigint IS NULL OR id = %(id)s)
   AND (%(owner)s::text IS NULL OR owner = %(owner)s)
   AND (%(type)s::text IS NULL OR type = %(type)s)
+  AND (%(request_key)s::text IS NULL OR request_key = %(request_key)s)
+  AND NOT EXISTS (
+      SELECT 1 FROM {schema}.resync_requests AS r
+      WHERE r.queue = jobs.queue AND r.key = jobs.request_key AND r.cancelled_at IS NOT NULL
+  )
 RETURNING id;
 
 -- name: cancel
--- Stop an owner's work (of one type, or all), saying why (e.g. the account disconnected): its waiting jobs
--- are abandoned now, cursors kept; its running job is asked to stop after its current page (the worker
--- reads stop_reason with its next cursor save and abandons the job with it). Returns how many of each.
+-- Stop an owner's work (of one type, or all), or a re-sync request's (%(request_key)s; the owner then NULL), saying
+-- why (e.g. the account disconnected): its waiting jobs (pending, failed, deferred) are abandoned now, cursors
+-- kept; its running jobs are asked to stop after their current page (the worker reads stop_reason with its next
+-- cursor save and abandons the job with it). A request's row records when and by whom (%(by)s) it was
+-- cancelled; a second cancel keeps the first. Neither an owner nor a request named: nothing is touched.
 -- An abandoned job's next_run_at records when it was abandoned (see abandoned_between).
 -- A waiting job's heartbeat_at is stamped with the cancel: retention keeps a cancelled job that long from then.
-WITH waiting AS (
+-- Returns how many of each, and found: false when the request named is not the queue's.
+WITH request AS (
+    UPDATE {schema}.resync_requests
+    SET cancelled_at = coalesce(cancelled_at, %(now)s::timestamptz, statement_timestamp()),
+        cancelled_by = CASE WHEN cancelled_at IS NULL THEN %(by)s ELSE cancelled_by END
+    WHERE queue = %(queue)s AND key = %(request_key)s
+    RETURNING key
+),
+waiting AS (
     UPDATE {schema}.jobs
     SET status = 'abandoned',
         error = %(error)s,
         next_run_at = coalesce(%(now)s::timestamptz, statement_timestamp()),
         heartbeat_at = coalesce(%(now)s::timestamptz, statement_timestamp())
     WHERE queue = %(queue)s
-      AND owner = %(owner)s
+      AND coalesce(%(owner)s::text, %(request_key)s::text) IS NOT NULL
+      AND (%(owner)s::text IS NULL OR owner = %(owner)s)
       AND (%(type)s::text IS NULL OR type = %(type)s)
+      AND (%(request_key)s::text IS NULL OR request_key = %(request_key)s)
       AND status IN ('pending', 'failed', 'deferred')
     RETURNING id
 ),
@@ -920,12 +896,15 @@ running AS (
     UPDATE {schema}.jobs
     SET stop_reason = %(error)s
     WHERE queue = %(queue)s
-      AND owner = %(owner)s
+      AND coalesce(%(owner)s::text, %(request_key)s::text) IS NOT NULL
+      AND (%(owner)s::text IS NULL OR owner = %(owner)s)
       AND (%(type)s::text IS NULL OR type = %(type)s)
+      AND (%(request_key)s::text IS NULL OR request_key = %(request_key)s)
       AND status = 'running'
     RETURNING id
 )
-SELECT (SELECT count(*) FROM waiting)::int AS abandoned, (SELECT count(*) FROM running)::int AS stopping;
+SELECT %(request_key)s::text IS NULL OR EXISTS (SELECT 1 FROM request) AS found,
+       (SELECT count(*) FROM waiting)::int AS abandoned, (SELECT count(*) FROM running)::int AS stopping;
 
 -- name: release_running
 -- An operator hands a running job back: pending at its cursor, due now, the attempt not counted. Its worker's

@@ -437,17 +437,6 @@ class Store:
         rows = self.session.run("resync_progress", queue=queue, key=key, limit=limit, prepare=False)
         return [ResyncProgress.from_row(row) for row in rows]
 
-    def cancel_resync(
-        self, queue: str, key: str, *, by: str | None, error: str, now: datetime | None
-    ) -> Cancelled | None:
-        """Cancel the request's jobs; None when the queue has no request of that key."""
-        row = self.session.one("cancel_resync", queue=queue, key=key, by=by, error=error, now=now)
-        assert row is not None
-        return Cancelled(abandoned=row["abandoned"], stopping=row["stopping"]) if row["found"] else None
-
-    def requeue_resync(self, queue: str, key: str, *, now: datetime | None) -> int:
-        return len(self.session.run("requeue_resync", queue=queue, key=key, now=now))
-
     def paused_among(self, queue: str, owners: Sequence[str]) -> dict[str, str | None]:
         """Of ``owners``, those paused now, with the reason given for each pause."""
         rows = self.session.run("paused_among", queue=queue, owners=array_literal(owners), prepare=False)
@@ -458,9 +447,15 @@ class Store:
         already: then the recorded request, with nothing made."""
         row = self.session.one("insert_resync", queue=queue, key=key, rows=rows_json, prepare=False, **request)
         if row is None:
-            row = self.session.one("resync_request", queue=queue, key=key)
-        assert row is not None
+            recorded = self.resync_request(queue, key)
+            assert recorded is not None
+            return recorded
         return ResyncRequest.from_row(row)
+
+    def resync_request(self, queue: str, key: str) -> ResyncRequest | None:
+        """The queue's re-sync request of ``key`` as recorded; None when it has none."""
+        row = self.session.one("resync_request", queue=queue, key=key)
+        return ResyncRequest.from_row(row) if row else None
 
     def requeue(
         self,
@@ -469,19 +464,43 @@ class Store:
         owner: str | None,
         type: str | None,
         job_id: int | None = None,
+        request: str | None = None,
         now: datetime | None,
         force_deletions: bool = False,
     ) -> int:
+        """Requeue the queue's failed, deferred and abandoned jobs (of ``owner``, ``type``, ``job_id``, re-sync
+        ``request``, or all); how many."""
         return len(
             self.session.run(
-                "requeue", queue=queue, owner=owner, type=type, id=job_id, now=now, force_deletions=force_deletions
+                "requeue",
+                queue=queue,
+                owner=owner,
+                type=type,
+                id=job_id,
+                request_key=request,
+                now=now,
+                force_deletions=force_deletions,
             )
         )
 
-    def cancel(self, queue: str, owner: str, *, type: str | None, error: str, now: datetime | None = None) -> Cancelled:
-        row = self.session.one("cancel", queue=queue, owner=owner, type=type, error=error, now=now)
+    def cancel(
+        self,
+        queue: str,
+        *,
+        owner: str | None,
+        type: str | None = None,
+        request: str | None = None,
+        by: str | None = None,
+        error: str,
+        now: datetime | None = None,
+    ) -> Cancelled | None:
+        """Cancel an owner's jobs (of ``type``, or all) or a re-sync request's (recorded on its row with ``by``);
+        None when the queue has no request ``request``."""
+        row = self.session.one(
+            "cancel", queue=queue, owner=owner, type=type, request_key=request, by=by, error=error, now=now
+        )
         assert row is not None
-        return Cancelled(abandoned=row["abandoned"], stopping=row["stopping"])
+        return Cancelled(abandoned=row["abandoned"], stopping=row["stopping"]) if row["found"] else None
 
     def release_running(self, queue: str, job_id: int, *, now: datetime | None) -> bool:
         return bool(self.session.run("release_running", queue=queue, id=job_id, now=now))

@@ -203,39 +203,6 @@ class Operations:
             raise ValueError(f"limit must be an integer from 1 to {MAX_LIST}, got {limit!r}")
         return self.store.resync_progress(queue, key=key, limit=limit)
 
-    def cancel_resync(
-        self, queue: str, key: str, *, by: str | None = None, reason: str | None = None, now: datetime | None = None
-    ) -> Cancelled:
-        """Cancel a whole request: its waiting jobs abandoned now, its running ones after their page in flight,
-        each with ``Cancelled: <reason>`` as its error; the request records when and by whom. Its completed jobs
-        stay as they are. Refused for a key the queue has no request of."""
-        self.synclane.queue(queue)
-        why = reason or f"re-sync {key} cancelled" + (f" by {by}" if by else "")
-        cancelled = self.store.cancel_resync(
-            queue, key, by=by, error=storable_text(f"{CANCELLED}{why}"), now=self.at(now)
-        )
-        if cancelled is None:
-            raise DeclarationError(f"queue {queue!r} has no re-sync request {key!r}")
-        log.info(
-            "queue %s: re-sync %s cancelled (%s waiting, %s running)",
-            queue,
-            key,
-            cancelled.abandoned,
-            cancelled.stopping,
-        )
-        return cancelled
-
-    def requeue_resync(self, queue: str, key: str, *, now: datetime | None = None) -> int:
-        """Fresh attempts from their cursors for the request's failed, deferred and abandoned jobs (not those a
-        cancel abandoned); returns how many. Refused for a key the queue has no request of."""
-        self.synclane.queue(queue)
-        if not self.store.resync_progress(queue, key=key, limit=1):
-            raise DeclarationError(f"queue {queue!r} has no re-sync request {key!r}")
-        requeued = self.store.requeue_resync(queue, key, now=self.at(now))
-        if requeued:
-            self.store.notify(queue)
-        return requeued
-
     def requeue(
         self,
         queue: str,
@@ -243,36 +210,84 @@ class Operations:
         owner: str | None = None,
         type: str | None = None,
         job_id: int | None = None,
+        request: str | None = None,
         now: datetime | None = None,
         force_deletions: bool = False,
     ) -> int:
-        """Give failed, deferred and abandoned jobs (all, or of one owner, type or ``job_id``) fresh attempts from
-        their cursors. Returns how many. With ``force_deletions`` a snapshot's landing that was refused for the
-        share of the owner's rows it would delete (see :class:`~synclane_provider.core.db.landing.Destination`)
-        goes ahead."""
+        """Give failed, deferred and abandoned jobs (all, or of one owner, type, ``job_id`` or re-sync ``request``)
+        fresh attempts from their cursors. Returns how many. The jobs of a cancelled re-sync request stay as the
+        cancel left them. With ``force_deletions`` a snapshot's landing that was refused for the share of the
+        owner's rows it would delete (see :class:`~synclane_provider.core.db.landing.Destination`) goes ahead.
+        Refused for a ``request`` the queue has no request of."""
         self.synclane.queue(queue)
+        if request is not None and self.store.resync_request(queue, request) is None:
+            raise DeclarationError(f"queue {queue!r} has no re-sync request {request!r}")
         requeued = self.store.requeue(
-            queue, owner=owner, type=type, job_id=job_id, now=self.at(now), force_deletions=force_deletions
+            queue,
+            owner=owner,
+            type=type,
+            job_id=job_id,
+            request=request,
+            now=self.at(now),
+            force_deletions=force_deletions,
         )
         if requeued:
             self.store.notify(queue)
         return requeued
 
     def cancel(
-        self, queue: str, owner: str, reason: str, *, type: str | None = None, now: datetime | None = None
+        self,
+        queue: str,
+        owner: str | None = None,
+        reason: str | None = None,
+        *,
+        type: str | None = None,
+        request: str | None = None,
+        by: str | None = None,
+        now: datetime | None = None,
     ) -> Cancelled:
-        """Stop the owner's work (of one type, or every type), e.g. because the account was disconnected.
+        """Stop the owner's work (of one type, or every type), e.g. because the account was disconnected; or a
+        whole re-sync ``request`` (give one or the other).
 
-        Its waiting jobs (pending, failed, deferred) are abandoned now; its running job is abandoned by its
+        Its waiting jobs (pending, failed, deferred) are abandoned now; its running jobs are abandoned by their
         worker after the page in flight. Each keeps its cursor and gets ``Cancelled: <reason>`` as its error,
         so a :meth:`requeue` after the account reconnects continues where it stopped. Completed jobs are left
         as they are. The owner's next jobs are planned as long as the owner source lists it. A queue's
         ``retention`` keeps cancelled jobs that long from the cancel (``now``).
+
+        A request's row records when and by whom (``by``) it was cancelled, and a :meth:`requeue` leaves its jobs
+        as they are; its reason defaults to ``re-sync <key> cancelled by <by>``. Refused for a request the queue
+        has no request of, and for an owner's cancel without a reason.
         """
         declared = self.synclane.queue(queue)
+        if (owner is None) == (request is None):
+            raise DeclarationError(f"cancel an owner or a re-sync request of queue {queue!r} (one of them)")
         if type is not None:
             declared.job_type(type)
-        return self.store.cancel(queue, owner, type=type, error=storable_text(f"{CANCELLED}{reason}"), now=self.at(now))
+        if request is not None:
+            reason = reason or f"re-sync {request} cancelled" + (f" by {by}" if by else "")
+        elif reason is None:
+            raise DeclarationError(f"say why owner {owner!r} of queue {queue!r} is cancelled (a reason)")
+        cancelled = self.store.cancel(
+            queue,
+            owner=owner,
+            type=type,
+            request=request,
+            by=by,
+            error=storable_text(f"{CANCELLED}{reason}"),
+            now=self.at(now),
+        )
+        if cancelled is None:
+            raise DeclarationError(f"queue {queue!r} has no re-sync request {request!r}")
+        if request is not None:
+            log.info(
+                "queue %s: re-sync %s cancelled (%s waiting, %s running)",
+                queue,
+                request,
+                cancelled.abandoned,
+                cancelled.stopping,
+            )
+        return cancelled
 
     def pause(
         self, queue: str, owner: str, reason: str, *, by: str = "operator", now: datetime | None = None

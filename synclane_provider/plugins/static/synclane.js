@@ -90,6 +90,7 @@ async function act(what, question, body) {
 }
 const actions = {
   "requeue-job": (d) => act("requeue", `Requeue job #${d.job} (${d.owner}/${d.type})? It restarts from its cursor.`, {job_id: Number(d.job)}),
+  "force-job": (d) => act("requeue", `Requeue job #${d.job} (${d.owner}/${d.type}) with force? It restarts from its cursor, and its snapshot deletes the rows it does not see, however many.`, {job_id: Number(d.job), force_deletions: true}),
   "requeue-owner": (d) => act("requeue", `Requeue every failed, deferred or abandoned job of ${d.owner}?`, {owner: d.owner}),
   "requeue-type": (d) => act("requeue", `Requeue the failed, deferred or abandoned ${d.type} jobs of ${d.owner}?`, {owner: d.owner, type: d.type}),
   "cancel-owner": async (d) => {
@@ -253,7 +254,8 @@ async function showJob(id) {
     const job = await api(`api/jobs/${encodeURIComponent(id)}`);
     box.innerHTML = `<h3>Job #${job.id}</h3><table>${Object.entries(job).map(([k, v]) =>
       `<tr><th>${esc(k)}</th><td><code>${esc(v === null ? "null" : v)}</code></td></tr>`).join("")}</table>
-      ${STOPPED.has(job.status) ? button("requeue-job", "Requeue this job", {job: job.id, owner: job.owner, type: job.type}) : ""}`;
+      ${STOPPED.has(job.status) ? button("requeue-job", "Requeue this job", {job: job.id, owner: job.owner, type: job.type}) : ""}
+      ${job.status === "abandoned" && (job.error || "").includes("force_deletions") ? button("force-job", "Requeue with force_deletions", {job: job.id, owner: job.owner, type: job.type}) : ""}`;
     box.hidden = false;
   } catch (error) { say(`job #${id}: ${error.message}`, true); }
 }
