@@ -392,8 +392,24 @@ RETURNING lease_expires_at, stop_reason,
     (SELECT greatest(extract(epoch FROM b.paused_until - coalesce(%(now)s::timestamptz, statement_timestamp())), 0)::float8
      FROM {schema}.lane_budgets AS b
      WHERE b.queue = jobs.queue AND b.lane = jobs.lane) AS lane_wait,
-    EXISTS (SELECT 1 FROM {schema}.owners AS o
-            WHERE o.queue = jobs.queue AND o.owner = jobs.owner AND o.paused_at IS NOT NULL) AS owner_paused;
+    {owner_of_jobs_paused};
+
+-- fragment: owner_of_jobs_paused
+-- Whether the owner of the row ``jobs`` is paused (one probe of the owners key), as owner_paused: not one more page
+-- is asked for it. Used by save_page, page_clearance and take_lane_budget.
+EXISTS (SELECT 1 FROM {schema}.owners AS o
+        WHERE o.queue = jobs.queue AND o.owner = jobs.owner AND o.paused_at IS NOT NULL) AS owner_paused
+
+-- name: page_clearance
+-- Right before a page is requested, when the worker has waited since the table last told it about the job (its
+-- turn in the lane's rate budget, a pause on its lane, or the time between the job's take, with the previous job's
+-- finish, and its run): whether the page may still go. A pause or a cancel that came meanwhile stops it before it
+-- is sent, not after: the worker hands the job back instead (release). Returns, while the job is still this
+-- worker's (fenced on the lease; no row: lost), the stop reason a cancel may have set and whether the owner has
+-- been paused. Writes nothing: one probe of the jobs key and one of the owners key.
+SELECT stop_reason, {owner_of_jobs_paused}
+FROM {schema}.jobs
+WHERE id = %(id)s AND leased_by = %(worker)s AND status = 'running';
 
 -- name: take_lane_budget
 -- Before a page (or before more requests within one, job.spend): take %(cost)s (units x the rate's interval)
@@ -402,7 +418,10 @@ RETURNING lease_expires_at, stop_reason,
 -- idle, or from the end of a throttle's pause; the taker may send %(tolerance)s (the burst) before its turn
 -- starts and never before the pause ends. One statement, no lock held afterwards: the row lock is the
 -- statement's own, so concurrent takers line up in turns and each gets its own wait. Returns wait: the
--- seconds to sleep before sending (0: at once).
+-- seconds to sleep before sending (0: at once). Before a page (%(id)s names the job, %(worker)s its worker), it
+-- also says whether the page may still go, as page_clearance does, at no extra round trip: held (the job is
+-- still the worker's), its stop reason and owner_paused; a page that waits for its turn asks page_clearance
+-- again once it has waited.
 WITH taken AS (
     INSERT INTO {schema}.lane_budgets AS b (queue, lane, tat)
     VALUES (%(queue)s, %(lane)s, coalesce(%(now)s::timestamptz, statement_timestamp()) + %(cost)s::interval)
@@ -412,8 +431,10 @@ WITH taken AS (
 )
 SELECT greatest(extract(epoch FROM
            greatest(taken.tat - %(cost)s::interval - %(tolerance)s::interval, taken.paused_until)
-           - coalesce(%(now)s::timestamptz, statement_timestamp())), 0)::float8 AS wait
-FROM taken;
+           - coalesce(%(now)s::timestamptz, statement_timestamp())), 0)::float8 AS wait,
+       jobs.id IS NOT NULL AS held, jobs.stop_reason, {owner_of_jobs_paused}
+FROM taken
+LEFT JOIN {schema}.jobs ON jobs.id = %(id)s AND jobs.leased_by = %(worker)s AND jobs.status = 'running';
 
 -- name: pause_lane
 -- A server named a wait (429 + Retry-After) for a job of this lane: the wait is the lane's, not the job's.
