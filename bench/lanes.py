@@ -1,7 +1,8 @@
 """The lane race: 24 workers, 3 lanes, 600 short jobs, with the lane index and with it dropped.
 
 The jobs arrive in waves; each wave wakes every idle worker at once, so all of them ask for a job while
-every lane is free (deferred Airflow workers do the same when one NOTIFY reaches their triggers). Every
+every lane is free (deferred Airflow workers do the same when one NOTIFY reaches their triggers), and comes in
+several inserts while they take, each newer than the last, so that takes see different heads of a lane. Every
 job's run interval is recorded by its handler and overlapping intervals in one lane are counted. With
 the index there must be none; without it the same race overlaps, which shows what the index buys.
 
@@ -29,6 +30,9 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=600)
     parser.add_argument("--waves", type=int, default=10, help="how many waves the jobs arrive in")
     parser.add_argument("--page-seconds", type=float, default=0.002, help="how long each job's one page takes")
+    parser.add_argument(
+        "--arrivals", type=int, default=10, help="inserts a wave arrives in while the workers take, each newer"
+    )
     parser.add_argument("--width", type=int, default=1, help="lane width: how many jobs of a lane may run at once")
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
@@ -53,6 +57,7 @@ def main() -> None:
                 page_seconds=args.page_seconds,
                 keep_lane_index=keep,
                 width=args.width,
+                arrivals=args.arrivals,
             )
         finally:
             drop_schema(url, schema)

@@ -15,11 +15,12 @@ from synclane_provider.core.db.store import Finish
 from synclane_provider.core.declare.retry import Jitter, RetryPolicy
 from synclane_provider.core.errors import DeclarationError, OwnerSourceError
 from tests.support.helpers import declare, orders, owners, products, rows
-from tests.support.lane_race import lane_race, max_concurrency
+from tests.support.lane_race import lane_race, max_concurrency, overtaken, take_in_rounds
 
-HARSH = {"waves": 20, "page_seconds": 0.02}
-"""Twenty moments when every worker asks at once, and pages long enough that a slot taken twice is seen running
-beside the lane's other slot: without the index the race then shows every time (measured: 3-5 at once)."""
+HARSH = {"waves": 20, "page_seconds": 0.02, "arrivals": 10}
+"""Twenty moments when every worker asks at once, each wave arriving in ten inserts while they take (so takes see
+different heads of a lane), and pages long enough that a slot taken twice is seen running beside the lane's other
+slot: without the index the race then shows every time (measured: 3 at once)."""
 
 
 @contextmanager
@@ -229,3 +230,64 @@ def test_the_slot_index_is_per_queue_so_a_lane_name_in_two_queues_runs_in_both(s
             ops.enqueue(queue, "acme", "products", key="now")
         running = [shops.take(), imports.take()]
     assert [(job.queue, job.lane, job.lane_slot) for job in running] == [("shops", "acme", 0), ("imports", "acme", 0)]
+
+
+def test_a_take_goes_past_a_held_job_of_a_wide_lane_only_to_another_of_its_free_slots(
+    schema, database_url, admin, clock
+):
+    """acme is 2 wide; another worker's take holds the first job of its line. With both slots free the second job
+    may start beside it, in the slot the first one's take does not ask for; with one slot free, the second job's
+    turn has not come: it would start before the first, which may yet lose its race and wait for a slot."""
+    declaration = declare(schema, products(), owner_source=owners(Owner("acme", lane_width=2)))
+    with operations_and_slots(declaration, database_url, clock, 3) as (ops, (first, second, third)):
+        line = [ops.enqueue("shops", "acme", "products", key=f"acme-{n}") for n in range(4)]
+        with admin.transaction():
+            admin.execute(
+                sql.SQL("SELECT 1 FROM {}.jobs WHERE id = %s FOR UPDATE").format(sql.Identifier(schema)), [line[0].id]
+            )
+            beside = first.take()
+            assert (beside.id, beside.lane_slot) == (line[1].id, 1)
+            assert second.take() is None  # one slot free: line[0]'s, and line[2] is not next
+        held = second.take()
+        assert (held.id, held.lane_slot) == (line[0].id, 0)
+
+        assert first.store.release(beside.id, worker=first.worker_id, processed_count=0, now=clock.now)
+        with admin.transaction():  # line[0] runs; line[1] is first in line for the one free slot
+            admin.execute(
+                sql.SQL("SELECT 1 FROM {}.jobs WHERE id = %s FOR UPDATE").format(sql.Identifier(schema)), [line[1].id]
+            )
+            assert third.take() is None
+        assert third.take().id == line[1].id
+
+
+def test_racing_takes_in_wide_lanes_never_leave_a_job_behind_a_later_one(schema, database_url, admin):
+    """Six slots take at once, round after round, on two lanes 2 wide: each round starts the first two jobs of each
+    lane's line, whichever slot's take gets there first, and no job starts after one behind it has completed."""
+    declaration = declare(
+        schema,
+        orders(horizon=timedelta(days=60), slice=timedelta(days=1)),
+        owner_source=owners(Owner("acme", lane_width=2), Owner("globex", lane_width=2)),
+    )
+    database = declaration.database(database_url)
+    with Operations(declaration, database) as ops:
+        ops.plan("shops")
+    with ExitStack() as stack:
+        slots = [stack.enter_context(WorkerSlot(declaration, database, "shops")) for _ in range(6)]
+        assert take_in_rounds(slots) == -(-len(rows(admin, schema)) // 4)  # two jobs of each lane a round
+    assert {row["status"] for row in rows(admin, schema)} == {"completed"}
+    assert overtaken(admin, schema) == []
+
+
+def test_in_a_wide_lane_a_deferred_job_stands_behind_the_rest_of_the_line(schema, database_url, admin, clock):
+    """acme is 2 wide and its first job is deferred: the two jobs behind it start, in slots 0 and 1, and it waits
+    for the lane to be otherwise idle."""
+    declaration = declare(schema, products(), owner_source=owners(Owner("acme", lane_width=2)))
+    with operations_and_slots(declaration, database_url, clock, 3) as (ops, (first, second, third)):
+        deferred, *rest = [ops.enqueue("shops", "acme", "products", key=f"acme-{n}") for n in range(3)]
+        admin.execute(
+            sql.SQL("UPDATE {}.jobs SET status = 'deferred' WHERE id = %s").format(sql.Identifier(schema)),
+            [deferred.id],
+        )
+        taken = [first.take(), second.take()]
+        assert [(job.id, job.lane_slot) for job in taken] == [(rest[0].id, 0), (rest[1].id, 1)]
+        assert third.take() is None

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import threading
+import time
 from datetime import timedelta
 
 import psycopg
 import pytest
+from psycopg import sql
 
 from synclane_provider.core import (
     DeclarationError,
@@ -16,6 +18,7 @@ from synclane_provider.core import (
     Owner,
     OwnerPaused,
     Page,
+    Rate,
     UnknownOwnerError,
     UnknownQueueError,
     WorkerPool,
@@ -25,8 +28,9 @@ from synclane_provider.core.db.database import Session
 from synclane_provider.core.db.store import Store
 from synclane_provider.core.ops.health import MAX_FINDINGS, STUCK_AFTER_REQUEUES
 from synclane_provider.core.records import OwnerState
+from synclane_provider.core.run.lane_gate import LaneGate
 from synclane_provider.core.states import OwnerHealth
-from tests.support.helpers import declare, execute, failing, orders, owners, paged, products, rows
+from tests.support.helpers import Background, declare, execute, failing, orders, owners, paged, products, rows
 
 
 @pytest.fixture
@@ -176,6 +180,123 @@ def test_a_job_running_when_its_owner_is_paused_stops_after_its_page_in_flight(
     assert (job["status"], job["cursor"], job["attempt_count"]) == ("pending", "100", 0)
     state = store.owner("shops", "acme")
     assert (state.paused_by, state.paused_reason) == ("ops", "account closing")
+
+
+def running(admin, schema, what: str, timeout: float = 30.0) -> None:
+    """Wait (polling the row, not sleeping a guess) until a job of the test's is running: its worker has taken it."""
+    deadline = time.monotonic() + timeout
+    while not rows(admin, schema, "status = 'running'"):
+        assert time.monotonic() < deadline, f"{what} was never taken"
+        time.sleep(0.01)
+
+
+@pytest.mark.parametrize(("rate", "clearances"), [(None, 1), (Rate(100, burst=10), 0)], ids=["no rate", "a rate"])
+def test_a_job_taken_with_the_last_ones_finish_asks_for_no_page_once_its_owner_is_paused(
+    database_url, schema, admin, clock, rate, clearances
+):
+    """The slot's finish of acme's first job took acme's next; the owner is paused before the slot runs it: not one
+    page is requested for it, and it goes back to pending, its attempt not counted. Asked right before the page: in
+    a statement of its own, or, in a lane with a rate and its turn free at once, in the take of that turn."""
+    handler = Revoked(total=0)
+    declaration = declare(schema, products(handler), orders(handler), owner_source=owners("acme"), rate=rate)
+    database = declaration.database(database_url)
+    with Operations(declaration, database) as ops, WorkerSlot(declaration, database, "shops", clock=clock) as slot:
+        ops.plan("shops", now=clock.now)
+        assert slot.run_one().outcome is Outcome.COMPLETED
+        held = slot.next_job
+        assert held is not None and held.owner == "acme"
+        ops.pause("shops", "acme", "account closing", now=clock.now)
+        before = database.traffic.snapshot()
+        result = slot.run_one()
+        sent = (database.traffic - before).statements
+    assert (result.job.id, result.outcome, result.pages, result.waited) == (held.id, Outcome.RELEASED, 0, timedelta(0))
+    assert handler.pages("acme") == 1  # the first job's page only
+    assert sent["page_clearance"] == clearances
+    [row] = rows(admin, schema, "id = %s", [held.id])
+    assert (row["status"], row["cursor"], row["attempt_count"], row["leased_by"]) == ("pending", None, 0, None)
+
+
+def test_a_job_waiting_out_a_pause_on_its_lane_asks_for_no_page_once_its_owner_is_paused(
+    database_url, schema, admin, clock, store
+):
+    """A throttle holds acme's lane for two seconds; acme's job, enqueued meanwhile, is taken and waits the pause out
+    before its first page. The owner is paused while it waits: the page is not requested."""
+    handler = Revoked()
+    declaration = declare(schema, products(handler), owner_source=owners("acme"))
+    database = declaration.database(database_url)
+    with Operations(declaration, database) as ops, WorkerSlot(declaration, database, "shops", clock=clock) as slot:
+        store.pause_lane("shops", "acme", wait=timedelta(seconds=2), now=clock.now)
+        ops.enqueue("shops", "acme", "products", key="now", now=clock.now)
+        working = Background(slot.run_one, name="slot")
+        running(admin, schema, "acme's job")
+        ops.pause("shops", "acme", "account closing", now=clock.now)
+        result = working.result()
+    assert (result.outcome, result.pages, handler.pages("acme")) == (Outcome.RELEASED, 0, 0)
+    assert result.waited >= timedelta(seconds=1.9)  # it did wait: the pause came while it waited
+    [row] = rows(admin, schema)
+    assert (row["status"], row["attempt_count"], row["leased_by"]) == ("pending", 0, None)
+
+
+def test_a_job_waiting_for_its_turn_in_a_slow_lane_asks_for_no_page_once_its_owner_is_paused(
+    database_url, schema, admin, clock, store
+):
+    """acme's lane may send one request every two seconds and another worker has just taken this turn: the job waits
+    two seconds for the next. The owner is paused after the job took its turn, while it waits: the page is not
+    requested (the turn goes unused)."""
+    rate = Rate(1, per=timedelta(seconds=2), headroom=0)
+    handler = Revoked()
+    declaration = declare(schema, products(handler), owner_source=owners("acme"), rate=rate)
+    database = declaration.database(database_url)
+    with Operations(declaration, database) as ops, WorkerSlot(declaration, database, "shops", clock=clock) as slot:
+        assert store.take_lane_budget("shops", "acme", cost=rate.interval, tolerance=rate.tolerance, now=clock.now) == 0
+        ops.enqueue("shops", "acme", "products", key="now", now=clock.now)
+        working = Background(slot.run_one, name="slot")
+        turns = sql.SQL("SELECT tat FROM {}.lane_budgets").format(sql.Identifier(schema))
+        deadline = time.monotonic() + 30
+        while admin.execute(turns).fetchone()["tat"] < clock.now + 2 * rate.interval:  # the job's turn is taken
+            assert time.monotonic() < deadline, "the job never took its turn"
+            time.sleep(0.01)
+        ops.pause("shops", "acme", "account closing", now=clock.now)
+        result = working.result()
+    assert (result.outcome, result.pages, handler.pages("acme")) == (Outcome.RELEASED, 0, 0)
+    assert result.waited >= timedelta(seconds=1.9)
+    [row] = rows(admin, schema)
+    assert (row["status"], row["attempt_count"], row["leased_by"]) == ("pending", 0, None)
+
+
+def test_a_page_that_wakes_too_late_for_its_turn_asks_for_no_page_once_its_owner_is_paused_during_the_next(
+    database_url, schema, admin, clock, store, monkeypatch
+):
+    """The page starts 0.2 s after its turn in a lane of two requests a second, past the room its turn leaves, and
+    takes a new turn; the owner is paused right after that take, while the page waits for it: the page is not
+    requested."""
+    handler = Revoked()
+    declaration = declare(schema, products(handler), owner_source=owners("acme"), rate=Rate(2))
+    database = declaration.database(database_url)
+    before_page, take_budget = LaneGate.before_page, Store.take_lane_budget
+    takes = []
+
+    def woke_late(gate, job, **kwargs):
+        turn = before_page(gate, job, **kwargs)
+        time.sleep(0.2)
+        return turn
+
+    def pause_after_the_second_take(taker, *args, **kwargs):
+        taken = take_budget(taker, *args, **kwargs)
+        takes.append(taken)
+        if len(takes) == 2:
+            store.pause_owner("shops", "acme", reason="account closing", by="ops", now=clock.now)
+        return taken
+
+    monkeypatch.setattr(LaneGate, "before_page", woke_late)
+    monkeypatch.setattr(Store, "take_lane_budget", pause_after_the_second_take)
+    with Operations(declaration, database) as ops, WorkerSlot(declaration, database, "shops", clock=clock) as slot:
+        ops.enqueue("shops", "acme", "products", key="now", now=clock.now)
+        result = slot.run_one()
+    assert (result.outcome, result.pages, len(takes), handler.pages("acme")) == (Outcome.RELEASED, 0, 2, 0)
+    assert takes[1][0] > 0  # the new turn was waited for: the pause came while it waited
+    [row] = rows(admin, schema)
+    assert (row["status"], row["attempt_count"], row["leased_by"]) == ("pending", 0, None)
 
 
 def test_a_second_pause_keeps_the_first(store, clock):

@@ -177,8 +177,8 @@ def test_a_slot_asked_to_stop_while_it_waits_for_a_new_turn_sends_nothing_and_ha
     before_page, take_budget = LaneGate.before_page, Store.take_lane_budget
     takes = []
 
-    def woke_late(gate, job, *, paused):
-        turn = before_page(gate, job, paused=paused)
+    def woke_late(gate, job, **waits):
+        turn = before_page(gate, job, **waits)
         time.sleep(0.2)
         return turn
 

@@ -725,3 +725,48 @@ def test_run_until_settled_needs_time_to_pass(setup, clock):
     pool = WorkerPool(ops.synclane, ops.session.database, "shops", clock=clock)
     with pytest.raises(ValueError, match="with a pinned clock use drain"):
         pool.run_until_settled()
+
+
+def test_a_job_cancelled_after_its_slot_took_it_for_later_is_abandoned_without_a_page(setup, admin, schema, clock):
+    """The slot's finish took acme's next job; the account is disconnected before the slot runs it: the job ends
+    abandoned with the cancel's reason, and not one page is requested for it."""
+    handler = Recorder(paged(0))
+    ops, slot = setup(products(handler), plan=False)
+    for key in ("first", "second"):
+        ops.enqueue("shops", "acme", "products", key=key, now=clock.now)
+    worker = slot()
+    assert worker.run_one().outcome is Outcome.COMPLETED
+    held = worker.next_job
+    assert ops.cancel("shops", "acme", "account disconnected", now=clock.now).stopping == 1
+    result = worker.run_one()
+    assert (result.job.id, result.outcome, result.pages) == (held.id, Outcome.ABANDONED, 0)
+    assert [job_id for job_id, _ in handler.calls] == [held.id - 1]
+    row = job_row(admin, schema, held.id)
+    assert (row["status"], row["error"], row["stop_reason"]) == ("abandoned", "Cancelled: account disconnected", None)
+
+
+def test_a_job_cancelled_while_it_waits_out_a_pause_on_its_lane_is_abandoned_without_a_page(
+    setup, admin, schema, clock
+):
+    """A throttle holds acme's lane for two seconds; acme's job, enqueued meanwhile, is taken and waits the pause out.
+    The account is disconnected while it waits: the job ends abandoned, and its page is never requested."""
+    handler = Recorder(paged(0))
+    ops, slot = setup(products(handler), plan=False)
+    worker = slot()
+    worker.store.pause_lane("shops", "acme", wait=timedelta(seconds=2), now=clock.now)
+    ops.enqueue("shops", "acme", "products", key="now", now=clock.now)
+    working = Background(worker.run_one, name="slot")
+    deadline = time.monotonic() + 30
+    while not rows(admin, schema, "status = 'running'"):  # taken: now waiting out the pause
+        assert time.monotonic() < deadline, "the job was never taken"
+        time.sleep(0.01)
+    assert ops.cancel("shops", "acme", "account disconnected", now=clock.now).stopping == 1
+    result = working.result()
+    assert (result.outcome, result.pages, result.error, handler.calls) == (
+        Outcome.ABANDONED,
+        0,
+        "Cancelled: account disconnected",
+        [],
+    )
+    [row] = rows(admin, schema)
+    assert (row["status"], row["stop_reason"], row["leased_by"]) == ("abandoned", None, None)

@@ -17,8 +17,8 @@ def test_a_shared_fragment_stands_whole_in_every_statement_that_names_it():
     worker_wakeup = queries._texts()["worker_wakeup"]
     for text in (finish_and_take, worker_wakeup):
         assert "{lanes_with_waiting_work}" not in text and "FROM lanes WHERE lanes.lane IS NOT NULL" in text
-    assert "{free_lane_slot_of_j}" not in finish_and_take
-    assert finish_and_take.count("SELECT slot.n AS lane_slot FROM generate_series(0, j.lane_width - 1)") == 2
+    assert "{free_slots_of_j}" not in finish_and_take
+    assert finish_and_take.count("FROM generate_series(0, j.lane_width - 1) AS slot(n)") == 2
 
 
 def test_freshness_is_one_rule_written_once_and_read_by_every_statement_that_reads_it():

@@ -8,12 +8,14 @@ behind a head of the queue that is all in one busy lane, so that only the lane w
 
 from __future__ import annotations
 
+from contextlib import ExitStack
 from datetime import datetime, timedelta, timezone
 
 import pytest
 
 from synclane_provider.core import Operations, WindowedType, WorkerSlot
-from tests.support.helpers import declare, execute, orders, owners, paged, products
+from tests.support.helpers import declare, execute, orders, owners, paged, products, rows
+from tests.support.lane_race import overtaken, take_in_rounds
 
 UTC = timezone.utc
 NOW = datetime(2026, 11, 30, 10, 20, tzinfo=UTC)
@@ -109,6 +111,26 @@ def test_a_deferred_job_runs_when_nothing_else_of_its_lane_is_due(table):
     assert take() == ("c", 2, "running", "orders")
 
 
+def test_a_lane_whose_head_another_take_holds_is_passed_over_whole(table, admin, schema):
+    """Another worker's take holds lane b's newest window (it may yet lose its race for the lane and hand it
+    back): a take goes on to the next lane, never to lane b's next window, which would then start first."""
+    add, take = table
+    for day in (1, 2, 3):
+        add("b", days_ago=day)
+    add("c", days_ago=5)
+
+    with admin.transaction():
+        execute(
+            admin,
+            schema,
+            "SELECT id FROM {jobs} WHERE lane = 'b' AND window_end = %s FOR UPDATE",
+            [NOW - timedelta(days=1)],
+        )
+        assert take() == ("c", 5, "running", "orders")
+        assert take() is None
+    assert take() == ("b", 1, "running", "orders")
+
+
 def test_a_long_re_sync_keeps_the_owners_freshness_lag_within_two_periods(schema, database_url, clock):
     """Two years of one type synced again, one job run every five minutes: the other type's recurring window
     (and the re-synced type's own) still runs when due, so no lag ever passes two periods. Without re-sync work
@@ -142,3 +164,20 @@ def test_a_long_re_sync_keeps_the_owners_freshness_lag_within_two_periods(schema
         resynced = ops.list_jobs("shops", mode="manual", status="completed", limit=1000)
     assert len(lags) == 180 and max(lags) <= 2 * every, max(lags)
     assert len(resynced) >= 30  # and the re-sync moved on meanwhile
+
+
+def test_racing_takes_start_each_lanes_jobs_in_its_order(schema, database_url, admin):
+    """Six slots take at once, round after round, on two lanes: a slot that finds a lane's head held by another
+    slot's take (which may yet lose its race for the lane) takes nothing of that lane, so no history window
+    starts before the newer one next to it."""
+    declaration = declare(
+        schema, orders(horizon=timedelta(days=100), slice=timedelta(days=1)), owner_source=owners("acme", "globex")
+    )
+    database = declaration.database(database_url)
+    with Operations(declaration, database) as ops:
+        ops.plan("shops")
+    with ExitStack() as stack:
+        slots = [stack.enter_context(WorkerSlot(declaration, database, "shops")) for _ in range(6)]
+        assert take_in_rounds(slots) == len(rows(admin, schema)) // 2  # one job of each lane a round
+    assert {row["status"] for row in rows(admin, schema)} == {"completed"}
+    assert overtaken(admin, schema) == []

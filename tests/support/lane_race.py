@@ -2,6 +2,7 @@
 
 Used by the test suite (which needs zero overlaps with the lane index and
 some without it, to prove the check can fail) and by ``bench/lanes.py``.
+Also slots taking at once round after round, and the jobs a lane started out of its order.
 """
 
 from __future__ import annotations
@@ -15,7 +16,19 @@ from datetime import timedelta
 import psycopg
 from psycopg import sql
 
-from synclane_provider.core import Job, Operations, Page, Queue, SnapshotType, SyncLane, WorkerPool
+from synclane_provider.core import (
+    Job,
+    JobStatus,
+    Operations,
+    Page,
+    Queue,
+    SnapshotType,
+    SyncLane,
+    WorkerPool,
+    WorkerSlot,
+)
+from synclane_provider.core.db.store import Finish
+from tests.support.helpers import race, rows
 
 
 @dataclass(frozen=True)
@@ -68,6 +81,7 @@ def lane_race(
     page_seconds: float = 0.002,
     keep_lane_index: bool = True,
     width: int = 1,
+    arrivals: int = 1,
 ) -> RaceResult:
     """Run ``jobs`` jobs spread over ``lanes`` lanes of ``width`` through ``workers`` slots; count lane overlaps.
 
@@ -75,6 +89,11 @@ def lane_race(
     idle, then all slots are woken at once -- the moment every lane is free
     and every worker asks for a job together, as deferred Airflow workers do
     when one NOTIFY reaches all their triggers. Between waves the queue drains.
+
+    With ``arrivals`` above 1 a wave comes in that many inserts, one after the other while the slots take, each
+    newer than the one before (a later window end), so it goes ahead of what waits: takes that read the table
+    before an insert and takes that read it after see different heads of one lane, which only the lane index
+    keeps from running side by side.
     """
     intervals: dict[str, list[tuple[float, float]]] = defaultdict(list)
     lock = threading.Lock()
@@ -112,16 +131,18 @@ def lane_race(
     try:
         time.sleep(0.5)  # every slot connects, finds nothing and goes idle
         per_wave = -(-jobs // waves)
-        for first in range(1, jobs + 1, per_wave):
-            admin.execute(
-                sql.SQL(
-                    "INSERT INTO {}.jobs (queue, owner, lane, lane_width, type, mode, dedup_key) "
-                    "SELECT 'race', 'owner-' || i, 'lane-' || (i %% %s), %s, 'work', 'manual', 'manual:' || i "
-                    "FROM generate_series(%s::int, %s::int) AS i"
-                ).format(sql.Identifier(schema)),
-                [lanes, width, first, min(first + per_wave - 1, jobs)],
-            )
-            pool.wake()
+        per_arrival = -(-per_wave // arrivals)
+        for wave in range(1, jobs + 1, per_wave):
+            for first in range(wave, min(wave + per_wave, jobs + 1), per_arrival):
+                admin.execute(
+                    sql.SQL(
+                        "INSERT INTO {}.jobs (queue, owner, lane, lane_width, type, mode, window_end, dedup_key) "
+                        "SELECT 'race', 'owner-' || i, 'lane-' || (i %% %s), %s, 'work', 'manual', clock_timestamp(),"
+                        " 'manual:' || i FROM generate_series(%s::int, %s::int) AS i"
+                    ).format(sql.Identifier(schema)),
+                    [lanes, width, first, min(first + per_arrival - 1, wave + per_wave - 1, jobs)],
+                )
+                pool.wake()
             while working.is_alive() and not ops.activity("race").drained:
                 time.sleep(0.01)
     finally:
@@ -141,3 +162,41 @@ def lane_race(
         lane_races=outcome[0].lane_races,
         max_running=max_concurrency(intervals),
     )
+
+
+def take_in_rounds(slots: list[WorkerSlot]) -> int:
+    """Every slot takes at once (released by a barrier), then each completes what it took; round after round
+    until no slot finds a job. Returns the rounds that took something."""
+    rounds = 0
+    while True:
+        taken = race(slot.take for slot in slots)
+        if not any(taken):
+            return rounds
+        rounds += 1
+        for slot, job in zip(slots, taken):
+            if job is not None:
+                done = slot.store.finish_and_take(
+                    queue=job.queue,
+                    worker=slot.worker_id,
+                    lease=timedelta(minutes=5),
+                    finish=Finish(job.id, JobStatus.COMPLETED, 0),
+                    take=False,
+                    now=None,
+                )
+                assert done.finished
+
+
+def overtaken(conn: psycopg.Connection, schema: str) -> list[int]:
+    """The jobs that started after a job behind them in their lane's line (declared type, newest window first) had
+    completed, read from the rows (started_at is stamped by the take's own clock_timestamp()). In a lane one wide
+    that is any job started out of its order; in a wider lane, jobs of one line may start together in any order."""
+    late = []
+    for lane in {row["lane"] for row in rows(conn, schema)}:
+        line = rows(conn, schema, "lane = %s", [lane], order="priority, window_end DESC NULLS LAST, id")
+        for place, job in enumerate(line):
+            if any(
+                behind["completed_at"] is not None and job["started_at"] > behind["completed_at"]
+                for behind in line[place + 1 :]
+            ):
+                late.append(job["id"])
+    return late

@@ -24,20 +24,22 @@ lanes AS (
     FROM lanes WHERE lanes.lane IS NOT NULL
 )
 
--- fragment: free_lane_slot_of_j
--- The lowest slot of job j's lane that no running job holds (a lane k wide has slots 0 to k-1), as
--- free.lane_slot; no row when every slot is held. The job the statement is finishing (CTE ``finished``) holds
--- none any more. Used twice by finish_and_take.
+-- fragment: free_slots_of_j
+-- The slots of job j's lane that no running job holds (a lane k wide has slots 0 to k-1), lowest first, as
+-- free.lane_slot with free.place, its place among them (from 1); no row when every slot is held. The job the
+-- statement is finishing (CTE ``finished``) holds none any more. The i-th job of the lane's line goes into its i-th
+-- free slot (see finish_and_take), so that takes of several jobs of one wide lane at once each ask for a slot of
+-- their own. It depends on j's lane alone: the look among the first due jobs checks each lane once (memoized by
+-- lane), however many of those jobs are in it. Used twice by finish_and_take.
 CROSS JOIN LATERAL (
-    SELECT slot.n AS lane_slot FROM generate_series(0, j.lane_width - 1) AS slot(n)
+    SELECT slot.n AS lane_slot, row_number() OVER (ORDER BY slot.n) AS place
+    FROM generate_series(0, j.lane_width - 1) AS slot(n)
     WHERE NOT EXISTS (
         SELECT 1 FROM {schema}.jobs AS busy
         WHERE busy.queue = j.queue AND busy.lane = j.lane AND busy.status = 'running'
           AND busy.lane_slot = slot.n
           AND busy.id NOT IN (SELECT id FROM finished)
     )
-    ORDER BY slot.n
-    LIMIT 1
 ) AS free
 
 -- fragment: coverage_merged
@@ -145,17 +147,23 @@ CROSS JOIN LATERAL (
 -- The next job is one the worker already holds (a take whose reply was lost), else an expired lease (a
 -- lost worker's job: taken without a new attempt, in the slot it held, and returned with the lost worker's
 -- id in lost_worker so that the taker writes the lost attempt down as a failure), else the first due waiting
--- job whose lane has a free slot, in declared type order and newest window first. A lane of width k has
--- slots 0 … k-1 (the job's lane_width, copied from the owner source); the job takes the lowest slot no
--- running job of its lane holds. A deferred job only goes when its lane has a free slot and nothing else due.
--- Row locks are skipped, never waited on; two workers picking the same slot of one lane at once are stopped
--- by jobs_one_running_per_lane_slot (the caller retries on that unique violation, which also undoes the
--- finish): the index, not this search, is what keeps a lane at most k wide.
+-- job whose turn in its lane has come, in declared type order and newest window first. A lane's waiting jobs
+-- start in a line: its due jobs of owners not paused, in that order, deferred jobs behind the others (a deferred
+-- job only goes when nothing else of its lane is due); its first in line is its head. A lane of width k has slots
+-- 0 … k-1 (the job's lane_width, copied from the owner source); with f of them free, the first f of its line may
+-- start, the i-th in the i-th lowest free slot. Row locks are skipped, never waited on, and a job below them is
+-- never taken instead: a take that finds a lane's head locked (another worker's take of it, which may yet lose
+-- its race for the lane and hand it back) passes over the whole lane, so that no job starts before the job ahead
+-- of it in its lane. Two takes that read the lane at different moments (a job inserted, requeued or fallen due
+-- between them) may still each see another head; they are stopped by jobs_one_running_per_lane_slot (the
+-- caller retries on that unique violation, which also undoes the finish): the index, not this search, is what
+-- keeps a lane at most k wide.
 --
 -- The due job is looked for in two ways that give the same answer. First among the first few due jobs in
--- queue order (read in that order, so the search stops at the first job in a free lane, without a sort):
--- with many lanes one of them is almost always in a free lane. When none is (few lanes, all
--- busy, or one lane holding the head of the queue), the lanes that have waiting jobs are walked one index
+-- queue order (read in that order, so the search stops at the first job whose turn has come, without a sort):
+-- with many lanes one of them is almost always in a free lane, and only then is the job's place in its lane's line
+-- looked up (one index probe of the lane when the job heads it). When none is (few lanes,
+-- all busy, or one lane holding the head of the queue), the lanes that have waiting jobs are walked one index
 -- probe each and the best head of a lane with a free slot is taken; scanning every due job instead would read the
 -- whole queue only to find nothing.
 --
@@ -284,7 +292,8 @@ candidate AS (
     SELECT id, NULL, lane_slot FROM (
         SELECT j.id, free.lane_slot
         FROM (
-            SELECT first.id, first.priority, first.window_end FROM {schema}.jobs AS first, clock
+            SELECT first.id, first.priority, first.window_end, first.status, first.lane, first.lane_width
+            FROM {schema}.jobs AS first, clock
             WHERE %(take)s AND (SELECT n FROM finish_first) >= 0
               AND first.queue = %(queue)s
               AND first.status IN ('pending', 'failed', 'deferred')
@@ -293,7 +302,7 @@ candidate AS (
             LIMIT 32
         ) AS first_due
         JOIN {schema}.jobs AS j ON j.id = first_due.id
-        {free_lane_slot_of_j}
+        {free_slots_of_j}
         CROSS JOIN clock
         WHERE j.status IN ('pending', 'failed', 'deferred')
           AND j.next_run_at <= clock.now
@@ -307,6 +316,24 @@ candidate AS (
                     WHERE o.queue = other.queue AND o.owner = other.owner AND o.paused_at IS NOT NULL
                 )
           ))
+          -- The job's place in its lane's line: one scan of the lane's waiting jobs in index order, which stops at
+          -- the line's lane_width-th job (at once when the job heads its lane). Deferred jobs stand behind the
+          -- others and are counted among themselves (one goes only when no other job of its lane is due, above).
+          -- Written on first_due rather than on j, so that the planner cannot move it into the look at j's free
+          -- slots (which then stays one look per lane): it runs only where a free slot was found.
+          AND free.place = array_position(
+              ARRAY(
+                  SELECT j.id FROM {schema}.jobs AS j
+                  WHERE j.queue = %(queue)s AND j.lane = first_due.lane
+                    AND j.status IN ('pending', 'failed', 'deferred')
+                    AND (j.status = 'deferred') = (first_due.status = 'deferred')
+                    AND j.next_run_at <= clock.now
+                    AND {owner_of_j_not_paused}
+                  ORDER BY j.priority, j.window_end DESC NULLS LAST, j.id
+                  LIMIT first_due.lane_width
+              ),
+              first_due.id
+          )
         ORDER BY first_due.priority, first_due.window_end DESC NULLS LAST, first_due.id
         LIMIT 1
         FOR UPDATE OF j SKIP LOCKED
@@ -338,10 +365,11 @@ candidate AS (
             ) AS head
         ) AS lane_head
         JOIN {schema}.jobs AS j ON j.id = lane_head.id
-        {free_lane_slot_of_j}
+        {free_slots_of_j}
         CROSS JOIN clock
         WHERE %(take)s AND (SELECT n FROM finish_first) >= 0
           AND lanes.lane IS NOT NULL
+          AND free.place = 1
           AND j.status IN ('pending', 'failed', 'deferred')
           AND j.next_run_at <= clock.now
         ORDER BY j.priority, j.window_end DESC NULLS LAST, j.id
@@ -399,8 +427,24 @@ RETURNING lease_expires_at, stop_reason,
     (SELECT greatest(extract(epoch FROM b.paused_until - coalesce(%(now)s::timestamptz, statement_timestamp())), 0)::float8
      FROM {schema}.lane_budgets AS b
      WHERE b.queue = jobs.queue AND b.lane = jobs.lane) AS lane_wait,
-    EXISTS (SELECT 1 FROM {schema}.owners AS o
-            WHERE o.queue = jobs.queue AND o.owner = jobs.owner AND o.paused_at IS NOT NULL) AS owner_paused;
+    {owner_of_jobs_paused};
+
+-- fragment: owner_of_jobs_paused
+-- Whether the owner of the row ``jobs`` is paused (one probe of the owners key), as owner_paused: not one more page
+-- is asked for it. Used by save_page, page_clearance and take_lane_budget.
+EXISTS (SELECT 1 FROM {schema}.owners AS o
+        WHERE o.queue = jobs.queue AND o.owner = jobs.owner AND o.paused_at IS NOT NULL) AS owner_paused
+
+-- name: page_clearance
+-- Right before a page is requested, when the worker has waited since the table last told it about the job (its
+-- turn in the lane's rate budget, a pause on its lane, or the time between the job's take, with the previous job's
+-- finish, and its run): whether the page may still go. A pause or a cancel that came meanwhile stops it before it
+-- is sent, not after: the worker hands the job back instead (release). Returns, while the job is still this
+-- worker's (fenced on the lease; no row: lost), the stop reason a cancel may have set and whether the owner has
+-- been paused. Writes nothing: one probe of the jobs key and one of the owners key.
+SELECT stop_reason, {owner_of_jobs_paused}
+FROM {schema}.jobs
+WHERE id = %(id)s AND leased_by = %(worker)s AND status = 'running';
 
 -- name: take_lane_budget
 -- Before a page (or before more requests within one, job.spend): take %(cost)s (units x the rate's interval)
@@ -409,7 +453,10 @@ RETURNING lease_expires_at, stop_reason,
 -- idle, or from the end of a throttle's pause; the taker may send %(tolerance)s (the burst) before its turn
 -- starts and never before the pause ends. One statement, no lock held afterwards: the row lock is the
 -- statement's own, so concurrent takers line up in turns and each gets its own wait. Returns wait: the
--- seconds to sleep before sending (0: at once).
+-- seconds to sleep before sending (0: at once). Before a page (%(id)s names the job, %(worker)s its worker), it
+-- also says whether the page may still go, as page_clearance does, at no extra round trip: held (the job is
+-- still the worker's), its stop reason and owner_paused; a page that waits for its turn asks page_clearance
+-- again once it has waited.
 WITH taken AS (
     INSERT INTO {schema}.lane_budgets AS b (queue, lane, tat)
     VALUES (%(queue)s, %(lane)s, coalesce(%(now)s::timestamptz, statement_timestamp()) + %(cost)s::interval)
@@ -419,8 +466,10 @@ WITH taken AS (
 )
 SELECT greatest(extract(epoch FROM
            greatest(taken.tat - %(cost)s::interval - %(tolerance)s::interval, taken.paused_until)
-           - coalesce(%(now)s::timestamptz, statement_timestamp())), 0)::float8 AS wait
-FROM taken;
+           - coalesce(%(now)s::timestamptz, statement_timestamp())), 0)::float8 AS wait,
+       jobs.id IS NOT NULL AS held, jobs.stop_reason, {owner_of_jobs_paused}
+FROM taken
+LEFT JOIN {schema}.jobs ON jobs.id = %(id)s AND jobs.leased_by = %(worker)s AND jobs.status = 'running';
 
 -- name: pause_lane
 -- A server named a wait (429 + Retry-After) for a job of this lane: the wait is the lane's, not the job's.

@@ -13,7 +13,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, overload
 
 from synclane_provider.core.db.database import Session
 from synclane_provider.core.db.wakeups import channel, payload, planning_key
@@ -87,6 +87,24 @@ class SavedPage:
     """Seconds left of a pause a throttle put on the job's lane: the worker waits them out before its next page."""
     owner_paused: bool = False
     """The job's owner has been paused: the worker hands the job back at this cursor instead of going on."""
+
+
+@dataclass(frozen=True)
+class Clearance:
+    """What the table says of a job still leased to its worker, right before its next page is requested after a
+    wait: whether the page may go."""
+
+    stop_reason: str | None = None
+    """Set when a cancel asked the job to stop: the worker hands it back, and it ends abandoned with this reason."""
+    owner_paused: bool = False
+    """The job's owner has been paused: not one more page is requested for it."""
+
+    @property
+    def held_back(self) -> str | None:
+        """Why the page must not go (None: it may)."""
+        if self.stop_reason is not None:
+            return "a cancel asked it to stop"
+        return "its owner was paused" if self.owner_paused else None
 
 
 @dataclass(frozen=True)
@@ -265,13 +283,63 @@ class Store:
             return None
         return SavedPage(row["lease_expires_at"], row["stop_reason"], row["lane_wait"] or 0.0, row["owner_paused"])
 
+    @overload
     def take_lane_budget(
         self, queue: str, lane: str, *, cost: timedelta, tolerance: timedelta, now: datetime | None
-    ) -> float:
-        """Take ``cost`` of the lane's rate budget (``tolerance``: its burst); the seconds to wait before sending."""
-        row = self.session.one("take_lane_budget", queue=queue, lane=lane, cost=cost, tolerance=tolerance, now=now)
+    ) -> float: ...
+
+    @overload
+    def take_lane_budget(
+        self,
+        queue: str,
+        lane: str,
+        *,
+        cost: timedelta,
+        tolerance: timedelta,
+        now: datetime | None,
+        job: int,
+        worker: str,
+    ) -> tuple[float, Clearance | None]: ...
+
+    def take_lane_budget(
+        self,
+        queue: str,
+        lane: str,
+        *,
+        cost: timedelta,
+        tolerance: timedelta,
+        now: datetime | None,
+        job: int | None = None,
+        worker: str | None = None,
+    ) -> float | tuple[float, Clearance | None]:
+        """Take ``cost`` of the lane's rate budget (``tolerance``: its burst); the seconds to wait before sending.
+
+        Before a page (``job`` and ``worker`` given), also whether the page may go, read in the same statement:
+        ``(wait, clearance)``, the clearance None when the job is no longer the worker's.
+        """
+        row = self.session.one(
+            "take_lane_budget",
+            queue=queue,
+            lane=lane,
+            cost=cost,
+            tolerance=tolerance,
+            now=now,
+            id=job,
+            worker=worker,
+        )
         assert row is not None
-        return float(row["wait"])
+        wait = float(row["wait"])
+        if job is None:
+            return wait
+        return wait, Clearance(row["stop_reason"], row["owner_paused"]) if row["held"] else None
+
+    def page_clearance(self, job_id: int, *, worker: str) -> Clearance | None:
+        """Whether the job's next page may still go, asked right before it after a wait; None when the lease is
+        lost."""
+        row = self.session.one("page_clearance", id=job_id, worker=worker)
+        if row is None:
+            return None
+        return Clearance(row["stop_reason"], row["owner_paused"])
 
     def pause_lane(self, queue: str, lane: str, *, wait: timedelta, now: datetime | None) -> datetime:
         """Hold the whole lane for ``wait`` (a wait a server named); returns until when it is held."""

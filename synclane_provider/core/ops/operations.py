@@ -294,7 +294,8 @@ class Operations:
     ) -> OwnerState:
         """Pause an owner the owner source lists: none of its jobs is taken -- not one more page is requested for
         it -- and the planner gives it no new jobs until :meth:`resume`; a job of it running now is handed back at
-        its cursor after its page in flight. Its lane-mates run on. ``by`` says who paused it (a handler that
+        its cursor after its page in flight, or before its next page when it is waiting for one (its turn in a
+        slow lane, a pause on its lane, or taken for later with the previous job's finish). Its lane-mates run on. ``by`` says who paused it (a handler that
         raises :class:`~synclane_provider.core.errors.OwnerPaused` pauses its owner ``by='handler'``). A pause
         already in place is kept as it was. Returns the owner's state.
 

@@ -23,6 +23,14 @@ on every machine keeps to the same ones:
   or requeued during the pause, or running beside, in a wider lane -- still sends nothing before it ends). A lane
   without a rate learns of a pause at no cost: the take and the cursor save return what is left of it.
 
+* **Clearance.** A wait before a page leaves time for the job's owner to be paused or for a cancel to ask the job
+  to stop, and either promises that no page is requested for it from then on. So the gate asks the table right
+  before the page whenever the job waited since the table last told the worker about it (``page_clearance``):
+  after a turn slept for or a pause waited out, and for a job taken with the previous job's finish and run later.
+  A lane with a rate asks in its budget statement, which it sends before each page anyway; only a page that then
+  waits asks again. A page held back raises :class:`PageNotSent`, and the worker hands the job back (a cancelled
+  one ends abandoned, as the cancel promised).
+
 Waits sleep on the slot's stop event, holding no transaction and polling nothing; the job's lease is renewed
 meanwhile by its :class:`~synclane_provider.core.run.lease.LeaseKeeper`. A throttle without a named wait is our
 own guess (doubled and jittered per job), so it delays only its job; the budget is the tool for pacing a lane.
@@ -41,7 +49,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from synclane_provider.core.clock import Clock
-from synclane_provider.core.db.store import Store
+from synclane_provider.core.db.store import Clearance, Store
 from synclane_provider.core.declare.declarations import Queue
 from synclane_provider.core.declare.owners import owners_of
 from synclane_provider.core.declare.ratelimit import Rate
@@ -52,7 +60,14 @@ log = logging.getLogger(__name__)
 
 
 class PageNotSent(Exception):
-    """The slot was asked to stop while its page waited for a new turn: the page was not sent."""
+    """The page was not sent: the slot was asked to stop while the page waited for a new turn, or, right before it,
+    the job's owner was found paused, a cancel asking the job to stop, or the job no longer the worker's. The
+    worker hands the job back."""
+
+    def __init__(self, message: str, *, waited: float = 0.0) -> None:
+        super().__init__(message)
+        self.waited = waited
+        """Seconds the page waited (its turn, a pause on its lane) before it was held back."""
 
 
 @dataclass(frozen=True)
@@ -65,6 +80,8 @@ class Turn:
     """time.monotonic() after which the turn is missed (infinite: a lane without a rate, or without headroom)."""
     waited: float = 0.0
     """Seconds slept for it."""
+    page: bool = False
+    """A page's turn (whether it may still go is asked with each take), not the turn of a ``spend`` within one."""
 
 
 class LaneGate:
@@ -106,21 +123,27 @@ class LaneGate:
                 )
         return self._rates.get(job.owner, self._queue.rate)
 
-    def before_page(self, job: Job, *, paused: float) -> Turn:
-        """Take one unit of the lane's budget (if it has one) and wait until the page may start: the turn, to be
-        kept with :meth:`keep_turn` immediately before the page is sent.
+    def before_page(self, job: Job, *, paused: float, heard: bool = True) -> Turn:
+        """Take one unit of the lane's budget (if it has one), wait until the page may start, and make sure it still
+        may: the turn, to be kept with :meth:`keep_turn` immediately before the page is sent.
 
         ``paused`` is what the take or the last cursor save said was left of a pause on the lane; a lane with
-        a rate is told afresh by its budget statement.
+        a rate is told afresh by its budget statement. ``heard``: whether that take or save told the worker about
+        the job with no wait since (False for a job taken with the previous job's finish and run later). Raises
+        :class:`PageNotSent` when the page must not go (see :meth:`_check`).
         """
         rate = self.rate_of(job)
         if rate is None:
-            return Turn(None, waited=self._sleep(paused))
-        return self._wait_turn(job, rate, 1)
+            waited = self._sleep(paused)
+            if waited > 0 or not heard:
+                self._check(job, self._store.page_clearance(job.id, worker=self._worker_of(job)), waited=waited)
+            return Turn(None, waited=waited)
+        return self._wait_turn(job, rate, 1, page=True)
 
     def keep_turn(self, job: Job, turn: Turn) -> float:
         """Called immediately before sending: while the turn has been missed, give it up and take (and wait for)
-        a new one; seconds waited. Raises :class:`PageNotSent` when the slot is asked to stop meanwhile."""
+        a new one; seconds waited. Raises :class:`PageNotSent` when the slot is asked to stop meanwhile, and, for a
+        page's turn, when the page must not go any more (its new take and its wait are checked as before_page's)."""
         waited = 0.0
         while turn.rate is not None and time.monotonic() > turn.latest:
             self._log.info(
@@ -129,10 +152,16 @@ class LaneGate:
                 time.monotonic() - turn.latest,
                 job.lane,
             )
-            turn = self._wait_turn(job, turn.rate, turn.units)
+            try:
+                turn = self._wait_turn(job, turn.rate, turn.units, page=turn.page)
+            except PageNotSent as held:
+                held.waited += waited
+                raise
             waited += turn.waited
             if self._stop.is_set():
-                raise PageNotSent(f"{job.describe()}: asked to stop while waiting for a new turn in lane {job.lane}")
+                raise PageNotSent(
+                    f"{job.describe()}: asked to stop while waiting for a new turn in lane {job.lane}", waited=waited
+                )
         return waited
 
     def spend(self, job: Job, units: int) -> timedelta:
@@ -158,17 +187,51 @@ class LaneGate:
             job.describe(),
         )
 
-    def _wait_turn(self, job: Job, rate: Rate, units: int) -> Turn:
+    def _wait_turn(self, job: Job, rate: Rate, units: int, *, page: bool = False) -> Turn:
         """Take ``units`` of the lane's budget and sleep until their turn. The turn is reckoned from the instant
         the take was sent: the database placed it no earlier, so what the answer took to come back counts as
-        lateness, never as time in hand."""
+        lateness, never as time in hand.
+
+        A page's turn (``page``) also says whether the page may still go, in the take's own statement; a page
+        that then sleeps for its turn asks again once it has slept (see :meth:`_check`)."""
         sent = time.monotonic()
-        wait = self._store.take_lane_budget(
-            self._queue.name, job.lane, cost=rate.interval * units, tolerance=rate.tolerance, now=self._clock()
-        )
+        cost, now = rate.interval * units, self._clock()
+        if page:
+            wait, clearance = self._store.take_lane_budget(
+                self._queue.name,
+                job.lane,
+                cost=cost,
+                tolerance=rate.tolerance,
+                now=now,
+                job=job.id,
+                worker=self._worker_of(job),
+            )
+            self._check(job, clearance, waited=0.0)
+        else:
+            wait = self._store.take_lane_budget(
+                self._queue.name, job.lane, cost=cost, tolerance=rate.tolerance, now=now
+            )
         room = rate.lateness.total_seconds() / 2
         latest = sent + wait + room if room > 0 else math.inf
-        return Turn(rate, units, latest, self._sleep(wait))
+        slept = self._sleep(wait)
+        if page and slept > 0:
+            self._check(job, self._store.page_clearance(job.id, worker=self._worker_of(job)), waited=slept)
+        return Turn(rate, units, latest, slept, page)
+
+    def _check(self, job: Job, clearance: Clearance | None, *, waited: float) -> None:
+        """Raise :class:`PageNotSent` when the page must not go: the job's owner was paused or a cancel asked it to
+        stop (the worker hands it back: not one more page), or it is no longer this worker's (``clearance`` None).
+        ``waited``: the seconds the page waited before it was asked."""
+        why = "it is no longer this worker's" if clearance is None else clearance.held_back
+        if why is not None:
+            self._log.info("%s: its page was not requested: %s", job.describe(), why)
+            raise PageNotSent(f"{job.describe()}: {why}", waited=waited)
+
+    @staticmethod
+    def _worker_of(job: Job) -> str:
+        """The worker holding the job, which every check of it is fenced on."""
+        assert job.leased_by is not None, "a job about to be paged is leased"
+        return job.leased_by
 
     def _sleep(self, seconds: float) -> float:
         """Sleep ``seconds`` unless the slot is asked to stop first; the seconds slept."""

@@ -126,7 +126,9 @@ class JobRunner:
         self._stop = stop
         self._log = log or logging.getLogger(__name__)
 
-    def run(self, job: Job, *, lost_worker: str | None = None, lane_wait: float = 0.0) -> Work[RunResult]:
+    def run(
+        self, job: Job, *, lost_worker: str | None = None, lane_wait: float = 0.0, heard: bool = True
+    ) -> Work[RunResult]:
         """Run ``job`` page by page to the end of this attempt: a work for the slot's
         :class:`~synclane_provider.core.run.work_thread.WorkThread`, which runs its pages.
 
@@ -137,6 +139,9 @@ class JobRunner:
 
         Before each page the job waits its turn in its lane's rate budget and out any pause a throttle put on
         the lane (``lane_wait``: what the take said was left of one); see :mod:`~synclane_provider.core.run.lane_gate`.
+        A pause of its owner or a cancel that comes meanwhile stops the page before it is requested: the job is
+        handed back. ``heard`` False: the job was taken a while ago (with the previous job's finish), so whether its
+        first page may go is asked again even when nothing is waited for.
         """
         self._waited = 0.0
         if lost_worker is not None:
@@ -146,7 +151,7 @@ class JobRunner:
         except UnknownJobTypeError as exc:
             return self._finish(job, JobStatus.ABANDONED, job.processed_count, 0, 0, error=describe_error(exc))
         with self._lease.watch(job.id) as lease:
-            return (yield from _Attempt(self, job, job_type, lease, paused=lane_wait).run())
+            return (yield from _Attempt(self, job, job_type, lease, paused=lane_wait, heard=heard).run())
 
     def after_lost_worker(self, job: Job, lost_worker: str) -> RunResult:
         """Write down the attempt of a worker whose lease lapsed: abandoned when a cancel had asked it to stop,
@@ -195,7 +200,11 @@ class JobRunner:
             return handler
 
         def page(job: Job) -> object:
-            self._waited += self._gate.keep_turn(job, turn)
+            try:
+                self._waited += self._gate.keep_turn(job, turn)
+            except PageNotSent as held:
+                self._waited += held.waited
+                raise
             return handler(job)
 
         return page
@@ -293,12 +302,16 @@ class _Attempt:
     """One attempt at one job, page by page: where it stands (the job as last saved, the pages done and the
     records they brought) and the steps of one page. A step that ends the attempt returns its RunResult."""
 
-    def __init__(self, runner: JobRunner, job: Job, job_type: JobType, lease: LeaseKeeper, *, paused: float) -> None:
+    def __init__(
+        self, runner: JobRunner, job: Job, job_type: JobType, lease: LeaseKeeper, *, paused: float, heard: bool
+    ) -> None:
         self.runner = runner
         self.taken = job
         self.job_type = job_type
         self.lease = lease
         self.paused = paused
+        self.heard = heard
+        """Whether the table's last word on the job (its take, its last cursor save) came with no wait since."""
         self.current = job
         """The job as its last saved page left it (cursor, count, lease)."""
         self.processed = job.processed_count
@@ -321,7 +334,11 @@ class _Attempt:
 
     def page(self) -> Work[RunResult | None]:
         """One page: wait its turn, call the handler, write what came back; None when the next page follows."""
-        turn = self.wait_turn()
+        try:
+            turn = self.wait_turn()
+        except PageNotSent as held:  # its owner was paused or a cancel came while it waited: not one more page
+            self.runner._waited += held.waited
+            return self.release()
         if self.runner._stop.is_set():
             return self.release()
         if self.lease.lost:
@@ -355,10 +372,12 @@ class _Attempt:
         return self.landed(page)
 
     def wait_turn(self) -> Turn:
-        """The page's turn in its lane's rate budget, and out of any pause on the lane (none when stopping)."""
+        """The page's turn in its lane's rate budget, and out of any pause on the lane (none when stopping); raises
+        PageNotSent when the page must not go any more."""
         if self.runner._stop.is_set():
             return Turn(None)
-        turn = self.runner._gate.before_page(self.current, paused=self.paused)
+        heard, self.heard = self.heard, True  # a page's cursor save is heard right before the next page
+        turn = self.runner._gate.before_page(self.current, paused=self.paused, heard=heard)
         self.runner._waited += turn.waited
         return turn
 

@@ -135,6 +135,8 @@ class WorkerSlot:
         )
         self.summary = Summary()
         self._next: Taken | None = None
+        self._held_over = False
+        """The job taken for later was taken before the last :meth:`run_one` returned: the caller ran it later."""
         self._hand_over = True
         self.found_nothing = False
         """Whether the take that came with the last finish found nothing to do."""
@@ -233,11 +235,17 @@ class WorkerSlot:
         :meth:`_finish_and_take_next`); a caller that will not run it must
         call :meth:`hand_back`.
         """
-        return self.thread.run(self.running_one(then_continue=then_continue))
+        try:
+            return self.thread.run(self.running_one(then_continue=then_continue))
+        finally:
+            self._held_over = self._next is not None
 
     def running_one(self, *, then_continue: bool = True) -> Work[RunResult | None]:
         """:meth:`run_one` as a work for this slot's :attr:`thread`, to be part of a longer one (a pool's loop)."""
         taken, self._next = self._next, None
+        # Taken with the last job's finish, then handed to the caller's next run_one: a pause or a cancel may have
+        # come since, which the first page must hear of before it is requested.
+        heard, self._held_over = not (taken is not None and self._held_over), False
         self.found_nothing = False
         if taken is None:
             taken = self._take()
@@ -246,7 +254,9 @@ class WorkerSlot:
         self._hand_over = then_continue
         self._busy = True
         try:
-            result = yield from self.runner.run(taken.job, lost_worker=taken.lost_worker, lane_wait=taken.lane_wait)
+            result = yield from self.runner.run(
+                taken.job, lost_worker=taken.lost_worker, lane_wait=taken.lane_wait, heard=heard
+            )
         finally:
             self._busy = False
         self._count(result)  # a completed initial job has woken the first loads' watchers as it finished
