@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 
 import psycopg
+from psycopg import sql
 import pytest
 
 from synclane_provider.core import (
@@ -22,7 +23,8 @@ from synclane_provider.core import (
 )
 from synclane_provider.core.errors import UnknownJobTypeError
 from synclane_provider.core.run.runner import Outcome
-from tests.support.helpers import declare, execute, failing, orders, owners, paged, products, rows
+from tests.support.fault_tools import wait_for
+from tests.support.helpers import Background, declare, execute, failing, orders, owners, paged, products, rows
 
 UTC = timezone.utc
 
@@ -232,6 +234,36 @@ def test_cancel_abandons_waiting_jobs_now_and_marks_the_running_one_to_stop(
     [still] = [r for r in acme if r["id"] == running.id]
     assert (still["status"], still["stop_reason"]) == ("running", "Cancelled: account disconnected")
     assert {r["status"] for r in rows(admin, schema, "owner = 'globex'")} == {"pending"}
+
+
+def test_a_cancel_that_waits_for_a_take_of_one_of_its_jobs_asks_the_job_taken_to_stop(
+    ops, admin, schema, clock, database_url
+):
+    """The cancel's snapshot still shows the job waiting; by the time it may write the row, the job runs."""
+    ops.plan("shops", now=clock.now)
+    [taken, *rest] = rows(admin, schema, "owner = 'acme'")
+    with psycopg.connect(database_url) as taker:  # a take of the job, not yet committed
+        taker.execute(
+            sql.SQL(
+                "UPDATE {}.jobs SET status = 'running', lane_slot = 0, leased_by = 'taker',"
+                " lease_expires_at = now() + interval '5 minutes' WHERE id = %s"
+            ).format(sql.Identifier(schema)),
+            [taken["id"]],
+        )
+        cancel = Background(lambda: ops.cancel("shops", "acme", "account disconnected"), name="cancel")
+        wait_for(lambda: blocked_by(admin, taker.info.backend_pid), "the cancel to wait for the taken row")
+        taker.commit()
+    cancelled = cancel.result()
+
+    [row] = rows(admin, schema, "id = %s", [taken["id"]])
+    assert (row["status"], row["stop_reason"]) == ("running", "Cancelled: account disconnected")
+    assert (cancelled.abandoned, cancelled.stopping) == (len(rest), 1)
+
+
+def blocked_by(admin, pid: int) -> bool:
+    """Whether some backend waits for a lock ``pid`` holds."""
+    row = admin.execute("SELECT count(*) AS n FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid))", [pid])
+    return row.fetchone()["n"] > 0
 
 
 def test_cancel_asks_only_the_named_owners_running_job_to_stop(ops, admin, schema, clock, declaration, database_url):

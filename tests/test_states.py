@@ -67,6 +67,7 @@ LIST_MEANINGS = {
     "resync_progress": {"STOPPED"},
     "finish_and_take": {"WAITING", "WAITING_IN_TURN"},
     "abandon_job": {"UNSETTLED"},
+    "cancel": {"UNSETTLED"},
     "move_lanes": {"NOT_WAITING"},
 }
 """The named sets a statement's status lists may be; every other statement's lists are ``WAITING``."""

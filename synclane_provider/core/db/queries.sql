@@ -927,33 +927,28 @@ WITH request AS (
     WHERE queue = %(queue)s AND key = %(request_key)s
     RETURNING key
 ),
-waiting AS (
-    UPDATE {schema}.jobs
-    SET status = 'abandoned',
-        error = %(error)s,
-        next_run_at = coalesce(%(now)s::timestamptz, statement_timestamp()),
-        heartbeat_at = coalesce(%(now)s::timestamptz, statement_timestamp())
-    WHERE queue = %(queue)s
+stopped AS (
+    -- One UPDATE for both, each row's fate read from the version it writes: a job taken while the cancel
+    -- waited for its row (the cancel's snapshot saw it waiting) is asked to stop as a running job, not missed.
+    UPDATE {schema}.jobs AS j
+    SET status = CASE WHEN j.status <> 'running' THEN 'abandoned' ELSE j.status END,
+        error = CASE WHEN j.status = 'running' THEN j.error ELSE %(error)s END,
+        stop_reason = CASE WHEN j.status = 'running' THEN %(error)s ELSE j.stop_reason END,
+        next_run_at = CASE WHEN j.status = 'running' THEN j.next_run_at
+                           ELSE coalesce(%(now)s::timestamptz, statement_timestamp()) END,
+        heartbeat_at = CASE WHEN j.status = 'running' THEN j.heartbeat_at
+                            ELSE coalesce(%(now)s::timestamptz, statement_timestamp()) END
+    WHERE j.queue = %(queue)s
       AND coalesce(%(owner)s::text, %(request_key)s::text) IS NOT NULL
-      AND (%(owner)s::text IS NULL OR owner = %(owner)s)
-      AND (%(type)s::text IS NULL OR type = %(type)s)
-      AND (%(request_key)s::text IS NULL OR request_key = %(request_key)s)
-      AND status IN ('pending', 'failed', 'deferred')
-    RETURNING id
-),
-running AS (
-    UPDATE {schema}.jobs
-    SET stop_reason = %(error)s
-    WHERE queue = %(queue)s
-      AND coalesce(%(owner)s::text, %(request_key)s::text) IS NOT NULL
-      AND (%(owner)s::text IS NULL OR owner = %(owner)s)
-      AND (%(type)s::text IS NULL OR type = %(type)s)
-      AND (%(request_key)s::text IS NULL OR request_key = %(request_key)s)
-      AND status = 'running'
-    RETURNING id
+      AND (%(owner)s::text IS NULL OR j.owner = %(owner)s)
+      AND (%(type)s::text IS NULL OR j.type = %(type)s)
+      AND (%(request_key)s::text IS NULL OR j.request_key = %(request_key)s)
+      AND j.status IN ('pending', 'failed', 'deferred', 'running')
+    RETURNING j.status
 )
 SELECT %(request_key)s::text IS NULL OR EXISTS (SELECT 1 FROM request) AS found,
-       (SELECT count(*) FROM waiting)::int AS abandoned, (SELECT count(*) FROM running)::int AS stopping;
+       (SELECT count(*) FROM stopped WHERE status = 'abandoned')::int AS abandoned,
+       (SELECT count(*) FROM stopped WHERE status = 'running')::int AS stopping;
 
 -- name: release_running
 -- An operator hands a running job back: pending at its cursor, due now, the attempt not counted. Its worker's
