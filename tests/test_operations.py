@@ -5,8 +5,8 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 
 import psycopg
-from psycopg import sql
 import pytest
+from psycopg import sql
 
 from synclane_provider.core import (
     Activity,

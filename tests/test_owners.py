@@ -472,8 +472,9 @@ def test_the_health_check_fails_once_when_a_handler_pauses_its_owner_and_once_wh
         assert (again.problem, again.owner) == ("paused", "acme")  # a new pause is a new event
 
         gauges = ops.gauges("shops", now=clock.now)
+        # acme and initech paused, globex failing: a paused owner is never counted healthy
         assert (gauges.owners_healthy, gauges.owners_degraded, gauges.owners_failing, gauges.owners_paused) == (
-            2,
+            0,
             0,
             1,
             2,
@@ -493,10 +494,11 @@ def test_the_owner_gauges_are_emitted_beside_the_queue_gauges(database_url, sche
         ops.pause("shops", "globex", "token revoked", now=clock.now)
         ops.gauges("shops", now=clock.now).emit(Recording())
     assert {name: value for name, value in sent.items() if name.startswith("synclane.owners.")} == {
-        "synclane.owners.healthy": 1,
+        "synclane.owners.healthy": 0,
         "synclane.owners.degraded": 1,
         "synclane.owners.failing": 0,
         "synclane.owners.paused": 1,
+        "synclane.owners.behind": 0,
     }
 
 
@@ -526,6 +528,44 @@ def test_owners_in_trouble_beyond_one_checks_findings_are_said_to_be_there_and_a
     assert [(f.problem, f.owner) for f in second.findings] == [("failing", failing[-1]), ("paused", "zeta")]
     assert "… and more" not in second.describe()
     assert third.healthy
+
+
+def test_each_listed_owner_is_counted_once_in_its_worst_condition_so_the_gauges_add_up_to_the_owners_listed(
+    database_url, schema, admin, clock, store
+):
+    """paused over failing over degraded (an abandoned job, or its health) over behind over healthy; an owner
+    dropped from the source counts nowhere, and the planning log line says the same."""
+    declaration = declare(
+        schema,
+        orders(paged(1), horizon=timedelta(days=2), slice=timedelta(days=1)),
+        owner_source=owners("acme", "globex", "initech", "umbrella", "wayne", "stark"),
+        max_lag=timedelta(hours=2),
+    )
+    with Operations(declaration, declaration.database(database_url)) as ops:
+        ops.plan("shops", now=clock.now)
+        execute(  # every job done, reaching now, but stark's, which reached three hours ago
+            admin,
+            schema,
+            "UPDATE {jobs} SET status = 'completed', completed_at = %s,"
+            " window_end = CASE WHEN owner = 'stark' THEN %s ELSE %s END WHERE mode = 'recurring'",
+            [clock.now, clock.now - timedelta(hours=3), clock.now],
+        )
+        execute(admin, schema, "UPDATE {jobs} SET status = 'abandoned' WHERE owner = 'initech' AND mode = 'initial'")
+        ops.pause("shops", "umbrella", "token revoked", now=clock.now)
+        store.upsert_owner(OwnerState("shops", "umbrella", health=OwnerHealth.FAILING, paused_at=clock.now))
+        store.upsert_owner(OwnerState("shops", "globex", health=OwnerHealth.FAILING, consecutive_failures=9))
+        store.upsert_owner(OwnerState("shops", "wayne", health=OwnerHealth.DEGRADED, consecutive_failures=3))
+        store.upsert_owner(OwnerState("shops", "gone", health=OwnerHealth.FAILING, consecutive_failures=9))
+        gauges = ops.gauges("shops", now=clock.now)
+
+    assert {c.value: n for c, n in gauges.owners.items()} == {
+        "paused": 1,  # umbrella, failing too
+        "failing": 1,  # globex
+        "degraded": 2,  # initech (an abandoned job) and wayne
+        "behind": 1,  # stark
+        "healthy": 1,  # acme
+    }
+    assert gauges.describe_owners() == "owners 1 healthy, 1 behind, 2 degraded, 1 failing, 1 paused (6 listed)"
 
 
 def test_the_healthy_owners_are_the_listed_ones_neither_degraded_nor_failing_whatever_unlisted_owners_do(

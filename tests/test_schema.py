@@ -52,7 +52,7 @@ def test_creating_the_schema_is_idempotent_and_safe_to_race(admin, database_url,
     assert (
         len(indexes(admin, fresh_schema)) == 24
     )  # 15 on jobs; the primary keys of the version table, lane_budgets, coverage, owners, resync_requests,
-    # planned_rosters and announcements; owners_paused and owners_in_trouble
+    # planned_rosters and marks; owners_paused and owners_in_trouble
     assert read_status(admin, fresh_schema).ready
 
 

@@ -78,14 +78,28 @@ OWNERS_HEALTHY = Metric(
     "synclane.owners.healthy",
     Kind.GAUGE,
     ("queue",),
-    "owners the owner source lists that are neither degraded nor failing",
+    "owners the owner source lists that are healthy: none of paused, failing, degraded or behind",
 )
 OWNERS_DEGRADED = Metric(
-    "synclane.owners.degraded", Kind.GAUGE, ("queue",), "owners degraded: failing attempts in a row"
+    "synclane.owners.degraded",
+    Kind.GAUGE,
+    ("queue",),
+    "listed owners degraded: failing attempts in a row, or an abandoned job waiting for a person",
 )
-OWNERS_FAILING = Metric("synclane.owners.failing", Kind.GAUGE, ("queue",), "owners failing: their period is stretched")
+OWNERS_FAILING = Metric(
+    "synclane.owners.failing", Kind.GAUGE, ("queue",), "listed owners failing: their period is stretched"
+)
 OWNERS_PAUSED = Metric(
-    "synclane.owners.paused", Kind.GAUGE, ("queue",), "owners paused (by their handler or a person) until resumed"
+    "synclane.owners.paused",
+    Kind.GAUGE,
+    ("queue",),
+    "listed owners paused (by their handler or a person) until resumed",
+)
+OWNERS_BEHIND = Metric(
+    "synclane.owners.behind",
+    Kind.GAUGE,
+    ("queue",),
+    "listed owners otherwise healthy whose data lags more than the queue's max_lag",
 )
 
 CATALOGUE: tuple[Metric, ...] = (
@@ -104,6 +118,7 @@ CATALOGUE: tuple[Metric, ...] = (
     OWNERS_DEGRADED,
     OWNERS_FAILING,
     OWNERS_PAUSED,
+    OWNERS_BEHIND,
 )
 """Every metric the engine emits."""
 

@@ -60,6 +60,45 @@ class OwnerHealth(StrEnum):
     FAILING = "failing"
 
 
+class OwnerCondition(StrEnum):
+    """What a person reads about an owner: one answer, the worst that holds, in this order.
+
+    ``paused`` (nothing of it runs until someone resumes it), ``failing`` and ``degraded`` (its health; an owner
+    with an abandoned job, which waits for a person, is degraded at least), ``behind`` (its data lags more than
+    the queue's ``max_lag``), ``healthy``. The page, the CLI, the planning log line and the owner gauges all say
+    this, so that their counts add up to the owners listed. A job waiting to retry is none of these: retries
+    are routine until its attempts are spent (deferred) or the owner turns degraded.
+    """
+
+    PAUSED = "paused"
+    FAILING = "failing"
+    DEGRADED = "degraded"
+    BEHIND = "behind"
+    HEALTHY = "healthy"
+
+
+def owner_condition(*, paused: bool, health: str, abandoned: bool, behind: bool) -> OwnerCondition:
+    """The owner's condition from what the table says of it: the first that holds of paused, failing, degraded
+    (by health, or an abandoned job), behind.
+
+    >>> owner_condition(paused=True, health="failing", abandoned=True, behind=True).value
+    'paused'
+    >>> owner_condition(paused=False, health="healthy", abandoned=True, behind=True).value
+    'degraded'
+    >>> owner_condition(paused=False, health="healthy", abandoned=False, behind=False).value
+    'healthy'
+    """
+    if paused:
+        return OwnerCondition.PAUSED
+    if health == OwnerHealth.FAILING:
+        return OwnerCondition.FAILING
+    if health == OwnerHealth.DEGRADED or abandoned:
+        return OwnerCondition.DEGRADED
+    if behind:
+        return OwnerCondition.BEHIND
+    return OwnerCondition.HEALTHY
+
+
 class JobMode(StrEnum):
     INITIAL = "initial"  # a history slice, or a snapshot's first load
     RECURRING = "recurring"  # the periodic refresh

@@ -27,9 +27,11 @@ class SyncLanePlanOperator(QueueOperator):
     difference with ``ON CONFLICT DO NOTHING``, so a retried, doubled or late
     run inserts nothing more. Then, when the queue declares ``retention``, it
     prunes finished jobs older than that in short batches, for at most half a
-    plan interval (what is left goes on in the next run). Returns ``{"queue",
-    "owners", "inserted": {type: count}, "total", "pruned"}`` (pushed to XCom)
-    and logs one line per job type.
+    plan interval (what is left goes on in the next run), and adds what the
+    queue's jobs completed since the last run to their owners' records
+    (:meth:`~synclane_provider.core.ops.operations.Operations.tally_records`).
+    Returns ``{"queue", "owners", "inserted": {type: count}, "total", "pruned",
+    "owners_counted"}`` (pushed to XCom) and logs one line per job type.
 
     Then it reads the queue's gauges (jobs waiting, running, abandoned, the
     largest freshness lag), logs them and sends them to Airflow's metrics
@@ -59,6 +61,7 @@ class SyncLanePlanOperator(QueueOperator):
                 if queue.retention is not None and not self.owner_id
                 else None
             )
+            counted = operations.tally_records(queue.name) if not self.owner_id else 0
             if summary.skipped:
                 self.log.info("queue %s: another planning run is still running; this one planned nothing", queue.name)
             for job_type, inserted in summary.inserted.items():
@@ -84,6 +87,7 @@ class SyncLanePlanOperator(QueueOperator):
             "inserted": summary.inserted,
             "total": summary.total,
             "pruned": pruned.deleted if pruned is not None else 0,
+            "owners_counted": counted,
         }
 
     def _report_gauges(self, operations: Operations, queue: str) -> None:
@@ -95,15 +99,11 @@ class SyncLanePlanOperator(QueueOperator):
         gauges.emit(AirflowStats())
         lag = duration_text(gauges.max_freshness_lag) if gauges.max_freshness_lag is not None else "none yet"
         self.log.info(
-            "queue %s: %s job(s) waiting, %s running, %s abandoned; largest freshness lag %s; "
-            "owners %s healthy, %s degraded, %s failing, %s paused",
+            "queue %s: %s job(s) waiting, %s running, %s abandoned; largest freshness lag %s; %s",
             queue,
             gauges.waiting,
             gauges.running,
             gauges.abandoned,
             lag,
-            gauges.owners_healthy,
-            gauges.owners_degraded,
-            gauges.owners_failing,
-            gauges.owners_paused,
+            gauges.describe_owners(),
         )

@@ -99,7 +99,14 @@ def test_the_planning_dag_inserts_the_planned_rows_once_and_announces_completion
     assert planned["total"] in decl.planned_between(start, datetime.now(timezone.utc))
     inserted = {"orders": planned["total"] - 4, "products": 4}
     assert xcoms(first, "plan") == {
-        -1: {"queue": "shops", "owners": 4, "inserted": inserted, "total": planned["total"], "pruned": 0}
+        -1: {
+            "queue": "shops",
+            "owners": 4,
+            "inserted": inserted,
+            "total": planned["total"],
+            "pruned": 0,
+            "owners_counted": 0,
+        }
     }
     assert len(rows(admin, provider_schema)) == planned["total"]
 
@@ -110,7 +117,7 @@ def test_the_planning_dag_inserts_the_planned_rows_once_and_announces_completion
         admin,
         provider_schema,
         "UPDATE {jobs} SET status = 'completed', processed_count = id,"
-        " completed_at = (SELECT announced_until FROM {announcements}) + interval '1 ms'",
+        " completed_at = (SELECT reached FROM {marks} WHERE purpose = 'announced') + interval '1 ms'",
     )
     again = dags["synclane_plan"].test()
     assert again.state == "success"

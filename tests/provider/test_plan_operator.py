@@ -6,6 +6,7 @@ from datetime import datetime, timedelta, timezone
 
 import psycopg
 import pytest
+from psycopg import sql
 
 from synclane_provider.core import DeclarationError, UnknownOwnerError, UnknownQueueError
 from synclane_provider.locate import locate_queue, locate_synclane
@@ -33,6 +34,7 @@ def test_planning_inserts_the_planned_rows_once_and_reports_them_per_type(provid
         "inserted": {"orders": orders, "products": 4},
         "total": total,
         "pruned": 0,
+        "owners_counted": 0,
     }
     assert len(rows(admin, provider_schema)) == total
     log = capsys.readouterr().out
@@ -42,6 +44,23 @@ def test_planning_inserts_the_planned_rows_once_and_reports_them_per_type(provid
     again = planner().execute({})  # a retried or doubled run
     assert again["inserted"] == {"orders": 0, "products": 0} and again["total"] == 0
     assert len(rows(admin, provider_schema)) == total
+
+
+def test_each_run_adds_what_the_owners_jobs_completed_since_the_last_to_their_records(provider_schema, admin):
+    planner().execute({})
+    execute(
+        admin,
+        provider_schema,
+        "UPDATE {jobs} SET status = 'completed', processed_count = 7,"  # just after the first run's tally
+        " completed_at = (SELECT reached FROM {marks} WHERE purpose = 'tallied') + interval '1 ms'"
+        " WHERE type = 'products'",
+    )
+    assert planner().execute({})["owners_counted"] == 4
+    assert planner().execute({})["owners_counted"] == 0  # nothing completed since: nothing counted twice
+    counted = admin.execute(
+        sql.SQL("SELECT owner, records FROM {}.owners ORDER BY owner").format(sql.Identifier(provider_schema))
+    ).fetchall()
+    assert [r["records"] for r in counted] == [7, 7, 7, 7]
 
 
 def test_planning_prunes_a_queue_with_a_retention_after_planning_it(provider_schema, admin, capsys):

@@ -86,14 +86,14 @@ def rows(
 
 
 def execute(conn: psycopg.Connection, schema: str, statement: str, params: Iterable = ()) -> None:
-    """Run ``statement`` with ``{jobs}``, ``{coverage}``, ``{owners}`` and ``{announcements}`` standing for the
-    schema's tables."""
+    """Run ``statement`` with ``{jobs}``, ``{coverage}``, ``{owners}`` and ``{marks}`` standing for the schema's
+    tables."""
     conn.execute(
         sql.SQL(statement).format(
             jobs=sql.SQL("{}.jobs").format(sql.Identifier(schema)),
             coverage=sql.SQL("{}.coverage").format(sql.Identifier(schema)),
             owners=sql.SQL("{}.owners").format(sql.Identifier(schema)),
-            announcements=sql.SQL("{}.announcements").format(sql.Identifier(schema)),
+            marks=sql.SQL("{}.marks").format(sql.Identifier(schema)),
         ),
         list(params),
     )

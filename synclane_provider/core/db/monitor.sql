@@ -103,8 +103,9 @@ ORDER BY page.lane, r.lane_slot;
 
 -- name: owners
 -- One page of a queue's owners, by name after %(after)s (only %(owner)s when given; with %(troubled)s only
--- owners with failed, deferred or abandoned jobs, or paused, degraded or failing ones): its health and pause
--- (its row in the owners table, one probe of its key), the initial load's slices and records, how far its data
+-- owners with deferred or abandoned jobs, or paused, degraded or failing ones: a job waiting to retry is routine
+-- until its attempts are spent): its health, pause and records (all its work, tallied on its row in the owners
+-- table, one probe of its key), the initial load's slices and records, how far its data
 -- reaches per declared type, %(types)s, by queries.sql's rule (fresh_until_of_o_t: planned jobs only, and what
 -- retention deleted; the owner's freshness is its stalest type), and its troubled jobs with the latest error.
 WITH RECURSIVE clock AS (
@@ -133,7 +134,7 @@ troubled_page AS (
     SELECT owner FROM (
         SELECT j.owner FROM {schema}.jobs AS j
         WHERE %(troubled)s AND %(owner)s::text IS NULL
-          AND j.queue = %(queue)s AND j.status IN ('failed', 'deferred', 'abandoned')
+          AND j.queue = %(queue)s AND j.status IN ('deferred', 'abandoned')
           AND j.owner > coalesce(%(after)s::text, '')
         UNION
         SELECT o.owner FROM {schema}.owners AS o
@@ -155,8 +156,8 @@ owners AS (
 SELECT owners.owner,
        i.initial_total, i.initial_completed, i.initial_abandoned, i.initial_running, i.initial_records,
        f.fresh_until, f.fresh_type, clock.now - f.fresh_until AS lag,
-       t.troubled, t.failed, t.abandoned, e.id AS error_job_id, e.type AS error_type, e.status AS error_status,
-       e.error AS last_error,
+       t.retrying, t.deferred, t.abandoned, e.id AS error_job_id, e.type AS error_type, e.status AS error_status,
+       e.error AS last_error, coalesce(state.records, 0) AS records,
        coalesce(state.health, 'healthy') AS health, coalesce(state.consecutive_failures, 0) AS consecutive_failures,
        state.paused_at, state.paused_reason, state.paused_by,
        clock.now
@@ -183,8 +184,8 @@ LEFT JOIN LATERAL (
     LIMIT 1
 ) AS f ON true
 CROSS JOIN LATERAL (
-    SELECT count(*)::bigint AS troubled,
-           count(*) FILTER (WHERE j.status IN ('failed', 'deferred'))::bigint AS failed,
+    SELECT count(*) FILTER (WHERE j.status = 'failed')::bigint AS retrying,
+           count(*) FILTER (WHERE j.status = 'deferred')::bigint AS deferred,
            count(*) FILTER (WHERE j.status = 'abandoned')::bigint AS abandoned
     FROM {schema}.jobs AS j
     WHERE j.queue = %(queue)s AND j.owner = owners.owner AND j.status IN ('failed', 'deferred', 'abandoned')

@@ -131,6 +131,38 @@ CROSS JOIN LATERAL (
     ) AS fresh_until
 ) AS fresh
 
+-- fragment: completed_span
+-- The CTEs before, span and moved: the span of completions reader %(purpose)s has not read yet, claimed. The
+-- reader's mark (marks) moves up to %(settle)s before now, and the span runs from the old mark (excluded) to the
+-- new one (included); a reader with no mark yet starts %(first_look)s before the new one (NULL: from the
+-- beginning). The mark stays %(settle)s behind now because a completion is stamped in its statement and
+-- committed moments later: a mark at now could pass a job before its commit shows it. The old mark is read with
+-- its row locked and written after (moved selects from span): two claims at once take turns, the second from
+-- where the first left off, so no completion is read twice (but by two first claims at once, which both start
+-- from %(first_look)s). A mark is never moved back. Used by announce_completed and tally_records.
+before AS (
+    SELECT m.reached FROM {schema}.marks AS m
+    WHERE m.queue = %(queue)s AND m.purpose = %(purpose)s
+    FOR UPDATE
+),
+span AS (
+    SELECT upto,
+           coalesce((SELECT reached FROM before), upto - %(first_look)s::interval, '-infinity') AS since
+    FROM (SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) - %(settle)s::interval AS upto) AS mark
+),
+moved AS (
+    INSERT INTO {schema}.marks AS m (queue, purpose, reached, updated_at)
+    SELECT %(queue)s, %(purpose)s, span.upto, statement_timestamp() FROM span
+    ON CONFLICT (queue, purpose) DO UPDATE
+    SET reached = greatest(m.reached, excluded.reached), updated_at = excluded.updated_at
+)
+
+-- fragment: jobs_completed_in_span
+-- The FROM and WHERE of the queue's jobs (alias j) completed within the claimed span (completed_span).
+FROM {schema}.jobs AS j, span
+WHERE j.queue = %(queue)s AND j.status = 'completed'
+  AND j.completed_at > span.since AND j.completed_at <= span.upto
+
 -- name: finish_and_take
 -- How a worker moves on, in one statement: write how its last job ended (when %(finished)s names one),
 -- then lease its next job (when %(take)s). Done together, other workers never see the lane free in
@@ -1221,39 +1253,38 @@ SELECT t.type,
 FROM unnest(%(types)s::text[]) AS t(type)
 ORDER BY t.type;
 -- name: announce_completed
--- What a queue completed since its last announcement, claimed in one statement: the queue's mark
--- (announcements) moves up to %(settle)s before now, and the jobs completed after the old mark, up to and
--- including the new one, are returned, folded per type and owner (a re-sync's jobs one row each, with their
--- windows). The mark stays %(settle)s behind now because a completion is stamped in its statement and committed
--- moments later: a mark at now could pass a job before its commit shows it. A queue never announced starts
--- %(first_look)s before its new mark. The old mark is read with its row locked and written after (moved selects
--- from span): two announcements at once take turns, the second from where the first left off, so no completion
--- is announced twice (but by two first announcements of a queue at once, which both start from %(first_look)s).
--- A mark is never moved back. Reads the completed jobs through jobs_completed_recently.
-WITH before AS (
-    SELECT a.announced_until FROM {schema}.announcements AS a WHERE a.queue = %(queue)s FOR UPDATE
-),
-span AS (
-    SELECT upto, coalesce((SELECT announced_until FROM before), upto - %(first_look)s::interval) AS since
-    FROM (SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) - %(settle)s::interval AS upto) AS mark
-),
-moved AS (
-    INSERT INTO {schema}.announcements AS a (queue, announced_until, updated_at)
-    SELECT %(queue)s, span.upto, statement_timestamp() FROM span
-    ON CONFLICT (queue) DO UPDATE
-    SET announced_until = greatest(a.announced_until, excluded.announced_until), updated_at = excluded.updated_at
-)
+-- What a queue completed since its last announcement (%(purpose)s 'announced'), claimed (completed_span):
+-- folded per type and owner, a re-sync's jobs one row each, with their windows. Reads the completed jobs
+-- through jobs_completed_recently.
+WITH {completed_span}
 SELECT j.type, j.owner, j.request_key,
        count(*)::int AS jobs, sum(j.processed_count)::bigint AS records,
        min(j.window_start) AS window_start, max(j.window_end) AS window_end,
        sum(j.inserted_count)::bigint AS inserted, sum(j.updated_count)::bigint AS updated,
        sum(j.unchanged_count)::bigint AS unchanged, sum(j.stale_count)::bigint AS stale,
        sum(j.deleted_count)::bigint AS deleted
-FROM {schema}.jobs AS j, span
-WHERE j.queue = %(queue)s AND j.status = 'completed'
-  AND j.completed_at > span.since AND j.completed_at <= span.upto
+{jobs_completed_in_span}
 GROUP BY j.type, j.owner, j.request_key, CASE WHEN j.request_key IS NOT NULL THEN j.id END
 ORDER BY j.type, j.owner, j.request_key NULLS FIRST, min(j.window_start) DESC NULLS LAST;
+
+-- name: tally_records
+-- Add what a queue's jobs completed since the last tally (%(purpose)s 'tallied'), claimed (completed_span),
+-- to their owners' records: one write per owner that completed anything, however many of its jobs did. The
+-- first tally of a queue counts every completed job still in the table. Returns how many owners it counted.
+WITH {completed_span},
+counted AS (
+    SELECT j.owner, sum(j.processed_count)::bigint AS records
+    {jobs_completed_in_span}
+    GROUP BY j.owner
+),
+written AS (
+    INSERT INTO {schema}.owners AS o (queue, owner, records, updated_at)
+    SELECT %(queue)s, counted.owner, counted.records, statement_timestamp() FROM counted
+    ORDER BY counted.owner
+    ON CONFLICT (queue, owner) DO UPDATE SET records = o.records + excluded.records
+    RETURNING 1
+)
+SELECT count(*)::int AS owners FROM written;
 
 -- name: initial_loads_complete
 -- The owners of a queue whose initial load (of one type, or of every type) is complete: they have initial jobs
@@ -1367,12 +1398,29 @@ SET health = excluded.health,
     updated_at = excluded.updated_at
 RETURNING *;
 
--- name: owner_counts
--- How many of a queue's owners are degraded, failing and paused (read through owners_in_trouble and
--- owners_paused: the few in trouble, however many owners have rows); the rest are healthy.
-SELECT (SELECT count(*) FROM {schema}.owners WHERE queue = %(queue)s AND health = 'degraded')::int AS degraded,
-       (SELECT count(*) FROM {schema}.owners WHERE queue = %(queue)s AND health = 'failing')::int AS failing,
-       (SELECT count(*) FROM {schema}.owners WHERE queue = %(queue)s AND paused_at IS NOT NULL)::int AS paused;
+-- name: noted_owners
+-- Those of the listed owners %(owners)s with something to say about them: paused, degraded or failing (their
+-- rows, read through owners_paused and owners_in_trouble), or with an abandoned job (read through
+-- jobs_abandoned). Their conditions are counted by the owner gauges; every other listed owner is healthy or,
+-- lagging, behind. An owner dropped from the source is left out, whatever its row says.
+WITH noted AS (
+    SELECT o.owner FROM {schema}.owners AS o
+    WHERE o.queue = %(queue)s AND o.paused_at IS NOT NULL
+    UNION
+    SELECT o.owner FROM {schema}.owners AS o
+    WHERE o.queue = %(queue)s AND o.health <> 'healthy'
+    UNION
+    SELECT j.owner FROM {schema}.jobs AS j
+    WHERE j.queue = %(queue)s AND j.status = 'abandoned'
+)
+SELECT noted.owner, state.paused_at IS NOT NULL AS paused, coalesce(state.health, 'healthy') AS health,
+       EXISTS (
+           SELECT 1 FROM {schema}.jobs AS j
+           WHERE j.queue = %(queue)s AND j.owner = noted.owner AND j.status = 'abandoned'
+       ) AS abandoned
+FROM noted
+JOIN unnest(%(owners)s::text[]) AS listed(owner) ON listed.owner = noted.owner
+LEFT JOIN {schema}.owners AS state ON state.queue = %(queue)s AND state.owner = noted.owner;
 
 -- name: claim_owner_alerts
 -- The owners of a queue to alert about now, each claimed once: an owner paused by its handler (the event

@@ -638,9 +638,17 @@ class Store:
     def announce_completed(
         self, queue: str, *, settle: timedelta, first_look: timedelta, now: datetime | None
     ) -> list[Completed]:
-        """What the queue completed since its mark, up to ``settle`` before now; the mark moves there."""
-        rows = self.session.run("announce_completed", queue=queue, settle=settle, first_look=first_look, now=now)
+        """What the queue completed since its announced mark, up to ``settle`` before now; the mark moves there."""
+        rows = self.session.run(
+            "announce_completed", queue=queue, purpose="announced", settle=settle, first_look=first_look, now=now
+        )
         return [Completed.from_row(row) for row in rows]
+
+    def tally_records(self, queue: str, *, settle: timedelta, now: datetime | None) -> int:
+        """Add what the queue's jobs completed since its tallied mark to their owners' records; how many owners."""
+        row = self.session.one("tally_records", queue=queue, purpose="tallied", settle=settle, first_look=None, now=now)
+        assert row is not None
+        return int(row["owners"])
 
     # -- owners ---------------------------------------------------------------------------------------------
 
@@ -670,11 +678,11 @@ class Store:
         rows = self.session.run("list_owners", queue=queue, after=after, troubled=troubled, limit=limit)
         return [OwnerState.from_row(row) for row in rows]
 
-    def owner_counts(self, queue: str) -> tuple[int, int, int]:
-        """How many of the queue's owners are degraded, failing and paused."""
-        row = self.session.one("owner_counts", queue=queue)
-        assert row is not None
-        return row["degraded"], row["failing"], row["paused"]
+    def noted_owners(self, queue: str, owners: Sequence[str]) -> dict[str, tuple[bool, str, bool]]:
+        """Those of ``owners`` paused, degraded, failing or with an abandoned job: whether paused, their health,
+        whether they have an abandoned job."""
+        rows = self.session.run("noted_owners", queue=queue, owners=list(owners))
+        return {row["owner"]: (row["paused"], row["health"], row["abandoned"]) for row in rows}
 
     def claim_owner_alerts(
         self, queue: str, *, limit: int, now: datetime | None, claimant: str | None = None

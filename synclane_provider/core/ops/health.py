@@ -27,6 +27,7 @@ row, so an owner is measured by its newest completed window whether or not that 
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -36,6 +37,7 @@ from synclane_provider.core.declare.declarations import Queue
 from synclane_provider.core.declare.owners import owners_of
 from synclane_provider.core.durations import duration_text
 from synclane_provider.core.metrics import (
+    OWNERS_BEHIND,
     OWNERS_DEGRADED,
     OWNERS_FAILING,
     OWNERS_HEALTHY,
@@ -47,6 +49,7 @@ from synclane_provider.core.metrics import (
     Metrics,
 )
 from synclane_provider.core.records import Freshness, Job, OwnerState
+from synclane_provider.core.states import OwnerCondition, owner_condition
 
 STUCK_AFTER_REQUEUES = 3
 """A window abandoned again after this many requeues is a stuck window: said once, by the check that sees that
@@ -204,7 +207,9 @@ def check(
 
 @dataclass(frozen=True)
 class QueueGauges:
-    """A queue at one moment: jobs waiting, running, abandoned, and its most-behind owner's freshness lag."""
+    """A queue at one moment: jobs waiting, running, abandoned, its most-behind owner's freshness lag, and its
+    listed owners by condition (:class:`~synclane_provider.core.states.OwnerCondition`): each owner the source
+    lists is counted once, so the five add up to the owners listed."""
 
     queue: str
     waiting: int
@@ -213,10 +218,28 @@ class QueueGauges:
     max_freshness_lag: timedelta | None
     """None when no listed owner has completed a window yet (or the queue has no windowed type)."""
     owners_healthy: int = 0
-    """Owners the owner source lists that are neither degraded nor failing."""
     owners_degraded: int = 0
     owners_failing: int = 0
     owners_paused: int = 0
+    owners_behind: int = 0
+
+    @property
+    def owners(self) -> dict[OwnerCondition, int]:
+        """The listed owners by condition, worst first."""
+        return {
+            OwnerCondition.PAUSED: self.owners_paused,
+            OwnerCondition.FAILING: self.owners_failing,
+            OwnerCondition.DEGRADED: self.owners_degraded,
+            OwnerCondition.BEHIND: self.owners_behind,
+            OwnerCondition.HEALTHY: self.owners_healthy,
+        }
+
+    def describe_owners(self) -> str:
+        """``owners 4 healthy, 1 behind, 0 degraded, 0 failing, 1 paused (6 listed)``: for the planning log."""
+        counts = self.owners
+        order = (OwnerCondition.HEALTHY, OwnerCondition.BEHIND, OwnerCondition.DEGRADED, OwnerCondition.FAILING)
+        parts = [f"{counts[c]} {c.value}" for c in (*order, OwnerCondition.PAUSED)]
+        return f"owners {', '.join(parts)} ({sum(counts.values())} listed)"
 
     def emit(self, metrics: Metrics) -> None:
         tags = {"queue": self.queue}
@@ -229,27 +252,43 @@ class QueueGauges:
         metrics.gauge(OWNERS_DEGRADED, tags, self.owners_degraded)
         metrics.gauge(OWNERS_FAILING, tags, self.owners_failing)
         metrics.gauge(OWNERS_PAUSED, tags, self.owners_paused)
+        metrics.gauge(OWNERS_BEHIND, tags, self.owners_behind)
 
 
 def gauges(store: Store, queue: Queue, *, now: datetime | None = None) -> QueueGauges:
-    """Read the queue's gauges; the freshness lag and the healthy owners cover the owners its owner source lists
-    now (an owner dropped from the source keeps its row, and its health, which must not hide a listed one)."""
+    """Read the queue's gauges. The owners are the ones its owner source lists now, each in one condition (an
+    owner dropped from the source keeps its row, which must neither hide nor count as a listed one)."""
     counts = store.queue_counts(queue.name)
     owners = [owner.id for owner in owners_of(queue)]
     lag = None
+    behind: set[str] = set()
     if queue.windowed_types:
-        behind = store.window_lags(queue.name, owners, queue.windowed_types, over=None, limit=1, now=now)
-        lag = behind[0].lag if behind else None
-    degraded, failing, paused = store.owner_counts(queue.name)
-    in_trouble = store.owners_in_trouble(queue.name)  # the few degraded or failing, listed or not
+        lags = store.window_lags(queue.name, owners, queue.windowed_types, over=None, limit=1, now=now)
+        lag = lags[0].lag if lags else None
+        if queue.max_lag is not None and lag is not None and lag > queue.max_lag:
+            over = store.window_lags(
+                queue.name,
+                owners,
+                queue.windowed_types,
+                over=queue.max_lag,
+                limit=len(owners) * len(queue.windowed_types),
+                now=now,
+            )
+            behind = {row.owner for row in over}
+    noted = store.noted_owners(queue.name, owners)
+    tally: Counter[OwnerCondition] = Counter()
+    for owner in owners:
+        paused, health, abandoned = noted.get(owner, (False, "healthy", False))
+        tally[owner_condition(paused=paused, health=health, abandoned=abandoned, behind=owner in behind)] += 1
     return QueueGauges(
         queue.name,
         counts.waiting,
         counts.running,
         counts.abandoned,
         lag,
-        owners_healthy=sum(1 for owner in owners if owner not in in_trouble),
-        owners_degraded=degraded,
-        owners_failing=failing,
-        owners_paused=paused,
+        owners_healthy=tally[OwnerCondition.HEALTHY],
+        owners_degraded=tally[OwnerCondition.DEGRADED],
+        owners_failing=tally[OwnerCondition.FAILING],
+        owners_paused=tally[OwnerCondition.PAUSED],
+        owners_behind=tally[OwnerCondition.BEHIND],
     )

@@ -18,10 +18,11 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Generic, TypeVar
 
+from synclane_provider.core.declare.declarations import Queue
 from synclane_provider.core.numbers import whole
 from synclane_provider.core.ops.operations import Operations
 from synclane_provider.core.records import Job
-from synclane_provider.core.states import JobMode, JobStatus
+from synclane_provider.core.states import JobMode, JobStatus, OwnerCondition, owner_condition
 
 MAX_PAGE = 500
 """The most lanes, owners or jobs one page holds."""
@@ -103,13 +104,21 @@ class OwnerState:
     """That stalest type (the health check's lag looks at windowed types only, so it can differ)."""
     lag: timedelta | None
     """Now minus ``fresh_until``: how far behind the owner's data is; None until a job completed."""
-    failed: int
-    """Failed or deferred jobs: still being retried."""
+    retrying: int
+    """Failed jobs waiting for their next attempt: routine, not trouble, until their attempts are spent."""
+    deferred: int
+    """Jobs whose regular attempts are spent: each gets one last attempt when its lane is otherwise idle."""
     abandoned: int
     last_error: str | None
     error_job_id: int | None
     error_type: str | None
     error_status: str | None
+    records: int = 0
+    """Records its completed jobs stored, all its work (first load, recurring, re-sync, by hand), as far as the
+    last tally (:meth:`~synclane_provider.core.ops.operations.Operations.tally_records`, every plan interval)."""
+    condition: str = OwnerCondition.HEALTHY.value
+    """The one answer a person reads (:class:`~synclane_provider.core.states.OwnerCondition`): paused, failing,
+    degraded, behind or healthy."""
     health: str = "healthy"
     """``healthy``, ``degraded`` or ``failing``: how the owner's attempts have been ending (the owners table)."""
     consecutive_failures: int = 0
@@ -204,7 +213,8 @@ class Monitor:
         now: datetime | None = None,
     ) -> Page[OwnerState]:
         """The queue's owners by name, ``limit`` at a time after ``after``: just ``owner`` when given, only those
-        with failed, deferred or abandoned jobs, or paused, degraded or failing, with ``troubled``."""
+        with deferred or abandoned jobs, or paused, degraded or failing, with ``troubled``. Each owner's
+        condition is behind when the health check would find it lagging (the queue's ``max_lag``)."""
         declared = self.operations.synclane.queue(queue)
         rows = self._rows(
             "owners",
@@ -216,6 +226,7 @@ class Monitor:
             limit=_limit(limit),
             now=self.operations.at(now),
         )
+        behind = self._behind(declared, [row["owner"] for row in rows], now=now)
         owners = [
             OwnerState(
                 owner=row["owner"],
@@ -227,12 +238,20 @@ class Monitor:
                 fresh_until=row["fresh_until"],
                 fresh_type=row["fresh_type"],
                 lag=row["lag"],
-                failed=row["failed"],
+                retrying=row["retrying"],
+                deferred=row["deferred"],
                 abandoned=row["abandoned"],
                 last_error=row["last_error"],
                 error_job_id=row["error_job_id"],
                 error_type=row["error_type"],
                 error_status=row["error_status"],
+                records=row["records"],
+                condition=owner_condition(
+                    paused=row["paused_at"] is not None,
+                    health=row["health"],
+                    abandoned=row["abandoned"] > 0,
+                    behind=row["owner"] in behind,
+                ).value,
                 health=row["health"],
                 consecutive_failures=row["consecutive_failures"],
                 paused_at=row["paused_at"],
@@ -243,6 +262,20 @@ class Monitor:
         ]
         more = owner is None and len(owners) == limit
         return Page(owners, owners[-1].owner if more else None)
+
+    def _behind(self, declared: Queue, owners: list[str], *, now: datetime | None) -> set[str]:
+        """Those of ``owners`` whose data lags more than the queue's ``max_lag``, by the health check's rule."""
+        if declared.max_lag is None or not declared.windowed_types or not owners:
+            return set()
+        lagging = self.operations.store.window_lags(
+            declared.name,
+            owners,
+            declared.windowed_types,
+            over=declared.max_lag,
+            limit=len(owners) * len(declared.windowed_types),
+            now=self.operations.at(now),
+        )
+        return {row.owner for row in lagging}
 
     def jobs(
         self,

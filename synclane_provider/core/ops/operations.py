@@ -32,7 +32,7 @@ MAX_LIST = 10_000
 """The most jobs one :meth:`Operations.list_jobs` call returns."""
 
 ANNOUNCE_SETTLE = timedelta(seconds=5)
-"""How far behind now :meth:`Operations.announce` stops: a job's completion is stamped in the statement that
+"""How far behind now :meth:`Operations.announce` and :meth:`Operations.tally_records` stop: a job's completion is stamped in the statement that
 writes it and visible once that commits, moments later (a page landed in the jobs database commits with it)."""
 
 FIRST_LOOK = timedelta(hours=1)
@@ -510,6 +510,17 @@ class Operations:
         ):
             landed.add_completed(completed)
         return landed
+
+    def tally_records(self, queue: str, *, now: datetime | None = None) -> int:
+        """Add to each owner's ``records`` what its jobs completed since the last tally: all its work, counted once
+        per completion (the planning task runs this every plan interval). Returns how many owners it counted.
+
+        Kept on the owner's row because summing an owner's jobs on every look would read its whole history; the
+        figure is behind by at most a plan interval and :data:`ANNOUNCE_SETTLE`. The first tally of a queue
+        counts every completed job still in the table.
+        """
+        self.synclane.queue(queue)
+        return self.store.tally_records(queue, settle=ANNOUNCE_SETTLE, now=self.at(now))
 
     def close(self) -> None:
         self.session.close()

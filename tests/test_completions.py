@@ -1,5 +1,6 @@
-"""Announcing completed work: what a queue completed since its last announcement, read from the table, each
-completion once, folded per type and owner (the ``extra`` of the asset events downstream DAGs run on)."""
+"""Reading completed work once: what a queue completed since a reader's mark, read from the table, each completion
+once -- announced, folded per type and owner (the ``extra`` of the asset events downstream DAGs run on), and
+tallied into each owner's records (all its work, for the operator's views)."""
 
 from __future__ import annotations
 
@@ -149,3 +150,40 @@ def test_announcements_racing_each_other_announce_every_completion_exactly_once(
 
 def completed_by(admin, schema, instant: datetime) -> set[int]:
     return {r["id"] for r in rows(admin, schema, "status = 'completed' AND completed_at <= %s", [instant])}
+
+
+def owners_records(admin, schema) -> dict[str, int]:
+    return {r["owner"]: r["records"] for r in admin.execute(f'SELECT owner, records FROM "{schema}".owners').fetchall()}
+
+
+def test_a_tally_adds_every_job_an_owner_completed_to_its_records_once_whatever_its_mode(
+    ops, drain, admin, schema, clock
+):
+    ops.plan("shops", now=clock.now)
+    drain()
+    march, april = datetime(2026, 3, 1, tzinfo=UTC), datetime(2026, 4, 1, tzinfo=UTC)
+    ops.resync("shops", "orders", march, april, owners=["globex"], reason="bad totals", key="march", now=clock.now)
+    ops.enqueue("shops", "initech", "products", key="by-hand", now=clock.now)
+    drain()
+    assert ops.tally_records("shops", now=clock.now + ANNOUNCE_SETTLE - SECOND) == 0  # not settled yet
+    assert ops.tally_records("shops", now=clock.now + ANNOUNCE_SETTLE) == 3
+
+    stored = {}
+    for row in rows(admin, schema, "status = 'completed'"):
+        stored[row["owner"]] = stored.get(row["owner"], 0) + row["processed_count"]
+    assert owners_records(admin, schema) == stored
+    assert ops.tally_records("shops", now=clock.now + 2 * ANNOUNCE_SETTLE) == 0
+    assert owners_records(admin, schema) == stored  # nothing counted twice
+
+    clock.advance(timedelta(minutes=20))  # the next recurring windows come due and complete
+    ops.plan("shops", now=clock.now)
+    drain()
+    ops.tally_records("shops", now=clock.now + ANNOUNCE_SETTLE)
+    assert sum(owners_records(admin, schema).values()) == sum(r["processed_count"] for r in rows(admin, schema))
+
+
+def test_announcing_and_tallying_keep_marks_of_their_own(ops, drain, admin, schema, clock):
+    ops.plan("shops", now=clock.now)
+    drain()
+    assert sorted(extras(ops.announce("shops", now=clock.now + ANNOUNCE_SETTLE))) == ["orders", "products"]
+    assert ops.tally_records("shops", now=clock.now + ANNOUNCE_SETTLE) == 3  # the announcement read none for it
