@@ -178,30 +178,42 @@ function renderLanes(page) {
     }).join("")}</tbody></table>`;
 }
 
+function conditionText(o) {  // the one answer a person reads, with what makes it so
+  if (o.condition === "paused") {
+    return `paused ${when(o.paused_at)} <span class="muted">by ${esc(o.paused_by)}</span><br><span class="error-text">${esc(o.paused_reason)}</span>`;
+  }
+  if (o.condition === "failing") return `failing <span class="muted">(${o.consecutive_failures} failed in a row)</span>`;
+  if (o.condition === "degraded") {
+    return `degraded <span class="muted">(${o.health === "degraded" ? `${o.consecutive_failures} failed in a row` : `${o.abandoned} abandoned`})</span>`;
+  }
+  if (o.condition === "behind") return `behind <span class="muted">(${age(o.lag)})</span>`;
+  return "healthy";
+}
 function renderOwners(page) {
   if (!page.items.length) return `<p class="muted">No owner matches.</p>`;
-  return `<table id="owners-table"><thead><tr><th>Owner</th><th title="How the owner's attempts have been ending: healthy, degraded or failing (with its consecutive failures)">Health</th><th>Paused</th><th>Initial load</th><th class="num">Records</th><th title="The end of the newest completed window of the owner's stalest type (a snapshot: when it completed), that type named. The health check's lag looks at windowed types only.">Fresh until</th>
-    <th>Lag</th><th class="num">Failing</th><th class="num">Abandoned</th><th>Last error</th><th>Actions</th></tr></thead><tbody>
+  return `<table id="owners-table"><thead><tr><th>Owner</th><th title="The worst that holds: paused (nothing of it runs until it is resumed), failing, degraded (failed attempts in a row, or an abandoned job waiting for a person), behind (lagging more than the queue's max_lag), healthy">Condition</th><th>Initial load</th><th class="num" title="Records its completed jobs stored, all its work: first load, recurring, re-sync, by hand (counted every plan interval)">Records stored</th><th title="The end of the newest completed window of the owner's stalest type (a snapshot: when it completed), that type named. The health check's lag looks at windowed types only.">Fresh until</th>
+    <th>Lag</th><th class="num" title="Failed jobs waiting for their next attempt: routine until their attempts are spent">Retrying</th><th class="num" title="Jobs whose regular attempts are spent (one last attempt when the lane is idle) or abandoned (waiting for a person)">Deferred / abandoned</th><th>Last error</th><th>Actions</th></tr></thead><tbody>
     ${page.items.map((o) => {
       const pct = o.initial_total ? Math.round(100 * o.initial_completed / o.initial_total) : 0;
-      const bad = o.abandoned > 0 || o.health === "failing";
+      const stuck = o.deferred + o.abandoned;
+      const bad = ["failing", "degraded"].includes(o.condition);
       const paused = o.paused_at !== null;
-      return `<tr data-owner="${esc(o.owner)}" class="${[bad ? "bad" : "", paused ? "paused" : ""].join(" ").trim()}">
+      const routine = o.error_status === "failed" && !bad;  // a retry on its way: said quietly
+      return `<tr data-owner="${esc(o.owner)}" data-condition="${esc(o.condition)}" class="${[bad ? "bad" : "", paused ? "paused" : ""].join(" ").trim()}">
         <td><b>${esc(o.owner)}</b></td>
-        <td class="health"><span class="health ${esc(o.health)}">${esc(o.health)}</span>${o.consecutive_failures ? ` <span class="muted">(${o.consecutive_failures} failed in a row)</span>` : ""}</td>
-        <td class="pause">${paused ? `<span class="status paused">paused</span> ${when(o.paused_at)} <span class="muted">by ${esc(o.paused_by)}</span><br><span class="error-text">${esc(o.paused_reason)}</span>` : '<span class="muted">–</span>'}</td>
+        <td class="condition"><span class="condition ${esc(o.condition)}">${conditionText(o)}</span></td>
         <td><span class="bar" title="${pct}%"><span style="width:${pct}%"></span></span>
             ${o.initial_completed}/${o.initial_total} ${o.initial_complete ? "✓" : ""}</td>
-        <td class="num">${number(o.initial_records)}</td>
+        <td class="num">${number(o.records)}</td>
         <td>${when(o.fresh_until)}${o.fresh_type ? ` <span class="muted">(${esc(o.fresh_type)})</span>` : ""}</td>
         <td>${age(o.lag)}</td>
-        <td class="num">${o.failed}</td>
-        <td class="num ${bad ? "bad" : ""}">${o.abandoned}</td>
-        <td>${o.last_error ? `<span class="error-text">${esc(o.last_error)}</span> (${esc(o.error_type)} ${button("show-job", `#${o.error_job_id}`, {job: o.error_job_id})})` : ""}</td>
+        <td class="num muted">${o.retrying || ""}</td>
+        <td class="num ${stuck ? "bad" : ""}">${stuck ? `${o.deferred} / ${o.abandoned}` : ""}</td>
+        <td>${o.last_error ? `<span class="${routine ? "muted" : "error-text"}">${routine ? "retrying: " : ""}${esc(o.last_error)}</span> (${esc(o.error_type)} ${button("show-job", `#${o.error_job_id}`, {job: o.error_job_id})})` : ""}</td>
         <td>${paused ? button("resume-owner", "Resume", {owner: o.owner}) : button("pause-owner", "Pause", {owner: o.owner}, true)}
             ${button("plan-owner", "Plan now", {owner: o.owner})}
-            ${o.failed + o.abandoned > 0 ? button("requeue-owner", "Requeue owner", {owner: o.owner}) : ""}
-            ${o.error_type ? button("requeue-type", `Requeue ${o.error_type}`, {owner: o.owner, type: o.error_type}) : ""}
+            ${stuck > 0 || bad ? button("requeue-owner", "Requeue owner", {owner: o.owner}) : ""}
+            ${o.error_type && !routine ? button("requeue-type", `Requeue ${o.error_type}`, {owner: o.owner, type: o.error_type}) : ""}
             ${button("cancel-owner", "Cancel", {owner: o.owner}, true)}</td>
       </tr>`;
     }).join("")}</tbody></table>`;
