@@ -206,6 +206,35 @@ def test_an_owner_shows_its_health_and_pause_and_a_paused_or_unhealthy_one_is_in
     assert [o.owner for o in monitor.owners("shops", troubled=True, now=clock.now).items] == ["acme", "globex"]
 
 
+def test_work_a_pause_holds_is_said_held_and_never_overdue(monitor, scene, admin, schema, clock):
+    """initech is paused and acme-like globex's lane is throttled by a server's named wait: their due jobs are
+    held, left out of the queue's oldest due wait, and each view says what holds them."""
+    clock.advance(timedelta(hours=1))  # everything waiting is an hour overdue
+    operations = monitor.operations
+    operations.pause("shops", "initech", "token revoked", now=clock.now)
+    assert monitor.queue("shops").oldest_waiting_age == timedelta(hours=1)  # globex's waiting slice
+    throttled_until = clock.now + timedelta(minutes=3)
+    operations.store.pause_lane("shops", "globex", wait=timedelta(minutes=3), now=clock.now)
+    operations.enqueue("shops", "globex", "products", key="while-throttled", now=clock.now)  # due, in a held lane
+
+    summary = monitor.queue("shops")
+    assert (summary.oldest_waiting_age, summary.owners_paused) == (None, 1)
+    lanes = {lane.lane: lane for lane in monitor.lanes("shops").items}
+    initech = rows(admin, schema, "owner = 'initech'")
+    assert (lanes["initech"].held, lanes["initech"].waiting, lanes["initech"].next_due) == (
+        len(initech),
+        len(initech),
+        None,
+    )
+    assert (lanes["globex"].held, lanes["globex"].throttled_until) == (0, throttled_until)
+    page = monitor.jobs("shops")
+    held = {job.owner: page.held[str(job.id)] for job in page.items if str(job.id) in page.held}
+    assert held["initech"] == "owner paused"
+    assert held["globex"] == f"lane throttled until {throttled_until:%Y-%m-%d %H:%M:%S} UTC"
+    assert "acme" not in held  # completed: nothing to hold
+    assert plain(page)["held"] == page.held
+
+
 def test_jobs_filter_by_owner_type_status_and_mode_and_page_by_id(monitor, scene, admin, schema):
     globex_orders = rows(admin, schema, "owner = 'globex' AND type = 'orders'", order="id DESC")
     first = monitor.jobs("shops", owner="globex", type="orders", limit=1)

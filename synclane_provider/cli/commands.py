@@ -15,7 +15,9 @@ from typing import Any
 
 from synclane_provider.configured import conn_id, declaration_path, open_operations
 from synclane_provider.core import DeclarationError, Operations, SyncLaneError
+from synclane_provider.core.durations import duration_text
 from synclane_provider.core.ops.monitor import Monitor, plain
+from synclane_provider.core.ops.monitor import OwnerState as MonitoredOwner
 from synclane_provider.core.records import ResyncProgress
 
 
@@ -125,6 +127,7 @@ def queues_command(args: Any) -> None:
                     "done_last_hour": data["done_last_hour"],
                     "records_last_hour": data["records_last_hour"],
                     "oldest_waiting_age_s": data["oldest_waiting_age"],
+                    "owners_paused": data["owners_paused"],
                 }
             )
         _print(rows, args)
@@ -141,10 +144,12 @@ def jobs_command(args: Any) -> None:
             before=args.before,
             limit=args.limit,
         )
-        rows = [plain(job) for job in page.items]
+        rows = [{**plain(job), "held": page.held.get(str(job.id))} for job in page.items]
         if args.output in ("table", "plain"):  # a terminal's width: the columns an operator scans
             for job, row in zip(page.items, rows, strict=True):
                 row["landed"] = job.land_counts.brief()
+                if row["held"]:  # not overdue: held by a pause
+                    row["next_run_at"] = f"held: {row['held']}"
             rows = [{name: row[name] for name in NARROW_JOB} for row in rows]
         _print(rows, args, next_page=page.next, hint="--before")
 
@@ -184,7 +189,38 @@ def progress_command(args: Any) -> None:
             _print([{**plain(done), "complete": done.complete, "settled": done.settled}], args)
             return
         page = Monitor(operations).owners(queue, after=args.after, troubled=args.troubled, limit=args.limit)
-        _print([plain(owner) for owner in page.items], args, next_page=page.next, hint="--after")
+        rows = [plain(owner) for owner in page.items]
+        if _narrow(args):
+            rows = [_progress_row(owner) for owner in page.items]
+        _print(rows, args, next_page=page.next, hint="--after")
+
+
+def _narrow(args: Any) -> bool:
+    """A table for a terminal: the columns an operator scans fit 100 characters, unless ``--wide``."""
+    return args.output in ("table", "plain") and not getattr(args, "wide", False)
+
+
+PROGRESS_COLUMNS = ("owner", "condition", "first_load", "records", "fresh_until", "lag", "retrying", "stuck")
+"""What ``progress`` prints of each owner in a terminal (``--wide``, json and yaml: every field)."""
+
+
+def _progress_row(owner: MonitoredOwner) -> dict[str, Any]:
+    """One owner as ``progress`` shows it in a terminal: its condition, its first load, records stored, how
+    fresh, and its jobs retrying and stuck (deferred or abandoned); durations as the page writes them."""
+    return {
+        "owner": owner.owner,
+        "condition": owner.condition,
+        "first_load": f"{owner.initial_completed}/{owner.initial_total}{' done' if owner.initial_complete else ''}",
+        "records": owner.records,
+        "fresh_until": f"{owner.fresh_until:%Y-%m-%d %H:%M}" if owner.fresh_until else "-",
+        "lag": duration_text(owner.lag) if owner.lag is not None else "-",
+        "retrying": owner.retrying,
+        "stuck": owner.deferred + owner.abandoned,
+    }
+
+
+OWNER_COLUMNS = ("owner", "health", "consecutive_failures", "paused_at", "paused_by", "paused_reason")
+"""What ``owners`` prints in a terminal (``--wide``, json and yaml: every field of the owner's row)."""
 
 
 def plan_command(args: Any) -> None:
@@ -256,7 +292,12 @@ def owners_command(args: Any) -> None:
     with _operations(args) as operations:
         found = operations.owners(_queue(operations, args), troubled=args.troubled, after=args.after, limit=args.limit)
         more = len(found) == args.limit
-        _print([plain(state) for state in found], args, next_page=found[-1].owner if more else None, hint="--after")
+        rows = [plain(state) for state in found]
+        if _narrow(args):
+            rows = [{name: row[name] for name in OWNER_COLUMNS} for row in rows]
+            for row in rows:
+                row["paused_at"] = row["paused_at"] and row["paused_at"][:16].replace("T", " ")
+        _print(rows, args, next_page=found[-1].owner if more else None, hint="--after")
 
 
 def _day_or_instant(text: str, name: str) -> datetime:

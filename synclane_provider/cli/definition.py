@@ -30,7 +30,12 @@ ARG_MODE = Arg(("--mode",), choices=tuple(mode.value for mode in JobMode), help=
 ARG_BEFORE = Arg(("--before",), type=int, help="only jobs with a smaller id (the next page after that id)")
 ARG_AFTER = Arg(("--after",), help="start after this name (the next page)")
 ARG_LIMIT = Arg(("--limit",), type=int, default=50, help="at most this many rows (default 50, at most 500)")
-ARG_TROUBLED = Arg(("--troubled",), action="store_true", help="only owners with failed, deferred or abandoned jobs")
+ARG_TROUBLED = Arg(
+    ("--troubled",),
+    action="store_true",
+    help="only owners in trouble: paused, failing, degraded, or with deferred or abandoned jobs",
+)
+ARG_WIDE = Arg(("--wide",), action="store_true", help="a table of every column (default: those that fit 100 columns)")
 ARG_OWNER_POSITIONAL = Arg(("owner",), nargs="?", help="one owner (default: every owner, a page at a time)")
 ARG_OWNER_REQUIRED = Arg(("owner",), help="the owner")
 ARG_TYPE_REQUIRED = Arg(("type",), help="the job type")
@@ -104,13 +109,14 @@ SYNCLANE_COMMANDS = (
     ),
     _command(
         "progress",
-        "Owners' initial load, freshness and troubled jobs (or one owner's initial load)",
+        "Owners' condition, initial load, records, freshness and troubled jobs (or one owner's initial load)",
         ARG_OWNER_POSITIONAL,
         ARG_QUEUE,
         ARG_TYPE,
         ARG_AFTER,
         ARG_TROUBLED,
         ARG_LIMIT,
+        ARG_WIDE,
     ),
     _command("plan", "Plan the queue (or one owner) now", ARG_QUEUE, ARG_OWNER),
     _command(
@@ -163,6 +169,7 @@ SYNCLANE_COMMANDS = (
         ARG_OWNERS_TROUBLED,
         ARG_AFTER,
         ARG_LIMIT,
+        ARG_WIDE,
     ),
     _command(
         "resync",

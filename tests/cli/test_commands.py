@@ -19,7 +19,7 @@ import yaml
 from psycopg import sql
 
 from synclane_demo.local import airflow_connection
-from synclane_provider.cli.commands import NARROW_JOB
+from synclane_provider.cli.commands import NARROW_JOB, PROGRESS_COLUMNS
 from tests.support import operate_declaration
 from tests.support.airflow_env import copy_migrated_metadata
 from tests.support.api_server import airflow, airflow_env
@@ -83,11 +83,21 @@ def test_a_listing_prints_the_same_rows_as_json_yaml_plain_and_table(listings, n
     rows = json.loads(listings[name, "json"])
     assert rows and steady(yaml.safe_load(listings[name, "yaml"])) == steady(rows)
     header = listings[name, "plain"].splitlines()[0].split()
-    # a table of jobs shows the columns an operator scans; every other listing the same columns as json
-    assert header == (list(NARROW_JOB) if name == "jobs" else list(rows[0]))
+    # a table of jobs or owners' progress shows the columns an operator scans; every other listing the same
+    # columns as json
+    narrow = {"jobs": list(NARROW_JOB), "progress": list(PROGRESS_COLUMNS)}
+    assert header == narrow.get(name, list(rows[0]))
     for row in rows:
         first = str(next(iter(row.values())))
         assert first in listings[name, "plain"] and first in listings[name, "table"]
+
+
+def test_owners_progress_fits_a_terminal_of_100_columns_with_durations_as_people_write_them(listings):
+    table = listings["progress", "plain"].splitlines()
+    assert max(len(line.rstrip()) for line in table) <= 100, "\n".join(table)
+    rows = json.loads(listings["progress", "json"])
+    assert all(row["condition"] in ("paused", "failing", "degraded", "behind", "healthy") for row in rows)
+    assert not any(str(row["lag"]) in listings["progress", "plain"] for row in rows if row["lag"])  # no raw seconds
 
 
 def test_queues_count_jobs_by_status(listings, database_url, cli_schema):

@@ -23,8 +23,9 @@ SELECT (SELECT count(*) FROM (SELECT 1 FROM {schema}.jobs AS j WHERE j.queue = %
                               AND j.status = 'abandoned' LIMIT %(cap)s + 1) AS counted)::bigint AS abandoned;
 
 -- name: queue_recent
--- A queue's last hour and its backlog: jobs and records completed in the hour before now, and since when
--- the longest-due waiting job has been due (NULL when nothing waiting is due).
+-- A queue's last hour and its backlog: jobs and records completed in the hour before now, since when the
+-- longest-due waiting job has been due (NULL when nothing waiting is due), leaving out the work a pause holds
+-- (an owner paused, or a lane throttled until later: not overdue, held), and how many owners are paused.
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now
 )
@@ -36,14 +37,22 @@ SELECT (SELECT count(*) FROM {schema}.jobs AS j
           AND j.completed_at > clock.now - interval '1 hour')::bigint AS records_last_hour,
        (SELECT min(j.next_run_at) FROM {schema}.jobs AS j
         WHERE j.queue = %(queue)s AND j.status IN ('pending', 'failed', 'deferred')
-          AND j.next_run_at <= clock.now) AS due_since,
+          AND j.next_run_at <= clock.now
+          AND {owner_of_j_not_paused}
+          AND NOT EXISTS (
+              SELECT 1 FROM {schema}.lane_budgets AS b
+              WHERE b.queue = j.queue AND b.lane = j.lane AND b.paused_until > clock.now
+          )) AS due_since,
+       (SELECT count(*) FROM {schema}.owners AS o
+        WHERE o.queue = %(queue)s AND o.paused_at IS NOT NULL)::bigint AS owners_paused,
        clock.now
 FROM clock;
 
 -- name: lanes
 -- One page of a queue's busy lanes (a job running or waiting), by name after %(after)s: the running jobs
 -- (a lane k wide runs up to k, one row each, in slot order; one row with no job when none runs), how many
--- wait, when the next is due, and the latest error among the waiting ones (what holds the lane).
+-- wait and how many of them a paused owner holds, when the next one not held is due, until when a throttle
+-- holds the whole lane (a server's named wait), and the latest error among the waiting ones.
 WITH RECURSIVE clock AS (
     SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now
 ),
@@ -81,18 +90,23 @@ SELECT page.lane,
        r.processed_count AS running_records, r.attempt_count AS running_attempt, r.leased_by AS running_worker,
        r.started_at AS running_started_at, clock.now - r.heartbeat_at AS heartbeat_age,
        r.lease_expires_at AS running_lease_expires_at, r.lane_slot AS running_slot, r.lane_width AS running_width,
-       w.waiting, w.next_due, e.id AS error_job_id, e.error AS last_error,
-       clock.now
+       w.waiting, w.held, w.next_due, throttle.throttled_until, e.id AS error_job_id, e.error AS last_error,
+       e.status AS error_status, clock.now
 FROM page
 CROSS JOIN clock
 LEFT JOIN {schema}.jobs AS r ON r.queue = %(queue)s AND r.lane = page.lane AND r.status = 'running'
 CROSS JOIN LATERAL (
-    SELECT count(*)::bigint AS waiting, min(j.next_run_at) AS next_due
+    SELECT count(*)::bigint AS waiting, count(*) FILTER (WHERE NOT {owner_of_j_not_paused})::bigint AS held,
+           min(j.next_run_at) FILTER (WHERE {owner_of_j_not_paused}) AS next_due
     FROM {schema}.jobs AS j
     WHERE j.queue = %(queue)s AND j.lane = page.lane AND j.status IN ('pending', 'failed', 'deferred')
 ) AS w
 LEFT JOIN LATERAL (
-    SELECT j.id, j.error
+    SELECT b.paused_until AS throttled_until FROM {schema}.lane_budgets AS b
+    WHERE b.queue = %(queue)s AND b.lane = page.lane AND b.paused_until > clock.now
+) AS throttle ON true
+LEFT JOIN LATERAL (
+    SELECT j.id, j.error, j.status
     FROM {schema}.jobs AS j
     WHERE j.queue = %(queue)s AND j.lane = page.lane AND j.status IN ('pending', 'failed', 'deferred')
       AND j.error IS NOT NULL
@@ -199,3 +213,17 @@ LEFT JOIN LATERAL (
     LIMIT 1
 ) AS e ON true
 ORDER BY owners.owner;
+
+-- name: holds
+-- Which of the jobs %(ids)s wait held by a pause, and by which: their owner paused, or their lane throttled
+-- until a time to come (a server's named wait, lane_budgets.paused_until). The jobs view says so instead of
+-- showing them overdue. One probe of the owners key and of the lane budget key per job.
+WITH clock AS (
+    SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now
+)
+SELECT j.id, NOT {owner_of_j_not_paused} AS owner_paused, b.paused_until AS throttled_until
+FROM {schema}.jobs AS j
+CROSS JOIN clock
+LEFT JOIN {schema}.lane_budgets AS b ON b.queue = j.queue AND b.lane = j.lane AND b.paused_until > clock.now
+WHERE j.id = ANY(%(ids)s::bigint[]) AND j.status IN ('pending', 'failed', 'deferred')
+  AND (b.paused_until IS NOT NULL OR NOT {owner_of_j_not_paused});

@@ -22,7 +22,7 @@ from synclane_provider.core.declare.declarations import Queue
 from synclane_provider.core.numbers import whole
 from synclane_provider.core.ops.operations import Operations
 from synclane_provider.core.records import Job
-from synclane_provider.core.states import JobMode, JobStatus, OwnerCondition, owner_condition
+from synclane_provider.core.states import WAITING, JobMode, JobStatus, OwnerCondition, owner_condition
 
 MAX_PAGE = 500
 """The most lanes, owners or jobs one page holds."""
@@ -45,8 +45,11 @@ class QueueSummary:
     done_last_hour: int
     records_last_hour: int
     oldest_waiting_age: timedelta | None
-    """How long the longest-due waiting job has been due; None when nothing waiting is due."""
+    """How long the longest-due waiting job has been due; None when nothing waiting is due. Work a pause holds
+    (an owner paused, a lane throttled until later) is not counted: it is held, not overdue."""
     now: datetime
+    owners_paused: int = 0
+    """Owners paused: their waiting jobs are held until someone resumes them."""
 
     @property
     def abandoned(self) -> int:
@@ -83,8 +86,15 @@ class Lane:
     running: list[RunningJob]
     waiting: int
     next_due: datetime | None
+    """When the next waiting job that no pause holds is due (None: none waits, or every one is held)."""
     last_error: str | None
     error_job_id: int | None
+    held: int = 0
+    """Waiting jobs of paused owners: held until they are resumed, never overdue."""
+    throttled_until: datetime | None = None
+    """Until when a server's named wait (a 429's Retry-After) holds the whole lane; None: it does not."""
+    error_status: str | None = None
+    """The status of the job whose error is shown: ``failed`` is a retry on its way, not trouble yet."""
 
 
 @dataclass(frozen=True)
@@ -138,6 +148,9 @@ class Page(Generic[T]):
 
     items: list[T]
     next: str | None
+    held: dict[str, str] = dataclasses.field(default_factory=dict)
+    """For a page of jobs: the waiting ones a pause holds, by id, with what holds them (``owner paused``, or
+    ``lane throttled until …``)."""
 
 
 class Monitor:
@@ -174,6 +187,7 @@ class Monitor:
             records_last_hour=recent["records_last_hour"],
             oldest_waiting_age=recent["now"] - due_since if due_since is not None else None,
             now=recent["now"],
+            owners_paused=recent["owners_paused"],
         )
 
     def queues(self, *, now: datetime | None = None) -> list[QueueSummary]:
@@ -198,6 +212,9 @@ class Monitor:
                     next_due=first["next_due"],
                     last_error=first["last_error"],
                     error_job_id=first["error_job_id"],
+                    held=first["held"],
+                    throttled_until=first["throttled_until"],
+                    error_status=first["error_status"],
                 )
             )
         return Page(lanes, lanes[-1].lane if len(lanes) == limit else None)
@@ -292,7 +309,20 @@ class Monitor:
         jobs = self.operations.list_jobs(
             queue, owner=owner, type=type, status=status, mode=mode, before=before, limit=_limit(limit)
         )
-        return Page(jobs, str(jobs[-1].id) if len(jobs) == limit else None)
+        return Page(jobs, str(jobs[-1].id) if len(jobs) == limit else None, self._holds(jobs))
+
+    def _holds(self, jobs: list[Job]) -> dict[str, str]:
+        """What holds each waiting job of ``jobs`` that a pause holds (see :attr:`Page.held`)."""
+        waiting = [job.id for job in jobs if job.status in WAITING]
+        if not waiting:
+            return {}
+        held = {}
+        for row in self._rows("holds", ids=waiting, now=self.operations.at(None)):
+            until = row["throttled_until"]
+            held[str(row["id"])] = (
+                "owner paused" if row["owner_paused"] else f"lane throttled until {until:%Y-%m-%d %H:%M:%S} UTC"
+            )
+        return held
 
 
 def _running_job(row: dict[str, Any]) -> RunningJob:

@@ -31,10 +31,21 @@ function nextDue(iso) {
   return late > 1 ? `<span class="overdue" title="due ${when(iso)}">overdue ${age(late)}</span>` : when(iso);
 }
 // When a job runs next: nothing for a job that is over (completed, or abandoned until someone requeues it).
-function nextRun(job) {
+function nextRun(job, held) {
   if (job.status === "abandoned") return '<span class="muted">never (requeue to run)</span>';
   if (job.status === "completed") return "–";
+  if (held) return `<span class="held">held: ${esc(held)}</span>`;
   return when(job.next_run_at);
+}
+// A lane's next due job, or what holds the lane: a server's named wait on the whole lane, or paused owners.
+function laneNext(l) {
+  if (l.throttled_until) return `<span class="held">held: lane throttled until ${when(l.throttled_until)}</span>`;
+  if (!l.next_due && l.held) return '<span class="held">held: owner paused</span>';
+  return nextDue(l.next_due);
+}
+// An error of a job waiting to retry is routine: said quietly, in grey.
+function errorText(error, status) {
+  return status === "failed" ? `<span class="muted">retrying: ${esc(error)}</span>` : `<span class="error-text">${esc(error)}</span>`;
 }
 function utcClock(date) { return `${date.toISOString().slice(11, 19)} UTC`; }
 function windowText(start, end) { return start ? `${when(start).slice(0, 16)} → ${when(end).slice(0, 16)}` : "snapshot"; }
@@ -150,7 +161,8 @@ function renderQueues(queues) {
         ${order.map((s) => `<div class="stat ${s === "abandoned" && q.jobs[s] > 0 ? "bad" : ""}"><b>${number(q.jobs[s])}${q.more_than.includes(s) ? "+" : ""}</b>${s}</div>`).join("")}
         <div class="stat"><b>${number(q.done_last_hour)}</b>jobs done, last hour</div>
         <div class="stat"><b>${number(q.records_last_hour)}</b>records, last hour</div>
-        <div class="stat"><b>${age(q.oldest_waiting_age)}</b>oldest due job waiting</div>
+        <div class="stat" title="Work a pause holds (an owner paused, a lane throttled) is held, not overdue"><b>${age(q.oldest_waiting_age)}</b>oldest due job waiting</div>
+        <div class="stat ${q.owners_paused ? "warn" : ""}"><b>${number(q.owners_paused)}</b>owners paused (their work held)</div>
       </div>
     </div>`).join("")}</div>`;
 }
@@ -171,9 +183,9 @@ function renderLanes(page) {
         <td class="num">${r ? number(r.records) : ""}</td>
         <td>${r ? age(r.heartbeat_age) + " ago" : ""}</td>
         <td><code>${r ? esc(r.worker) : ""}</code></td>
-        ${i === 0 ? `<td class="num" ${span}>${number(l.waiting)}</td>
-        <td ${span}>${nextDue(l.next_due)}</td>
-        <td ${span}>${l.last_error ? `<span class="error-text">${esc(l.last_error)}</span> (${button("show-job", `#${l.error_job_id}`, {job: l.error_job_id})})` : ""}</td>` : ""}
+        ${i === 0 ? `<td class="num" ${span}>${number(l.waiting)}${l.held ? ` <span class="muted">(${number(l.held)} held)</span>` : ""}</td>
+        <td ${span}>${laneNext(l)}</td>
+        <td ${span}>${l.last_error ? `${errorText(l.last_error, l.error_status)} (${button("show-job", `#${l.error_job_id}`, {job: l.error_job_id})})` : ""}</td>` : ""}
       </tr>`).join("");
     }).join("")}</tbody></table>`;
 }
@@ -239,6 +251,7 @@ function renderResyncs(requests) {
 }
 
 const STOPPED = new Set(["failed", "deferred", "abandoned"]);
+const REQUEUE = new Set(["deferred", "abandoned"]);  // offered on the row: a failed job retries by itself
 const LANDED = ["inserted", "updated", "unchanged", "stale", "deleted"];
 function landedText(j) {  // the job's rows landed, the counts that are not zero (as the CLI's jobs table)
   return LANDED.filter((k) => Number(j[`${k}_count`] ?? 0))
@@ -252,9 +265,9 @@ function renderJobs(page) {
       <td>${button("show-job", `#${j.id}`, {job: j.id})}</td><td>${esc(j.owner)}</td><td>${esc(j.type)}</td><td>${esc(j.mode)}</td>
       <td><span class="status ${esc(j.status)}">${esc(j.status)}</span></td>
       <td>${windowText(j.window_start, j.window_end)}</td><td><code>${esc(j.cursor ?? "")}</code></td>
-      <td class="num">${number(j.processed_count)}</td><td class="landed">${landedText(j)}</td><td class="num">${j.attempt_count}</td><td>${nextRun(j)}</td>
-      <td>${j.error ? `<span class="error-text">${esc(j.error)}</span>` : ""}</td>
-      <td>${STOPPED.has(j.status) ? button("requeue-job", "Requeue", {job: j.id, owner: j.owner, type: j.type}) : ""}</td>
+      <td class="num">${number(j.processed_count)}</td><td class="landed">${landedText(j)}</td><td class="num">${j.attempt_count}</td><td>${nextRun(j, page.held[j.id])}</td>
+      <td>${j.error ? errorText(j.error, j.status) : ""}</td>
+      <td>${REQUEUE.has(j.status) ? button("requeue-job", "Requeue", {job: j.id, owner: j.owner, type: j.type}) : ""}</td>
     </tr>`).join("")}</tbody></table>`;
 }
 
