@@ -293,7 +293,9 @@ def late_gate(database_url, schema, clock, admin, monkeypatch):
     so far (read from the lane's budget row: each take moves it one interval on from the pinned instant)."""
     assert SLOW_RATE.lateness == timedelta(seconds=10)
     synclane = declare(schema, products(), rate=SLOW_RATE)
-    job = _any_job(synclane, database_url)
+    _any_job(synclane, database_url)
+    with WorkerSlot(synclane, synclane.database(database_url), "shops") as slot:
+        job = slot.take()  # leased: a page is asked for a job its worker holds
     watch = Watch()
     monkeypatch.setattr("synclane_provider.core.run.lane_gate.time", watch)
     session = Session(synclane.database(database_url))
