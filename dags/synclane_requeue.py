@@ -3,7 +3,7 @@
 Trigger it by hand ("Trigger DAG" with these parameters, or the REST API) once
 the cause is fixed: ``owner`` and ``type`` narrow it down, empty means all.
 The same as ``Operations(synclane, database).requeue(queue, owner=..., type=...)``
-from code, or the ``UPDATE`` shown in the README.
+from code, or the ``UPDATE`` shown in docs/how-to/jobs-from-code.md.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Every object that opens database connections closes them when its work is over, without the garbage collector.
 
 Connections are counted in ``pg_stat_activity`` under an ``application_name`` of the test's own, for each of
-the forms the README shows. The garbage collector is off throughout, so that nothing is closed by a finalizer.
+the forms the docs show. The garbage collector is off throughout, so that nothing is closed by a finalizer.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ def test_three_drained_pools_in_a_row_leave_no_connection_open(declaration, name
             for n in range(30):
                 ops.enqueue("shops", f"owner-{n}", "products", key=f"round-{round}")
         assert open_connections() == 0
-        summary = WorkerPool(declaration, database, "shops", slots=20).drain()  # as the README writes it
+        summary = WorkerPool(declaration, database, "shops", slots=20).drain()  # as docs/reference.md writes it
         assert summary.outcomes["completed"] == 30
         assert open_connections() == 0
 

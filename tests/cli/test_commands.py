@@ -245,7 +245,7 @@ def test_the_declaration_and_connection_can_be_named_on_the_command_line(scene, 
 
 @pytest.fixture(scope="module")
 def user_env(database_url, cli_schema, tmp_path_factory, airflow_db) -> dict[str, str]:
-    """Set up as the README says: the declaration only in the DAG folder (not on PYTHONPATH), the connection added
+    """Set up as the tutorial says: the declaration only in the DAG folder (not on PYTHONPATH), the connection added
     with ``airflow connections add`` into the metadata database (no ``AIRFLOW_CONN_`` variable). The metadata
     database is a copy of the session's migrated one (``airflow db migrate`` is the user path test's)."""
     home = tmp_path_factory.mktemp("airflow-user")

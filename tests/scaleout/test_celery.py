@@ -184,7 +184,7 @@ def scenario(database_url, broker, tmp_path_factory, airflow_metadata):
 
 
 def report(run: Scenario) -> str:
-    """What happened, for ``pytest -s`` and the README's figures: timings, and what followed the kill."""
+    """What happened, for ``pytest -s`` and the figures of docs/how-to/scale-out.md: timings, and what followed the kill."""
     lines = [
         f"\nCelery scale-out timings (s): { {k: round(v) for k, v in run.timings.items()} }",
         f"killed {run.victim} ({len(run.killed_pids)} processes) holding jobs (id, cursor) "

@@ -1,11 +1,12 @@
-"""A new user's path, from the README alone: the provider installed from a wheel into a fresh virtualenv, a fresh
-``AIRFLOW_HOME`` with its metadata in PostgreSQL and the jobs table in another database, the README's declaration
-only in the DAG folder, the connection added with ``airflow connections add``, the example DAGs copied in and
-configured in ``airflow.cfg``, unpaused as the README says, ``airflow standalone``.
+"""A new user's path, from the tutorial "Your first sync in your own Airflow" (docs/tutorials/first-sync.md)
+alone: the provider installed from a wheel into a fresh virtualenv, a fresh ``AIRFLOW_HOME`` with its metadata in
+PostgreSQL and the jobs table in another database, the tutorial's declaration only in the DAG folder, the
+connection added with ``airflow connections add``, the example DAGs copied in and configured in ``airflow.cfg``,
+unpaused as the tutorial says, ``airflow standalone``.
 
-Each step is the README's own command, in the README's order (a test checks the order against the README's
-"Running it in your Airflow"). The wheel is built once from the checkout and installed, not editable, with
-``uv pip install`` (pip's interface, the project's constraints, its cache). Once the sync has settled:
+Each step is the tutorial's own command, in the tutorial's order (a test checks the order against its text).
+The wheel is built once from the checkout and installed, not editable, with ``uv pip install`` (pip's
+interface, the project's constraints, its cache). Once the sync has settled:
 
 * the SyncLane page's JSON (a token from ``/auth/token``) and ``airflow synclane progress|jobs|lanes`` say what
   the table says;
@@ -37,7 +38,7 @@ from psycopg.rows import dict_row
 from synclane_demo.local import sqlalchemy_url, wait_for_airflow
 from synclane_demo.processes import Service
 from tests.support.browser import chromium
-from tests.support.readme import readme_declaration, running_it_in_your_airflow
+from tests.support.first_sync import tutorial_declaration, tutorial_steps
 from tests.support.real_airflow import AirflowApi, clean_environment, connection_uri, free_port, wait_until
 
 pytestmark = [pytest.mark.airflow, pytest.mark.slow, pytest.mark.timeout(1200)]
@@ -47,8 +48,8 @@ ARTIFACTS = Path(os.environ.get("SYNCLANE_TEST_ARTIFACTS", PROJECT / "test-artif
 DAGS = ("synclane_plan.py", "synclane_work.py", "synclane_health.py", "synclane_requeue.py")
 UNPAUSE = ("dags", "unpause", "--treat-dag-id-as-regex", "--yes", "^synclane_")
 
-# What the test does, as the README says it, in the README's order.
-README_STEPS = (
+# What the test does, as the tutorial says it, in the tutorial's order.
+TUTORIAL_STEPS = (
     "pip wheel --no-deps -w dist /path/to/synclane && pip install dist/airflow_provider_synclane-*.whl",
     "airflow db migrate",
     "airflow connections add synclane_default --conn-uri",
@@ -123,7 +124,7 @@ def fresh_environment(base: Path) -> Path:
 
 
 def configure(cfg: Path) -> None:
-    """Set the two options of the ``[synclane]`` section Airflow wrote into ``airflow.cfg``, as the README says."""
+    """Set the two options of the ``[synclane]`` section Airflow wrote into ``airflow.cfg``, as the tutorial says."""
     text = cfg.read_text(encoding="utf-8")
     for option, value in (("declaration", "shop_sync:synclane"), ("queue", "shops")):
         assert f"\n# {option} = \n" in text, f"airflow.cfg has no commented-out [synclane] {option}"
@@ -156,7 +157,7 @@ def trial(database_url: str, tmp_path_factory) -> Trial:
                     psycopg.conninfo.make_conninfo(database_url, dbname=metadata_db)
                 ),
                 "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-                # Another port than 8080, as the README says to set it, and log servers of its own.
+                # Another port than 8080, as the tutorial says to set it, and log servers of its own.
                 "AIRFLOW__API__PORT": str(port),
                 "AIRFLOW__API__BASE_URL": f"http://localhost:{port}",
                 "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),
@@ -169,7 +170,7 @@ def trial(database_url: str, tmp_path_factory) -> Trial:
         run = Trial(env, home, jobs_url)
         run.run("airflow", "db", "migrate")
         run.run("airflow", "connections", "add", "synclane_default", "--conn-uri", connection_uri(jobs_url))
-        (home / "dags" / "shop_sync.py").write_text(readme_declaration(), encoding="utf-8")
+        (home / "dags" / "shop_sync.py").write_text(tutorial_declaration(), encoding="utf-8")
         for name in DAGS:
             shutil.copy(PROJECT / "dags" / name, home / "dags" / name)
         configure(home / "airflow.cfg")
@@ -228,12 +229,12 @@ def stop(run: Trial) -> None:
 # -- the promises ------------------------------------------------------------------------------------------
 
 
-def test_every_step_taken_is_in_the_readme_in_that_order():
-    section, at = running_it_in_your_airflow(), 0
-    for step in README_STEPS:
+def test_every_step_taken_is_in_the_tutorial_in_that_order():
+    section, at = tutorial_steps(), 0
+    for step in TUTORIAL_STEPS:
         found = section.find(step, at)
         assert found >= 0, (
-            f"the README's 'Running it in your Airflow' does not say {step!r} after {section[:at][-80:]!r}"
+            f"the tutorial 'Your first sync in your own Airflow' does not say {step!r} after {section[:at][-80:]!r}"
         )
         at = found + len(step)
 
