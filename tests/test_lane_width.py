@@ -43,12 +43,17 @@ def test_24_workers_on_3_lanes_of_width_2_run_at_most_2_jobs_of_a_lane_at_once(d
     assert result.max_running == {"lane-0": 2, "lane-1": 2, "lane-2": 2}  # the width is used, and never passed
 
 
-def test_without_the_slot_index_the_same_race_runs_a_lane_wider_than_2(database_url, fresh_schema):
-    result = lane_race(
-        database_url, fresh_schema, workers=24, lanes=3, jobs=600, width=2, keep_lane_index=False, **HARSH
-    )
-    assert result.jobs == 600
-    assert result.max_running_per_lane > 2  # the check can fail: the index is what holds the width
+def test_without_the_slot_index_the_same_race_runs_a_lane_wider_than_2(database_url, schemas):
+    """The check can fail: the index is what holds the width. A race is a race: on a loaded machine one may pass
+    without an overlap, so it runs again, up to three times, until the check is seen failing."""
+    for _ in range(3):
+        result = lane_race(
+            database_url, schemas(), workers=24, lanes=3, jobs=600, width=2, keep_lane_index=False, **HARSH
+        )
+        assert result.jobs == 600
+        if result.max_running_per_lane > 2:
+            break
+    assert result.max_running_per_lane > 2
 
 
 @pytest.mark.parametrize("width", [0, -1, 1.5, "2", True, None])

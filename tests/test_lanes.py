@@ -30,10 +30,15 @@ def test_24_workers_on_3_lanes_never_run_two_jobs_of_one_lane_at_once(database_u
     assert result.overlaps == 0
 
 
-def test_without_the_lane_index_the_same_race_overlaps(database_url, fresh_schema):
-    result = lane_race(database_url, fresh_schema, workers=24, lanes=3, jobs=600, keep_lane_index=False, **HARSH)
-    assert result.jobs == 600
-    assert result.overlaps > 0  # the check can fail: the index is what prevents this
+def test_without_the_lane_index_the_same_race_overlaps(database_url, schemas):
+    """The check can fail: the index is what prevents this. A race is a race: on a loaded machine one may pass
+    without an overlap, so it runs again, up to three times, until the check is seen failing."""
+    for _ in range(3):
+        result = lane_race(database_url, schemas(), workers=24, lanes=3, jobs=600, keep_lane_index=False, **HARSH)
+        assert result.jobs == 600
+        if result.overlaps > 0:
+            break
+    assert result.overlaps > 0
 
 
 def test_an_owner_moved_into_a_shared_lane_never_runs_beside_it(database_url, fresh_schema, admin):
