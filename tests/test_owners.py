@@ -106,7 +106,10 @@ class Revoked:
             self.calls.append((job.owner, job.cursor))
             pages_of_owner = sum(1 for owner, _ in self.calls if owner == job.owner)
         if job.owner in self.revoked and pages_of_owner > self.after:
-            raise OwnerPaused(f"401 Unauthorized: the token of {job.owner} was revoked")
+            try:
+                raise PermissionError(f"401 Unauthorized for https://api.example.com/v1/{job.owner}/orders")
+            except PermissionError as exc:  # as a handler turns its client's error into a pause
+                raise OwnerPaused(f"401 Unauthorized: the token of {job.owner} was revoked") from exc
         return paged(self.total)(job)
 
     def pages(self, owner: str) -> int:
@@ -436,13 +439,13 @@ def test_the_health_check_fails_once_when_a_handler_pauses_its_owner_and_once_wh
     database = declaration.database(database_url)
     with Operations(declaration, database) as ops, WorkerSlot(declaration, database, "shops", clock=clock) as slot:
         ops.plan("shops", now=clock.now)
-        ops.store.upsert_owner(OwnerState("shops", "acme", last_error="HTTPError: 401 Unauthorized"))
         slot.drain()
         first = ops.check_health("shops", abandoned_since=None, now=clock.now)
         assert [(f.problem, f.owner) for f in first.findings] == [("paused", "acme")]
-        assert first.findings[0].message == (
+        assert first.findings[0].message == (  # the alert names the error that made the handler pause it
             "paused: owner acme was paused by its handler at 2026-11-30 10:20 UTC: 401 Unauthorized: the token of "
-            "acme was revoked; last error: HTTPError: 401 Unauthorized; none of its jobs runs until it is resumed"
+            "acme was revoked; last error: PermissionError: 401 Unauthorized for "
+            "https://api.example.com/v1/acme/orders; none of its jobs runs until it is resumed"
         )
         assert ops.check_health("shops", abandoned_since=None, now=clock.advance(timedelta(minutes=5))).healthy
         assert ops.check_health("shops", abandoned_since=None, now=clock.advance(timedelta(minutes=5))).healthy

@@ -65,15 +65,17 @@ NOT EXISTS (
 -- fragment: owner_paused
 -- The INSERT that pauses owner %(owner)s of queue %(queue)s, by %(paused_by)s for %(paused_reason)s, as the
 -- first statement of a WITH: its row made when missing; a pause already in place is kept as it was (the first
--- reason stands). Used by pause_owner and pause_owner_and_release.
+-- reason stands). %(last_error)s, when not NULL, becomes the owner's last error (a handler's pause: the error
+-- that made it pause, which the health check's alert names). Used by pause_owner and pause_owner_and_release.
 paused AS (
-    INSERT INTO {schema}.owners AS o (queue, owner, paused_at, paused_reason, paused_by, updated_at)
+    INSERT INTO {schema}.owners AS o (queue, owner, paused_at, paused_reason, paused_by, last_error, updated_at)
     VALUES (%(queue)s, %(owner)s, coalesce(%(now)s::timestamptz, statement_timestamp()), %(paused_reason)s,
-            %(paused_by)s, coalesce(%(now)s::timestamptz, statement_timestamp()))
+            %(paused_by)s, %(last_error)s, coalesce(%(now)s::timestamptz, statement_timestamp()))
     ON CONFLICT (queue, owner) DO UPDATE
     SET paused_at = coalesce(o.paused_at, excluded.paused_at),
         paused_reason = CASE WHEN o.paused_at IS NULL THEN excluded.paused_reason ELSE o.paused_reason END,
         paused_by = CASE WHEN o.paused_at IS NULL THEN excluded.paused_by ELSE o.paused_by END,
+        last_error = coalesce(excluded.last_error, o.last_error),
         updated_at = excluded.updated_at
     RETURNING o.*
 )

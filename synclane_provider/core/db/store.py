@@ -362,10 +362,10 @@ class Store:
         return Job.from_row(row) if row else None
 
     def pause_owner_and_release(
-        self, job: Job, *, worker: str, processed_count: int, reason: str, now: datetime | None
+        self, job: Job, *, worker: str, processed_count: int, reason: str, error: str, now: datetime | None
     ) -> Job | None:
-        """Pause the job's owner (by its handler) and hand the job back at its cursor, the attempt not counted, in
-        one statement; None when the lease is lost (the owner is paused all the same)."""
+        """Pause the job's owner (by its handler, ``error`` its last error) and hand the job back at its cursor,
+        the attempt not counted, in one statement; None when the lease is lost (the owner is paused all the same)."""
         row = self.session.one(
             "pause_owner_and_release",
             id=job.id,
@@ -375,6 +375,7 @@ class Store:
             owner=job.owner,
             paused_reason=reason,
             paused_by=PAUSED_BY_HANDLER,
+            last_error=error,
             now=now,
         )
         return Job.from_row(row) if row else None
@@ -663,7 +664,9 @@ class Store:
 
     def pause_owner(self, queue: str, owner: str, *, reason: str, by: str, now: datetime | None) -> OwnerState:
         """Pause the owner (a pause already in place is kept as it was); returns its state as left."""
-        row = self.session.one("pause_owner", queue=queue, owner=owner, paused_reason=reason, paused_by=by, now=now)
+        row = self.session.one(
+            "pause_owner", queue=queue, owner=owner, paused_reason=reason, paused_by=by, last_error=None, now=now
+        )
         assert row is not None
         return OwnerState.from_row(row)
 

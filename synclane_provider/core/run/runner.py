@@ -232,7 +232,12 @@ class JobRunner:
             )
         else:
             released = self._store.pause_owner_and_release(
-                job, worker=self._worker, processed_count=job.processed_count, reason=pausing.reason, now=self._clock()
+                job,
+                worker=self._worker,
+                processed_count=job.processed_count,
+                reason=pausing.reason,
+                error=describe_error(pausing.__cause__ or pausing),  # the 401 behind it, when the handler chained it
+                now=self._clock(),
             )
         if released is None:
             released = self._landed(
