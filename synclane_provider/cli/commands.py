@@ -40,6 +40,11 @@ def _operations(args: Any) -> Iterator[Operations]:
             yield operations
     except (SyncLaneError, ValueError) as exc:
         sys.exit(f"synclane: {exc}")
+    except Exception as exc:  # the user's code (an owner source, a handler's import) or the database failed
+        if getattr(args, "verbose", False):
+            raise
+        command = getattr(getattr(args, "func", None), "__name__", "command").removesuffix("_command")
+        sys.exit(f"synclane: {command} failed: {type(exc).__name__}: {exc} (-v shows the traceback)")
 
 
 @contextmanager

@@ -297,6 +297,19 @@ def test_resume_refuses_an_owner_nobody_lists_in_one_line(scene, env):
     )
 
 
+def test_a_command_whose_owner_source_fails_changes_nothing_and_says_why_in_one_line(scene, env, database_url):
+    synclane("pause", "initech", "--reason", "token revoked", env=env)
+    down = {**env, "SYNCLANE_OPERATE_ACCOUNTS_DOWN": "1"}
+    refused = airflow("synclane", "resume", "initech", env=down)
+    assert refused.returncode != 0 and "Traceback" not in refused.stderr, refused.stderr
+    assert refused.stderr.strip().splitlines()[-1] == (
+        "synclane: resume failed: RuntimeError: no database for the accounts: set ACCOUNTS_URL (-v shows the traceback)"
+    )
+    [initech] = [o for o in json.loads(synclane("owners", "-o", "json", env=env)) if o["owner"] == "initech"]
+    assert initech["paused_at"] is not None  # nothing changed: still paused
+    assert "Traceback" in airflow("synclane", "resume", "initech", "-v", env=down).stderr
+
+
 def test_resync_makes_one_request_and_resyncs_lists_cancels_and_requeues_it(scene, env, database_url, cli_schema):
     args = ("--type", "orders", "--from", "2026-03-01", "--to", "2026-03-03", "--owner", "globex", "--owner", "acme-us")
     [made] = json.loads(synclane("resync", *args, "--reason", "March totals", "--key", "march", "-o", "json", env=env))
