@@ -148,6 +148,21 @@ def test_an_operator_pauses_an_owner_finds_it_in_trouble_and_resumes_it_from_the
     [row] = _owner_rows(database_url, operate_schema)
     assert (row["owner"], row["paused_by"], row["paused_reason"]) == ("initech", "admin", "token revoked (401)")
 
+    # Its work is held, not overdue: in the Lanes view, the Jobs view and the Queues view's counts.
+    frame.get_by_role("button", name="Lanes", exact=True).click()
+    lane = frame.locator("#lanes-table tr[data-lane=initech]")
+    expect(lane).to_contain_text("held: owner paused")
+    expect(lane).not_to_contain_text("overdue")
+    _shot(page, "owners-1b-paused-lanes-held")
+    frame.get_by_role("button", name="Jobs", exact=True).click()
+    frame.locator("#job-filters input[name=owner]").fill("initech")
+    frame.locator("#job-filters").get_by_role("button", name="Show", exact=True).click()
+    expect(frame.locator("#jobs-table tr[data-status=pending]").first).to_contain_text("held: owner paused")
+    _shot(page, "owners-1c-paused-jobs-held")
+    frame.get_by_role("button", name="Queues", exact=True).click()
+    expect(frame.locator(".card[data-queue=shops]")).to_contain_text("1owners paused")
+    frame.get_by_role("button", name="Owners", exact=True).click()
+
     frame.locator("#owner-filters input[name=troubled]").check()
     frame.locator("#owner-filters").get_by_role("button", name="Show", exact=True).click()
     expect(frame.locator("#owners-table tr[data-owner]")).to_have_count(2)  # globex (its abandoned slice), initech
