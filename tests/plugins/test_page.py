@@ -243,6 +243,11 @@ def test_an_operator_asks_for_a_re_sync_on_the_owners_view_and_follows_it_on_the
     form.locator("input[name=reason]").fill("last month's totals were wrong")
     confirm = frame.get_by_role("dialog")
     message = frame.locator("#message")
+    asked: list[tuple[dict, dict]] = []  # each call of the resync endpoint: what it was sent, what it answered
+    page.on(
+        "response",
+        lambda r: asked.append((r.request.post_data_json, r.json())) if r.url.endswith("/resync") else None,
+    )
 
     form.get_by_role("button", name="Re-sync…").click()
     expect(message).to_have_text("Re-sync not asked: choose a type.")
@@ -289,6 +294,9 @@ def test_an_operator_asks_for_a_re_sync_on_the_owners_view_and_follows_it_on_the
     for a, b in made:  # each window within one of globex's history slices, where it meets them
         met = [(s, e) for s, e in history if s < b and a < e]
         assert len(met) <= 1 and all(s <= a and b <= e for s, e in met)
+    [(preview, previewed), (yes, _)] = asked
+    assert (preview["dry_run"], yes.get("dry_run", False), yes["key"]) == (True, False, previewed["key"])
+    assert request["key"] == previewed["key"]  # the yes asked for the very request the confirmation showed
     made = len(made)
     assert made == request["jobs"] > 0
 

@@ -64,8 +64,8 @@ def resync_windows(
 
     After the newest history slice, as without history: back from the midnight of the range's end.
 
-    >>> days(resync_windows(orders, d(11, 1), d(12, 5), acme))
-    ['[11-30, 12-05)', '[11-01, 11-30)']
+    >>> days(resync_windows(orders, d(11, 20), d(12, 31), acme))
+    ['[12-01, 12-31)', '[11-30, 12-01)', '[11-20, 11-30)']
 
     Slices shorter than a day are counted forward from the midnight too; a range within one slice is one window.
 
