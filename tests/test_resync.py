@@ -74,8 +74,10 @@ def day(month: int, day: int) -> datetime:
 def test_a_month_of_an_owner_with_history_is_cut_on_its_history_slices_boundaries(ops, admin, schema, clock):
     """acme's first plan (2026-11-30) cut its history back from that midnight in 10-day slices: ..., [10-01, 10-11),
     [10-11, 10-21), [10-21, 10-31), [10-31, 11-10), ... October re-synced is one window per slice it meets, each
-    inside one of them, not [10-22, 11-01) ... [10-01, 10-02) cut back from November's first midnight."""
+    inside one of them, not [10-22, 11-01) ... [10-01, 10-02) cut back from November's first midnight. Plans on
+    later days moved acme's coverage on, not its history."""
     ops.plan("shops", owner="acme", now=clock.now)
+    ops.plan("shops", owner="acme", now=clock.now + timedelta(days=3, hours=5))
     execute(admin, schema, "DELETE FROM {jobs}")  # the coverage stays: what the planner knows of acme's history
     ops.resync("shops", "orders", day(10, 1), day(11, 1), owners=["acme"], reason="October", now=clock.now)
     assert windows_of(admin, schema, "acme") == [
