@@ -135,7 +135,9 @@ async function askResync(form) {
     preview = await api(queuePath("resync"), {method: "POST", body: JSON.stringify({...body, dry_run: true})});
   } catch (error) { say(`re-sync refused: ${error.message}`, true); return; }
   const who = v.owner ? v.owner : "every owner";
-  const question = `Re-sync ${v.type} of ${who} from ${v.start} to ${v.end} (UTC, the end excluded)? It makes ${preview.jobs === 1 ? "1 job" : `${number(preview.jobs)} jobs`}, fetched again newest window first, after each lane's fresh work; coverage and freshness do not move.`;
+  const windowed = preview.windows.some((g) => g.windows.length);
+  const how = windowed ? "fetched again newest window first, after each lane's fresh work" : "each a snapshot taken again after its lane's fresh work";
+  const question = `Re-sync ${v.type} of ${who} from ${v.start} to ${v.end} (UTC, the end excluded)? It makes ${preview.jobs === 1 ? "1 job" : `${number(preview.jobs)} jobs`}, ${how}; coverage and freshness do not move.`;
   if (!(await ask(question, null, resyncWindowsList(preview.windows)))) return;
   try {
     say((await api(queuePath("resync"), {method: "POST", body: JSON.stringify({...body, key: preview.key})})).message);
