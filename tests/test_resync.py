@@ -10,7 +10,7 @@ from synclane_provider.core import DeclarationError, JobAbandoned, Operations, O
 from synclane_provider.core.errors import UnknownJobTypeError
 from synclane_provider.core.ops.health import STUCK_AFTER_REQUEUES, Problem
 from synclane_provider.core.plan.resync import resync_windows
-from synclane_provider.core.records import OwnerState
+from synclane_provider.core.records import OwnerState, ResyncWindows
 from tests.support.helpers import declare, execute, orders, owners, paged, products, race, rows
 
 UTC = timezone.utc
@@ -63,6 +63,90 @@ def test_windows_cover_exactly_the_range_without_gap_or_overlap():
     assert {b for _, b in windows[1:]} <= {midnight + n * timedelta(hours=7) for n in range(-30, 4)}
 
 
+def windows_of(admin, schema, owner: str) -> list[tuple[datetime, datetime]]:
+    return [(j["window_start"], j["window_end"]) for j in rows(admin, schema, "owner = %s", [owner], order="id")]
+
+
+def day(month: int, day: int) -> datetime:
+    return datetime(2026, month, day, tzinfo=UTC)
+
+
+def test_a_month_of_an_owner_with_history_is_cut_on_its_history_slices_boundaries(ops, admin, schema, clock):
+    """acme's first plan (2026-11-30) cut its history back from that midnight in 10-day slices: ..., [10-01, 10-11),
+    [10-11, 10-21), [10-21, 10-31), [10-31, 11-10), ... October re-synced is one window per slice it meets, each
+    inside one of them, not [10-22, 11-01) ... [10-01, 10-02) cut back from November's first midnight. Plans on
+    later days moved acme's coverage on, not its history."""
+    ops.plan("shops", owner="acme", now=clock.now)
+    ops.plan("shops", owner="acme", now=clock.now + timedelta(days=3, hours=5))
+    execute(admin, schema, "DELETE FROM {jobs}")  # the coverage stays: what the planner knows of acme's history
+    ops.resync("shops", "orders", day(10, 1), day(11, 1), owners=["acme"], reason="October", now=clock.now)
+    assert windows_of(admin, schema, "acme") == [
+        (day(10, 31), day(11, 1)),
+        (day(10, 21), day(10, 31)),
+        (day(10, 11), day(10, 21)),
+        (day(10, 1), day(10, 11)),
+    ]
+
+
+def test_history_slices_are_found_from_the_first_plans_midnight_when_the_oldest_one_is_clipped(
+    schema, database_url, admin, clock
+):
+    """45 days of 30-day slices: [10-31, 11-30) and the clipped [10-16, 10-31). Re-syncing exactly one of them
+    makes exactly that window; October is cut where the history is, and before it as an owner without history."""
+    declaration = declare(schema, orders(paged(0), horizon=timedelta(days=45)), owner_source=owners("acme"))
+    with Operations(declaration, declaration.database(database_url)) as ops:
+        ops.plan("shops", owner="acme", now=clock.now)
+        history = windows_of(admin, schema, "acme")[1:]  # after the recurring window
+        assert history == [(day(10, 31), day(11, 30)), (day(10, 16), day(10, 31))]
+        execute(admin, schema, "DELETE FROM {jobs}")
+        for start, end in history:
+            ops.resync("shops", "orders", start, end, reason="one slice", now=clock.now)
+            assert windows_of(admin, schema, "acme") == [(start, end)]
+            execute(admin, schema, "DELETE FROM {jobs}")
+        ops.resync("shops", "orders", day(10, 1), day(11, 1), reason="October", now=clock.now)
+        assert windows_of(admin, schema, "acme") == [
+            (day(10, 31), day(11, 1)),
+            (day(10, 16), day(10, 31)),
+            (day(10, 1), day(10, 16)),
+        ]
+
+
+def test_a_dry_run_makes_nothing_and_names_each_owners_windows_which_the_request_then_makes(ops, admin, schema, clock):
+    """acme has history, globex and initech have none: a dry run says which windows each would get, and the
+    request asked for with its key makes exactly those."""
+    ops.plan("shops", owner="acme", now=clock.now)
+    planned = rows(admin, schema)
+    preview = ops.resync("shops", "orders", day(10, 1), day(11, 1), reason="October", now=clock.now, dry_run=True)
+    assert rows(admin, schema) == planned and ops.resyncs("shops") == []
+    without_history = ((day(10, 22), day(11, 1)), (day(10, 12), day(10, 22)), (day(10, 2), day(10, 12)))
+    assert preview.windows == (
+        ResyncWindows(
+            ("acme",),
+            (
+                (day(10, 31), day(11, 1)),
+                (day(10, 21), day(10, 31)),
+                (day(10, 11), day(10, 21)),
+                (day(10, 1), day(10, 11)),
+            ),
+        ),
+        ResyncWindows(("globex", "initech"), (*without_history, (day(10, 1), day(10, 2)))),
+    )
+    assert (preview.made, preview.jobs, preview.owners, preview.requested_at) == (0, 12, None, clock.now)
+
+    made = ops.resync("shops", "orders", day(10, 1), day(11, 1), reason="October", key=preview.key, now=clock.now)
+    assert (made.made, made.jobs, made.windows) == (12, 12, preview.windows)
+    for group in preview.windows:
+        for owner in group.owners:
+            assert windows_of(admin, schema, owner)[-len(group.windows) :] == list(group.windows)
+    again = ops.resync("shops", "orders", day(10, 1), day(11, 1), reason="October", key=preview.key, dry_run=True)
+    assert (again.made, again.jobs, again.windows) == (0, 12, ())  # the key is used: nothing more would be made
+
+
+def test_a_snapshot_types_dry_run_names_its_owners_with_no_windows(ops, admin, schema, clock):
+    preview = ops.resync("shops", "products", MARCH, APRIL, owners=["initech", "acme"], reason="r", dry_run=True)
+    assert (preview.windows, preview.jobs, rows(admin, schema)) == ((ResyncWindows(("initech", "acme"), ()),), 2, [])
+
+
 def test_a_snapshot_type_gets_one_snapshot_job_per_owner(ops, admin, schema, clock):
     request = ops.resync("shops", "products", MARCH, APRIL, reason="catalog was wrong", now=clock.now)
     assert (request.made, request.owners) == (3, None)
@@ -84,10 +168,13 @@ def test_the_same_key_again_makes_nothing_and_without_a_key_each_call_is_its_own
     assert len(rows(admin, schema)) == 12
 
 
-def test_a_key_used_for_another_range_is_refused_naming_both(ops, clock):
+@pytest.mark.parametrize("dry_run", [False, True])
+def test_a_key_used_for_another_range_is_refused_naming_both(ops, clock, dry_run):
     ops.resync("shops", "orders", MARCH, APRIL, owners=["acme"], reason="r", key="k1", now=clock.now)
     with pytest.raises(DeclarationError, match=r"'k1'.*2026-03-01.*2026-03-02"):
-        ops.resync("shops", "orders", MARCH + timedelta(days=1), APRIL, owners=["acme"], reason="r", key="k1")
+        ops.resync(
+            "shops", "orders", MARCH + timedelta(days=1), APRIL, owners=["acme"], reason="r", key="k1", dry_run=dry_run
+        )
 
 
 @pytest.mark.parametrize(
@@ -135,8 +222,9 @@ def test_two_racing_calls_with_one_key_make_the_jobs_once(declaration, database_
         (dict(type="orders", end=MARCH + timedelta(days=400_000)), DeclarationError, "more than 100000"),
     ],
 )
-def test_what_cannot_be_re_synced_is_refused_naming_the_bad_value(ops, admin, schema, args, error, message):
-    call = dict(type="orders", start=MARCH, end=APRIL, reason="why")
+@pytest.mark.parametrize("dry_run", [False, True])
+def test_what_cannot_be_re_synced_is_refused_naming_the_bad_value(ops, admin, schema, args, error, message, dry_run):
+    call = dict(type="orders", start=MARCH, end=APRIL, reason="why", dry_run=dry_run)
     call.update(args)
     with pytest.raises(error, match=message):
         ops.resync("shops", call.pop("type"), call.pop("start"), call.pop("end"), **call)
@@ -172,9 +260,12 @@ def test_completed_re_sync_jobs_move_no_freshness_lag_or_progress(declaration, d
 
 def test_a_paused_owner_is_refused_by_name_and_left_out_of_a_request_of_every_owner(ops, admin, schema, clock):
     ops.store.upsert_owner(OwnerState("shops", "globex", paused_at=clock.now, paused_reason="token revoked"))
-    with pytest.raises(DeclarationError, match=r"'globex' \(token revoked\).*resume them first"):
-        ops.resync("shops", "orders", MARCH, APRIL, owners=["acme", "globex"], reason="r")
+    for dry_run in (True, False):
+        with pytest.raises(DeclarationError, match=r"'globex' \(token revoked\).*resume them first"):
+            ops.resync("shops", "orders", MARCH, APRIL, owners=["acme", "globex"], reason="r", dry_run=dry_run)
     assert rows(admin, schema) == []
+    preview = ops.resync("shops", "products", MARCH, APRIL, reason="r", dry_run=True)
+    assert preview.windows == (ResyncWindows(("acme", "initech"), ()),)
     request = ops.resync("shops", "products", MARCH, APRIL, reason="r")
     assert {j["owner"] for j in rows(admin, schema)} == {"acme", "initech"} and request.jobs == 2
 

@@ -1,6 +1,8 @@
-"""A re-sync is invisible to the planner: any sequence of re-syncs leaves every later plan as it would have been.
+"""A re-sync's windows lie within the history slices the planner cut, and a re-sync is invisible to the planner:
+any sequence of re-syncs leaves every later plan as it would have been.
 
-Two queues declared alike share one table; re-syncs of random types, ranges and owners go to the first only.
+For the windows, the planning rule itself cuts an owner's history at a random first plan, and the re-sync of a
+random range is checked against those slices. For the planner, two queues declared alike share one table; re-syncs of random types, ranges and owners go to the first only.
 After each step (time moves on, maybe a re-sync, a plan of both, every due job run) the two queues must agree
 on everything the planner and the operators read: the planned jobs and their states, the coverage rows, what
 each plan inserted, freshness, lag and initial-load progress.
@@ -15,6 +17,7 @@ from hypothesis import strategies as st
 from psycopg import sql
 
 from synclane_provider.core import (
+    JobMode,
     Operations,
     Owner,
     PinnedClock,
@@ -24,6 +27,9 @@ from synclane_provider.core import (
     WindowedType,
     WorkerSlot,
 )
+from synclane_provider.core.plan.resync import resync_windows
+from synclane_provider.core.plan.rule import history_of, plan_type
+from synclane_provider.core.records import Coverage
 from tests.support.helpers import owners, paged
 
 UTC = timezone.utc
@@ -37,6 +43,46 @@ AGAINST_POSTGRES = settings(
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
+
+HOUR = timedelta(hours=1)
+
+
+@settings(max_examples=400, derandomize=True, database=None, deadline=None)
+@given(
+    slice_hours=st.integers(1, 40 * 24),
+    more_hours=st.integers(0, 60 * 24),  # the horizon: the slice and this
+    first_plan=st.integers(0, 7 * 24 * 60).map(lambda m: START + timedelta(minutes=m)),
+    start_hours=st.integers(-120 * 24, 10 * 24),
+    length_hours=st.integers(1, 120 * 24),
+    exact=st.integers(0, 10_000),
+)
+def test_a_re_syncs_windows_cover_its_range_and_lie_each_within_one_of_the_owners_history_slices(
+    slice_hours, more_hours, first_plan, start_hours, length_hours, exact
+):
+    orders = WindowedType(
+        "orders",
+        paged(0),
+        horizon=(slice_hours + more_hours) * HOUR,
+        slice=slice_hours * HOUR,
+        every=timedelta(minutes=30),
+    )
+    cut = [
+        (j.window_start, j.window_end) for j in plan_type(orders, Coverage(), first_plan) if j.mode is JobMode.INITIAL
+    ]
+    history = history_of(Coverage(True, min(a for a, _ in cut), first_created_at=first_plan))
+    start = first_plan + start_hours * HOUR
+    end = start + length_hours * HOUR
+
+    windows = resync_windows(orders, start, end, history)
+    assert windows[0][1] == end and windows[-1][0] == start
+    assert all(newer[0] == older[1] for newer, older in zip(windows, windows[1:]))  # no gap, no overlap
+    assert all(a < b <= a + orders.slice for a, b in windows)
+    for a, b in windows:
+        met = [(s, e) for s, e in cut if s < b and a < e]
+        assert len(met) <= 1 and all(s <= a and b <= e for s, e in met), ((a, b), met)
+    one = cut[exact % len(cut)]
+    assert resync_windows(orders, *one, history) == (one,)  # one history slice again: exactly that window
+
 
 resyncs = st.one_of(
     st.none(),

@@ -18,7 +18,7 @@ from synclane_provider.core import DeclarationError, Operations, SyncLaneError
 from synclane_provider.core.durations import duration_text
 from synclane_provider.core.ops.monitor import Monitor, plain
 from synclane_provider.core.ops.monitor import OwnerState as MonitoredOwner
-from synclane_provider.core.records import ResyncProgress
+from synclane_provider.core.records import ResyncProgress, ResyncRequest
 
 
 def _connections_as_airflow_commands_find_them() -> None:
@@ -347,8 +347,27 @@ def resync_command(args: Any) -> None:
             reason=args.reason,
             key=args.key,
             by=args.by or getpass.getuser(),
+            dry_run=args.dry_run,
         )
-        _print([{"key": request.key, "made": request.made, "jobs": request.jobs}], args)
+        if not args.dry_run:
+            _print([{"key": request.key, "made": request.made, "jobs": request.jobs}], args)
+        elif not request.windows:
+            print(f"re-sync {request.key} was asked for already ({request.jobs} jobs): nothing would be made")
+        else:
+            _print(_windows_rows(request), args)
+
+
+def _windows_rows(request: ResyncRequest) -> list[dict[str, Any]]:
+    """The windows a dry run cut, one row each (one per owner group of a snapshot type), newest first."""
+    return [
+        {
+            "owners": ",".join(group.owners),
+            "window_start": start.isoformat() if start is not None else "snapshot",
+            "window_end": end.isoformat() if end is not None else "",
+        }
+        for group in request.windows
+        for start, end in group.windows or [(None, None)]
+    ]
 
 
 def resyncs_command(args: Any) -> None:

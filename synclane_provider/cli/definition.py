@@ -70,6 +70,9 @@ ARG_RESYNC_REASON = Arg(
 )
 ARG_RESYNC_KEY = Arg(("--key",), help="the request's key: the same key again adds nothing (default: a new request)")
 ARG_RESYNC_BY = Arg(("--by",), help="who asks (default: this user's login name)")
+ARG_RESYNC_DRY_RUN = Arg(
+    ("--dry-run",), action="store_true", help="make nothing: print the windows the request would make, by owners"
+)
 ARG_RESYNC_SHOW = Arg(("--key",), help="only this request")
 ARG_RESYNC_CANCEL = Arg(
     ("--cancel",), metavar="KEY", help="cancel this request: waiting jobs now, running ones after their page"
@@ -181,6 +184,7 @@ SYNCLANE_COMMANDS = (
         ARG_RESYNC_REASON,
         ARG_RESYNC_KEY,
         ARG_RESYNC_BY,
+        ARG_RESYNC_DRY_RUN,
         ARG_QUEUE,
     ),
     _command(

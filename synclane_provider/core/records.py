@@ -345,6 +345,15 @@ class Cancelled:
 
 
 @dataclass(frozen=True)
+class ResyncWindows:
+    """The windows a re-sync cuts for some of its owners, the same for each of them (their history slices lie
+    alike, or they have none), newest first; none for a snapshot type, whose owners get one snapshot job each."""
+
+    owners: tuple[str, ...]
+    windows: tuple[tuple[datetime, datetime], ...]
+
+
+@dataclass(frozen=True)
 class ResyncRequest:
     """A range of one type asked to be synced again: who asked, why and when, and the jobs it made."""
 
@@ -363,7 +372,11 @@ class ResyncRequest:
     cancelled_at: datetime | None = None
     cancelled_by: str | None = None
     made: int = 0
-    """The jobs this very call made: ``jobs`` for the call that created the request, 0 for a repeat of its key."""
+    """The jobs this very call made: ``jobs`` for the call that created the request, 0 for a repeat of its key
+    (and for a dry run)."""
+    windows: tuple[ResyncWindows, ...] = ()
+    """The windows this call cut, by owners: the jobs it made, or for a dry run the jobs it would make. Empty when
+    it makes nothing (its key was used already) and for a request read back."""
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> "ResyncRequest":

@@ -83,6 +83,7 @@ class ResyncBody(BaseModel):
     owners: list[str] | None = Field(None, description="only these owners (empty: every owner)")
     reason: str = Field(description="why, shown with the request")
     key: str | None = Field(None, description="the request's key: the same key again adds nothing")
+    dry_run: bool = Field(False, description="make nothing: answer with the windows the request would make, by owners")
 
 
 class PlanBody(BaseModel):
@@ -335,7 +336,8 @@ def _resync_actions(user_name: Callable[[], Any]) -> APIRouter:
 
     @router.post(
         "/api/queues/{queue}/resync",
-        summary="Sync a range of one type again, as one request: sliced like history, newest first, after fresh work",
+        summary="Sync a range of one type again, as one request: sliced like history, newest first, after fresh work"
+        " (with dry_run: the windows it would make, making nothing)",
     )
     def resync(queue: str, body: ResyncBody, by: str = user_name()) -> dict[str, Any]:
         with _answering() as operations:
@@ -348,15 +350,18 @@ def _resync_actions(user_name: Callable[[], Any]) -> APIRouter:
                 reason=body.reason,
                 key=body.key,
                 by=by,
+                dry_run=body.dry_run,
             )
         who = ", ".join(request.owners) if request.owners is not None else "every owner"
-        return {
-            **plain(request),
-            "message": f"Re-sync {request.key} of queue {queue}: {_jobs_word(request.made)} made for {request.type} "
-            f"of {who}."
-            if request.made
-            else f"Re-sync {request.key} of queue {queue} was asked for already: nothing added.",
-        }
+        if request.made:
+            message = (
+                f"Re-sync {request.key} of queue {queue}: {_jobs_word(request.made)} made for {request.type} of {who}."
+            )
+        elif not request.windows:
+            message = f"Re-sync {request.key} of queue {queue} was asked for already: nothing added."
+        else:
+            message = f"Re-sync of {request.type} of {who} would make {_jobs_word(request.jobs)}: nothing made yet."
+        return {**plain(request), "message": message}
 
     @router.post(
         "/api/queues/{queue}/resyncs/{key}/cancel",

@@ -11,6 +11,7 @@ import json
 import subprocess
 import uuid
 from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import psycopg
@@ -332,3 +333,33 @@ def test_resync_makes_one_request_and_resyncs_lists_cancels_and_requeues_it(scen
 
     refused = airflow("synclane", "resync", *args[:6], "--owner", "nobody", "--reason", "r", env=env)
     assert refused.returncode != 0 and "'nobody' is not listed" in refused.stderr
+
+
+def test_resync_dry_run_prints_the_windows_cut_on_the_owners_history_and_makes_nothing(
+    scene, env, database_url, cli_schema
+):
+    """The scene's owners were first planned today: their 30-day slices end today and 30 days ago. 45 days back
+    to today are the newest slice and half of the one before, for both owners (one row each window)."""
+    today = datetime.now(timezone.utc).replace(hour=0, minute=0, second=0, microsecond=0)
+    days = ("--from", f"{today - timedelta(days=45):%Y-%m-%d}", "--to", f"{today:%Y-%m-%d}")
+    args = ("--type", "orders", *days, "--owner", "globex", "--owner", "acme-us", "--reason", "r")
+    printed = json.loads(synclane("resync", *args, "--dry-run", "-o", "json", env=env))
+    boundary = today - timedelta(days=30)
+    assert printed == [
+        {"owners": "globex,acme-us", "window_start": boundary.isoformat(), "window_end": today.isoformat()},
+        {
+            "owners": "globex,acme-us",
+            "window_start": (today - timedelta(days=45)).isoformat(),
+            "window_end": boundary.isoformat(),
+        },
+    ]
+    with psycopg.connect(database_url) as conn:
+        count = sql.SQL(
+            "SELECT (SELECT count(*) FROM {0}.resync_requests), (SELECT count(*) FROM {0}.jobs"
+            " WHERE request_key IS NOT NULL)"
+        ).format(sql.Identifier(cli_schema))
+        assert conn.execute(count).fetchone() == (0, 0)
+    [made] = json.loads(synclane("resync", *args, "--key", "k", "-o", "json", env=env))
+    assert made == {"key": "k", "made": "4", "jobs": "4"}
+    again = synclane("resync", *args, "--key", "k", "--dry-run", env=env)
+    assert again.strip() == "re-sync k was asked for already (4 jobs): nothing would be made"

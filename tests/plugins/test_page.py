@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -238,6 +239,8 @@ def _rows(database_url: str, schema: str) -> list[dict]:
 def test_an_operator_asks_for_a_re_sync_on_the_owners_view_and_follows_it_on_the_re_syncs_view(
     api_server, scene, browser_page, database_url, operate_schema
 ):
+    """The form takes ISO days in UTC and no type until one is chosen; its confirmation lists the windows the
+    request makes (last month of globex, cut where globex's history slices are), and a yes makes exactly those."""
     from playwright.sync_api import expect
 
     expect.set_options(timeout=30_000)
@@ -246,32 +249,81 @@ def test_an_operator_asks_for_a_re_sync_on_the_owners_view_and_follows_it_on_the
     frame.get_by_role("button", name="Owners", exact=True).click()
 
     form = frame.locator("#resync-form")
+    expect(form.locator("select[name=type]")).to_have_value("")  # no default type
+    expect(form.locator("select[name=type] option:checked")).to_have_text("choose a type")
+    expect(form.locator("input[name=start]")).to_have_attribute("placeholder", "YYYY-MM-DD")
+    expect(form.locator("input[name=start]")).not_to_have_attribute("type", "date")  # no mm/dd/yyyy picker
+    today = datetime.now(timezone.utc).date()
+    this_month = today.replace(day=1)
+    last_month = (this_month - timedelta(days=1)).replace(day=1)
     form.locator("input[name=owner]").fill("globex")
-    form.locator("select[name=type]").select_option("orders")
-    form.locator("input[name=start]").fill("2026-03-01")
-    form.locator("input[name=end]").fill("2026-04-01")
-    form.locator("input[name=reason]").fill("March totals were wrong")
-    form.get_by_role("button", name="Re-sync…").click()
+    form.locator("input[name=start]").fill(f"{last_month:%m/%d/%Y}")
+    form.locator("input[name=end]").fill(this_month.isoformat())
+    form.locator("input[name=reason]").fill("last month's totals were wrong")
     confirm = frame.get_by_role("dialog")
-    expect(confirm).to_contain_text("Re-sync orders of globex from 2026-03-01 to 2026-04-01")
-    _shot(page, "resync-1-form")
-    assert _resync_jobs(database_url, operate_schema) == []  # nothing before a yes
+    message = frame.locator("#message")
+    asked: list[tuple[dict, dict]] = []  # each call of the resync endpoint: what it was sent, what it answered
+    page.on(
+        "response",
+        lambda r: asked.append((r.request.post_data_json, r.json())) if r.url.endswith("/resync") else None,
+    )
+
+    form.get_by_role("button", name="Re-sync…").click()
+    expect(message).to_have_text("Re-sync not asked: choose a type.")
+    _shot(page, "resync-0-form-no-type")
+    form.locator("select[name=type]").select_option("orders")
+    form.get_by_role("button", name="Re-sync…").click()
+    expect(message).to_have_text(
+        f'Re-sync not asked: From "{last_month:%m/%d/%Y}" is not a day written YYYY-MM-DD (UTC), e.g. 2026-03-01.'
+    )
+    expect(message).to_have_class("error")
+    _shot(page, "resync-0-form-not-a-day")
+    expect(confirm).to_be_hidden()
+    form.locator("input[name=start]").fill(last_month.isoformat())
+    form.get_by_role("button", name="Re-sync…").click()
+    expect(confirm).to_contain_text(
+        f"Re-sync orders of globex from {last_month} to {this_month} (UTC, the end excluded)? It makes"
+    )
+    expect(message).to_be_hidden()
+    listed = confirm.locator("#confirm-details li")
+    expect(listed.first).to_be_visible()
+    windows = listed.all_inner_texts()
+    _shot(page, "resync-1-confirm")
+    assert _resync_jobs(database_url, operate_schema) == [] and _requests(database_url, operate_schema) == []
+    expect(confirm).to_contain_text(f"It makes {len(windows)} job" + ("s" if len(windows) > 1 else ""))
+    expect(confirm).to_contain_text(f"globex: {len(windows)} window")
+    history = [
+        (row["window_start"], row["window_end"])
+        for row in _rows(database_url, operate_schema)
+        if row["owner"] == "globex" and row["type"] == "orders" and row["mode"] == "initial"
+    ]
     confirm.get_by_role("button", name="Yes, do it").click()
-    expect(frame.locator("#message")).to_contain_text("job")
+    expect(message).to_contain_text(f"{len(windows)} job")
     [request] = _requests(database_url, operate_schema)
     assert (request["requested_by"], request["reason"], request["owners"]) == (
         "admin",
-        "March totals were wrong",
+        "last month's totals were wrong",
         ["globex"],
     )
-    made = len(_resync_jobs(database_url, operate_schema))
+    made = sorted(
+        ((row["window_start"], row["window_end"]) for row in _resync_jobs(database_url, operate_schema)), reverse=True
+    )
+    assert [_window_text(a, b) for a, b in made] == windows  # the confirmation listed exactly what was made
+    assert made[0][1].date() == this_month and made[-1][0].date() == last_month
+    for a, b in made:  # each window within one of globex's history slices, where it meets them
+        met = [(s, e) for s, e in history if s < b and a < e]
+        assert len(met) <= 1 and all(s <= a and b <= e for s, e in met)
+    [(preview, previewed), (yes, _)] = asked
+    assert (preview["dry_run"], yes.get("dry_run", False), yes["key"]) == (True, False, previewed["key"])
+    assert request["key"] == previewed["key"]  # the yes asked for the very request the confirmation showed
+    made = len(made)
     assert made == request["jobs"] > 0
 
     _complete_one(database_url, operate_schema, request["key"])
     frame.get_by_role("button", name="Re-syncs", exact=True).click()
     row = frame.locator(f"#resyncs-table tr[data-key='{request['key']}']")
     expect(row.locator("td.progress")).to_contain_text(f"1/{made}")
-    expect(row).to_contain_text("March totals were wrong")
+    expect(row).to_contain_text("last month's totals were wrong")
     expect(row).to_contain_text("by admin")
     _shot(page, "resync-2-view")
 
@@ -284,6 +336,11 @@ def test_an_operator_asks_for_a_re_sync_on_the_owners_view_and_follows_it_on_the
     expect(frame.locator("#message")).to_contain_text(f"Cancelled re-sync {request['key']}")
     expect(row.locator("td.progress")).to_contain_text("cancelled")
     _shot(page, "resync-3-cancelled")
+
+
+def _window_text(start: datetime, end: datetime) -> str:
+    """A window as the page writes it."""
+    return f"{start.astimezone(timezone.utc):%Y-%m-%d %H:%M} → {end.astimezone(timezone.utc):%Y-%m-%d %H:%M} UTC"
 
 
 def _requests(database_url: str, schema: str) -> list[dict]:

@@ -887,6 +887,13 @@ SELECT owner, paused_reason FROM {schema}.owners
 WHERE queue = %(queue)s AND owner = ANY (%(owners)s::text[]) AND paused_at IS NOT NULL
 ORDER BY owner;
 
+-- name: coverage_of_owners
+-- The coverage of one type of the given owners, for a re-sync to cut its windows where each owner's history slices
+-- are (see rule.history_of): one probe of the coverage primary key per owner, read-only. An owner without a row
+-- has no history.
+SELECT owner, type, has_initial, initial_start, covered_until, first_created_at FROM {schema}.coverage
+WHERE queue = %(queue)s AND type = %(type)s AND owner = ANY (%(owners)s::text[]);
+
 -- name: resync_progress
 -- The queue's re-sync requests (or the one of %(key)s), newest first, at most %(limit)s, each with its jobs by
 -- state and the records they brought: windows done of total, what runs, what waits, what failed. Each request's

@@ -511,6 +511,13 @@ class Store:
         rows = self.session.run("paused_among", queue=queue, owners=array_literal(owners), prepare=False)
         return {row["owner"]: row["paused_reason"] for row in rows}
 
+    def coverage_of(self, queue: str, type: str, owners: Sequence[str]) -> dict[str, Coverage]:
+        """The coverage of ``type`` of those of ``owners`` that have a coverage row."""
+        rows = self.session.run(
+            "coverage_of_owners", queue=queue, type=type, owners=array_literal(owners), prepare=False
+        )
+        return {row["owner"]: _coverage_row(row).coverage for row in rows}
+
     def insert_resync(self, *, queue: str, key: str, rows_json: str, **request: Any) -> ResyncRequest:
         """Record a re-sync request and insert its jobs (given as a JSON array), unless its key is recorded
         already: then the recorded request, with nothing made."""

@@ -167,16 +167,22 @@ class Operations:
         key: str | None = None,
         by: str | None = None,
         now: datetime | None = None,
+        dry_run: bool = False,
     ) -> ResyncRequest:
         """Sync ``[start, end)`` of ``type`` again for ``owners`` (None: every owner the source lists), as one
-        request; returns it, with ``made`` the jobs this call inserted.
+        request; returns it, with ``made`` the jobs this call inserted and ``windows`` those it cut per owner.
 
-        The range is cut like history (see :mod:`~synclane_provider.core.plan.resync`): newest window first,
-        each job in its owner's lane and under its lane's budget and width; a snapshot type gets one snapshot
-        job per owner. The planner never reads these jobs (no coverage, lag, progress or freshness moves), and a
-        due planned job of the lane goes before them. Calling again with the same ``key`` makes nothing new,
-        even when two calls race (a key already used for another range, type or owners is refused); without a
-        key each call is a request of its own. ``by`` and ``reason`` say who asked and why.
+        The range is cut like history (see :mod:`~synclane_provider.core.plan.resync`): where it meets an owner's
+        history, on that history's own slices; newest window first, each job in its owner's lane and under its
+        lane's budget and width; a snapshot type gets one snapshot job per owner. The planner never reads these
+        jobs (no coverage, lag, progress or freshness moves), and a due planned job of the lane goes before them.
+        Calling again with the same ``key`` makes nothing new, even when two calls race (a key already used for
+        another range, type or owners is refused); without a key each call is a request of its own. ``by`` and
+        ``reason`` say who asked and why.
+
+        With ``dry_run`` nothing is made: after the same checks, the request comes back as it would be made, its
+        windows in ``windows`` (the page's confirmation and ``airflow synclane resync --dry-run`` show them), or
+        as it was made when ``key`` has been used already (nothing more would be).
 
         Refused with the bad value named: an unknown type, ``start`` not before ``end``, an owner the source
         does not list (any more), an owner that is paused, an empty reason. A request of every owner leaves the
@@ -193,6 +199,7 @@ class Operations:
             key=key,
             by=by,
             now=self.at(now),
+            dry_run=dry_run,
         )
 
     def resyncs(self, queue: str, *, key: str | None = None, limit: int = 100) -> list[ResyncProgress]:

@@ -1,9 +1,14 @@
 """The windows of a re-sync: a range of one type fetched again, cut like history, as a pure function.
 
 A re-sync covers exactly ``[start, end)``: its first window starts at ``start``, its last ends at ``end``, and
-the cuts between them fall where history's would, on the type's slices counted from a midnight (UTC): the
-midnight of ``end``'s day, back and (for slices shorter than a day) forward. A range that ends between two
-boundaries begins with the piece after the last one; a range within one slice is one window. Newest first, like history, so a re-sync that is stopped halfway has fetched the most recent part.
+no window is longer than the type's slice. Where the range meets the owner's history, it is cut where the
+history is (:class:`~synclane_provider.core.plan.rule.History`: back from the midnight of the owner's first
+plan), so that each window lies within one history slice and re-syncing exactly one history slice makes exactly
+that window. The rest of the range -- all of it for an owner without history, and the parts before its oldest
+slice and after its newest one -- is cut on the type's slices counted from a midnight (UTC): the midnight of
+that part's end's day, back and (for slices shorter than a day) forward; a part that ends between two boundaries
+begins with the piece after the last one. A range within one slice is one window. Newest first, like history,
+so a re-sync that is stopped halfway has fetched the most recent part.
 
 Its jobs are manual jobs whose keys carry the request's key, so that neither the planner's coverage nor an
 owner's lag or initial-load progress ever reads them; they are numbered after every declared type
@@ -13,12 +18,12 @@ goes before them.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from synclane_provider.core.clock import utc
 from synclane_provider.core.declare.declarations import JobType, SnapshotType, WindowedType
 from synclane_provider.core.errors import DeclarationError
-from synclane_provider.core.plan.rule import instant_text, midnight, slices_back
+from synclane_provider.core.plan.rule import History, instant_text, midnight, slices_back
 
 RESYNC_PRIORITY = 1_000_000
 """Added to a type's declared position to give its re-sync jobs' priority: after every planned and enqueued job
@@ -29,37 +34,68 @@ MAX_JOBS = 100_000
 count, to be asked for in parts or with a longer slice."""
 
 
-def resync_windows(job_type: JobType, start: datetime, end: datetime) -> tuple[tuple[datetime, datetime], ...]:
-    """The windows that cover ``[start, end)`` for ``job_type``, newest first; empty for a snapshot type.
+def resync_windows(
+    job_type: JobType, start: datetime, end: datetime, history: History | None = None
+) -> tuple[tuple[datetime, datetime], ...]:
+    """The windows that cover ``[start, end)`` for ``job_type`` and an owner with ``history`` (None: without
+    any), newest first; empty for a snapshot type.
 
     >>> from datetime import timedelta, timezone
     >>> from synclane_provider.core.declare.declarations import WindowedType
-    >>> def every_ten_days(job): ...
-    >>> orders = WindowedType("orders", every_ten_days, every=timedelta(hours=1), horizon=timedelta(days=365),
-    ...                       slice=timedelta(days=10))
-    >>> d = lambda day, hour=0: datetime(2026, 3, day, hour, tzinfo=timezone.utc)
-    >>> [(a.day, a.hour, b.day, b.hour) for a, b in resync_windows(orders, d(1, 6), d(25, 12))]
-    [(25, 0, 25, 12), (15, 0, 25, 0), (5, 0, 15, 0), (1, 6, 5, 0)]
-    >>> [(a.hour, b.hour) for a, b in resync_windows(orders, d(3, 2), d(3, 9))]
-    [(2, 9)]
-    >>> hourly = WindowedType("orders", every_ten_days, every=timedelta(hours=1), horizon=timedelta(days=365),
+    >>> def shop(job): ...
+    >>> orders = WindowedType("orders", shop, every=timedelta(hours=1), horizon=timedelta(days=45),
+    ...                       slice=timedelta(days=30))
+    >>> d = lambda month, day, hour=0: datetime(2026, month, day, hour, tzinfo=timezone.utc)
+    >>> days = lambda windows: [f"[{a:%m-%d}, {b:%m-%d})" for a, b in windows]
+
+    October for an owner without history: back from November's first midnight.
+
+    >>> days(resync_windows(orders, d(10, 1), d(11, 1)))
+    ['[10-02, 11-01)', '[10-01, 10-02)']
+
+    For an owner first planned on November 30th, whose 45 days of history are [10-31, 11-30) and the clipped
+    [10-16, 10-31): cut where its history is, and before it as without history.
+
+    >>> acme = History(oldest=d(10, 16), anchor=d(11, 30))
+    >>> days(resync_windows(orders, d(10, 1), d(11, 1), acme))
+    ['[10-31, 11-01)', '[10-16, 10-31)', '[10-01, 10-16)']
+    >>> days(resync_windows(orders, d(10, 16), d(10, 31), acme)), days(resync_windows(orders, d(10, 31), d(11, 30), acme))
+    (['[10-16, 10-31)'], ['[10-31, 11-30)'])
+
+    After the newest history slice, as without history: back from the midnight of the range's end.
+
+    >>> days(resync_windows(orders, d(11, 20), d(12, 31), acme))
+    ['[12-01, 12-31)', '[11-30, 12-01)', '[11-20, 11-30)']
+
+    Slices shorter than a day are counted forward from the midnight too; a range within one slice is one window.
+
+    >>> hourly = WindowedType("orders", shop, every=timedelta(hours=1), horizon=timedelta(days=365),
     ...                       slice=timedelta(hours=6))
-    >>> [(a.hour, b.hour) for a, b in resync_windows(hourly, d(3, 2), d(3, 9))]
+    >>> [(a.hour, b.hour) for a, b in resync_windows(hourly, d(3, 3, 2), d(3, 3, 9))]
     [(6, 9), (2, 6)]
+    >>> [(a.hour, b.hour) for a, b in resync_windows(orders, d(3, 3, 2), d(3, 3, 9))]
+    [(2, 9)]
     """
     start, end = checked_range(start, end)
     if isinstance(job_type, SnapshotType):
         return ()
     if not isinstance(job_type, WindowedType):
         raise TypeError(f"cannot re-sync job type {job_type!r}")
-    anchor = midnight(end)
-    top = anchor + ((end - anchor) // job_type.slice) * job_type.slice  # the last boundary at or before end
-    windows: list[tuple[datetime, datetime]] = []
-    if end > top:
-        windows.append((max(top, start), end))
-    if top > start:
-        windows.extend(slices_back(top, start, job_type.slice))
-    return tuple(windows)
+    length = job_type.slice
+    if history is None:
+        return _cut(start, end, midnight(end), length)
+    after = _cut(max(start, history.anchor), end, midnight(end), length) if end > history.anchor else ()
+    low, high = max(start, history.oldest), min(end, history.anchor)
+    within = _cut(low, high, history.anchor, length) if low < high else ()
+    before = min(end, history.oldest)
+    return after + within + (_cut(start, before, midnight(before), length) if start < before else ())
+
+
+def _cut(start: datetime, end: datetime, anchor: datetime, length: timedelta) -> tuple[tuple[datetime, datetime], ...]:
+    """``[start, end)`` cut at ``anchor + k * length`` for every whole k, newest first."""
+    top = anchor + ((end - anchor) // length) * length  # the last boundary at or before end
+    windows: tuple[tuple[datetime, datetime], ...] = ((max(top, start), end),) if end > top else ()
+    return windows + (slices_back(top, start, length) if top > start else ())
 
 
 def checked_range(start: object, end: object) -> tuple[datetime, datetime]:

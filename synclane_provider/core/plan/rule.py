@@ -86,6 +86,38 @@ def slices_back(
     return tuple(windows)
 
 
+@dataclass(frozen=True)
+class History:
+    """Where one owner's history slices of a windowed type lie: cut back by the type's slice from ``anchor``, the
+    midnight (UTC) of the owner's first plan, where its newest slice ends, down to ``oldest``, its oldest slice's
+    start (the horizon's, which clips that slice when the horizon is not a whole number of slices)."""
+
+    oldest: datetime
+    anchor: datetime
+
+
+def history_of(coverage: Coverage) -> History | None:
+    """The history an owner's coverage of a windowed type records; None when it has none.
+
+    The anchor is the midnight of the owner's first job of the type: the first plan created it with the history
+    it cut back from that midnight (see :func:`plan_type`), and later plans only extend the history back from its
+    oldest slice. So every boundary between two of its slices is ``anchor - k * slice``, unless a horizon raised
+    after the first plan extended it from a clipped oldest slice (those slices are cut back from that slice's
+    start instead).
+
+    >>> first_plan = datetime(2026, 11, 30, 10, 20, tzinfo=timezone.utc)
+    >>> history = history_of(Coverage(True, datetime(2026, 10, 16, tzinfo=timezone.utc), first_created_at=first_plan))
+    >>> instant_text(history.oldest), instant_text(history.anchor)
+    ('2026-10-16T00:00:00Z', '2026-11-30T00:00:00Z')
+    >>> history_of(Coverage()) is None
+    True
+    """
+    if not coverage.has_initial or coverage.initial_start is None or coverage.first_created_at is None:
+        return None
+    oldest, anchor = utc(coverage.initial_start), midnight(coverage.first_created_at)
+    return History(oldest, anchor) if oldest < anchor else None
+
+
 def coverage_wanted(
     job_type: JobType, now: datetime, every: timedelta | None = None
 ) -> tuple[datetime | None, datetime]:

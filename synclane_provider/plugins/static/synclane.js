@@ -75,9 +75,12 @@ function say(text, isError = false) {
 
 // Airflow frames the page in a sandbox without allow-modals, where window.confirm and window.prompt answer
 // "no" without asking: the page asks in a box of its own. Resolves to true (or the reason typed), or null.
-function ask(question, reason = null) {
+// ``details``: HTML shown under the question (what the action will make), escaped by its maker.
+function ask(question, reason = null, details = null) {
   const box = $("#confirm"), input = $("#confirm-input");
   $("#confirm-text").textContent = question;
+  $("#confirm-details").innerHTML = details ?? "";
+  $("#confirm-details").hidden = details === null;
   $("#confirm-reason").hidden = reason === null;
   input.value = reason ?? "";
   box.hidden = false;
@@ -128,16 +131,61 @@ const actions = {
   "requeue-resync": (d) => act(`resyncs/${encodeURIComponent(d.key)}/requeue`, `Requeue the failed jobs of re-sync ${d.key}? Each restarts from its cursor.`, {}),
 };
 
-// The Owners view's "Re-sync" form: one request for an owner (or every owner), confirmed first.
+// The Owners view's "Re-sync" form: one request for an owner (or every owner). Its days are ISO (YYYY-MM-DD) and
+// UTC like every time on the page; the server cuts the windows (a dry run), the confirmation lists them, and a yes
+// asks for that very request (its key), which makes exactly those.
 async function askResync(form) {
   const v = formValues(form);
-  const who = v.owner ? v.owner : "every owner";
-  if (!(await ask(`Re-sync ${v.type} of ${who} from ${v.start} to ${v.end} (00:00 UTC, the end excluded)? The range is fetched again newest window first, after each lane's fresh work; coverage and freshness do not move.`))) return;
-  const body = {type: v.type, start: `${v.start}T00:00:00+00:00`, end: `${v.end}T00:00:00+00:00`, reason: v.reason, owners: v.owner ? [v.owner] : null};
+  let body;
   try {
-    say((await api(queuePath("resync"), {method: "POST", body: JSON.stringify(body)})).message);
+    body = resyncBody(v);
+  } catch (error) { say(`Re-sync not asked: ${error.message}`, true); return; }
+  $("#message").hidden = true;  // an earlier refusal of the form's values is answered
+  let preview;
+  try {
+    preview = await api(queuePath("resync"), {method: "POST", body: JSON.stringify({...body, dry_run: true})});
+  } catch (error) { say(`re-sync refused: ${error.message}`, true); return; }
+  const who = v.owner ? v.owner : "every owner";
+  const windowed = preview.windows.some((g) => g.windows.length);
+  const how = windowed ? "fetched again newest window first, after each lane's fresh work" : "each a snapshot taken again after its lane's fresh work";
+  const question = `Re-sync ${v.type} of ${who} from ${v.start} to ${v.end} (UTC, the end excluded)? It makes ${preview.jobs === 1 ? "1 job" : `${number(preview.jobs)} jobs`}, ${how}; coverage and freshness do not move.`;
+  if (!(await ask(question, null, resyncWindowsList(preview.windows)))) return;
+  try {
+    say((await api(queuePath("resync"), {method: "POST", body: JSON.stringify({...body, key: preview.key})})).message);
   } catch (error) { say(`re-sync refused: ${error.message}`, true); }
   await refresh();
+}
+// The request the form asks for, or an Error naming what is wrong with it.
+function resyncBody(v) {
+  if (!v.type) throw new Error("choose a type.");
+  const start = isoDay(v.start, "From"), end = isoDay(v.end, "To");
+  if (start >= end) throw new Error(`From (${v.start}) must be before To (${v.end}).`);
+  if (!v.reason || !v.reason.trim()) throw new Error("say why (Reason).");
+  return {type: v.type, start: `${v.start}T00:00:00+00:00`, end: `${v.end}T00:00:00+00:00`, reason: v.reason, owners: v.owner ? [v.owner] : null};
+}
+// A day of the calendar written YYYY-MM-DD, as the time of its midnight UTC; an Error naming the field and value.
+function isoDay(text, field) {
+  const parts = /^(\d{4})-(\d{2})-(\d{2})$/.exec(text ?? "");
+  const day = parts ? Date.UTC(Number(parts[1]), Number(parts[2]) - 1, Number(parts[3])) : NaN;
+  if (Number.isNaN(day) || new Date(day).toISOString().slice(0, 10) !== text) {
+    throw new Error(text ? `${field} "${text}" is not a day written YYYY-MM-DD (UTC), e.g. 2026-03-01.` : `${field} needs a day, YYYY-MM-DD (UTC).`);
+  }
+  return day;
+}
+// The windows a re-sync makes, by owners (those with the same windows together), as the dry run gave them.
+const SHOWN_WINDOWS = 200;
+function resyncWindowsList(groups) {
+  let shown = 0, left = 0;
+  const html = groups.map((g) => {
+    const names = g.owners.length > 8 ? `${g.owners.slice(0, 8).join(", ")} … (${number(g.owners.length)} owners)` : g.owners.join(", ");
+    const each = g.owners.length > 1 ? " each" : "";
+    if (!g.windows.length) return `<p><b>${esc(names)}</b>: one snapshot${each}</p>`;
+    const lines = g.windows.slice(0, Math.max(0, SHOWN_WINDOWS - shown));
+    shown += lines.length; left += g.windows.length - lines.length;
+    return `<p><b>${esc(names)}</b>: ${g.windows.length === 1 ? "1 window" : `${number(g.windows.length)} windows`}${each}</p>
+      <ol class="windows">${lines.map(([a, b]) => `<li>${windowText(a, b)} UTC</li>`).join("")}</ol>`;
+  }).join("");
+  return html + (left ? `<p class="muted">… and ${number(left)} more windows (airflow synclane resync --dry-run lists them all).</p>` : "");
 }
 document.addEventListener("click", (event) => {
   const button = event.target.closest("[data-action]");
@@ -324,7 +372,7 @@ async function refresh() {
       const types = $("#job-filters select[name=type]");
       const current = state.queues[0];
       if (current) types.innerHTML += current.types.map((t) => `<option>${esc(t)}</option>`).join("");
-      if (current) $("#resync-form select[name=type]").innerHTML = current.types.map((t) => `<option>${esc(t)}</option>`).join("");
+      if (current) $("#resync-form select[name=type]").innerHTML += current.types.map((t) => `<option>${esc(t)}</option>`).join("");
     }
     if (state.queue) await load();
     if (state.detail && state.view === "jobs") await showJob(state.detail);
