@@ -34,6 +34,7 @@ BLOCK = re.compile(r"^```python\n(.*?)^```", re.DOTALL | re.MULTILINE)
 FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})(?P<info>[^`\n]*)$", re.MULTILINE)
 
 DECLARE = "docs/how-to/declare.md"
+FIRST_SYNC = "docs/tutorials/first-sync.md"
 JOBS_FROM_CODE = "docs/how-to/jobs-from-code.md"
 PAGES: dict[str, tuple[str, ...]] = {
     "README.md": (),
@@ -252,6 +253,23 @@ def synclane_commands() -> dict[str, set[str]]:
         name: {max(action.option_strings, key=len) for action in command._actions if action.option_strings} - common
         for name, command in commands.choices.items()
     }
+
+
+def test_the_first_sync_tutorial_names_every_command():
+    """The tutorial's list of ``airflow synclane`` commands is the parser's, so a reader learns of each one."""
+    listed = re.search(r"`airflow synclane ((?:[a-z]+\|)+[a-z]+)`", (REPO / FIRST_SYNC).read_text(encoding="utf-8"))
+    assert listed, f"{FIRST_SYNC} lists no airflow synclane commands"
+    assert set(listed[1].split("|")) == set(synclane_commands())
+
+
+def test_the_first_sync_tutorial_query_runs_on_the_jobs_table(docs_database):
+    """The tutorial's ``SELECT`` names the schema and columns the migrations make (its declaration's
+    connection creates the table), so a column renamed or misspelt fails here, not in a reader's terminal."""
+    [query] = re.findall(r"^```sql run-by:tests/test_docs.py\n(.*?)^```", (REPO / FIRST_SYNC).read_text(), re.S | re.M)
+    synclane = run_blocks(FIRST_SYNC, docs_database)["synclane"]
+    with synclane.database(docs_database) as database, database.connect() as conn:
+        columns = [column.name for column in conn.execute(query).description or ()]
+    assert {"id", "owner", "type", "status"} <= set(columns)
 
 
 def test_the_operating_guide_lists_every_command_with_its_options():

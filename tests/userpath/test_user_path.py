@@ -50,7 +50,8 @@ UNPAUSE = ("dags", "unpause", "--treat-dag-id-as-regex", "--yes", "^synclane_")
 
 # What the test does, as the tutorial says it, in the tutorial's order.
 TUTORIAL_STEPS = (
-    "pip wheel --no-deps -w dist /path/to/synclane && pip install dist/airflow_provider_synclane-*.whl",
+    "pip wheel --no-deps -w dist /path/to/synclane\n"
+    "pip install -c /path/to/synclane/constraints.txt dist/airflow_provider_synclane-*.whl",
     "airflow db migrate",
     "airflow connections add synclane_default --conn-uri",
     "`dags/shop_sync.py`",
@@ -62,6 +63,9 @@ TUTORIAL_STEPS = (
     "airflow " + " ".join(UNPAUSE[:-1]) + " '^synclane_'",
     "AIRFLOW__API__PORT=18080",
     "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT",
+    "from synclane.jobs",
+    "airflow synclane progress",
+    "SyncLane** in the navigation",
 )
 
 
