@@ -7,6 +7,7 @@ table holds the operator tests' scene (``tests/support/operate_scene.py``).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import uuid
@@ -21,11 +22,13 @@ from psycopg import sql
 
 from synclane_demo.local import airflow_connection
 from synclane_provider.cli.commands import NARROW_JOB, PROGRESS_COLUMNS
+from synclane_provider.core import WorkerSlot
 from tests.support import operate_declaration
 from tests.support.airflow_env import copy_migrated_metadata
 from tests.support.api_server import airflow, airflow_env
 from tests.support.database import drop_schemas
-from tests.support.operate_scene import BROKEN, job, set_scene
+from tests.support.helpers import failing
+from tests.support.operate_scene import BROKEN, declaration, job, set_scene
 from tests.support.real_airflow import connection_uri
 
 pytestmark = [pytest.mark.airflow, pytest.mark.slow, pytest.mark.timeout(900)]
@@ -363,3 +366,21 @@ def test_resync_dry_run_prints_the_windows_cut_on_the_owners_history_and_makes_n
     assert made == {"key": "k", "made": "4", "jobs": "4"}
     again = synclane("resync", *args, "--key", "k", "--dry-run", env=env)
     assert again.strip() == "re-sync k was asked for already (4 jobs): nothing would be made"
+
+
+def test_a_secret_in_a_handlers_error_is_in_no_listing(scene, env, database_url, cli_schema):
+    """A worker stores the error of a handler that quotes its API key; every listing shows ``***`` in its place."""
+    leaky = failing(RuntimeError("401 Unauthorized for https://api.example.com/v1/orders?api_key=sk_live_cli_5150"))
+    declared = declaration(cli_schema)
+    [queue] = declared.queues
+    queue = dataclasses.replace(queue, types=[dataclasses.replace(t, handler=leaky) for t in queue.types])
+    declared = dataclasses.replace(declared, queues=[queue])
+    with WorkerSlot(declared, declared.database(database_url), "shops") as slot:
+        assert slot.run_one() is not None
+    outputs = [
+        synclane(*listing, "--output", output, env=env)
+        for listing in (["jobs"], ["lanes"], ["progress", "--wide"])
+        for output in ("json", "table")
+    ]
+    assert all("sk_live_cli_5150" not in output for output in outputs)
+    assert "api_key=***" in outputs[0]

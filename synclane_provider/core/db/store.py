@@ -34,6 +34,7 @@ from synclane_provider.core.records import (
     ResyncRequest,
     Wakeup,
 )
+from synclane_provider.core.redact import redact
 from synclane_provider.core.states import JobStatus, OwnerHealth
 
 MONITOR_VIEWS = "monitor.sql"
@@ -373,7 +374,7 @@ class Store:
             processed_count=processed_count,
             queue=job.queue,
             owner=job.owner,
-            paused_reason=reason,
+            paused_reason=redact(reason),  # a handler's own words, which may quote what it was refused with
             paused_by=PAUSED_BY_HANDLER,
             last_error=error,
             now=now,
