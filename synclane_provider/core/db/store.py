@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, overload
 
+from synclane_provider.core.credentials import CredentialState
 from synclane_provider.core.db.database import Session
 from synclane_provider.core.db.wakeups import channel, payload, planning_key
 from synclane_provider.core.records import (
@@ -725,6 +726,29 @@ class Store:
         )
         assert row is not None
         return OwnerState.from_row(row)
+
+    # -- credentials ----------------------------------------------------------------------------------------
+
+    def set_credentials(
+        self, queue: str, owner: str, *, kind: str, sealed: str, expires_at: datetime | None, now: datetime | None
+    ) -> CredentialState:
+        """Replace the owner's credentials with ``sealed`` (no longer needing reconnecting); returns their state."""
+        row = self.session.one(
+            "set_credentials", queue=queue, owner=owner, kind=kind, sealed=sealed, expires_at=expires_at, now=now
+        )
+        assert row is not None
+        return CredentialState.from_row(row)
+
+    def credential_states(
+        self, queue: str, *, owner: str | None = None, after: str | None = None, limit: int = 500
+    ) -> list[CredentialState]:
+        """The state of the queue's owners' credentials by owner (only ``owner``'s when given): never a value."""
+        rows = self.session.run("credential_states", queue=queue, owner=owner, after=after, limit=limit, prepare=False)
+        return [CredentialState.from_row(row) for row in rows]
+
+    def sealed_credentials(self, queue: str, owner: str) -> dict[str, Any] | None:
+        """The owner's sealed credentials and their expiry, for the engine to open; None when none are set."""
+        return self.session.one("sealed_credentials", queue=queue, owner=owner)
 
     # -- health -------------------------------------------------------------------------------------------------
 
