@@ -25,7 +25,7 @@ def declaration(schema):
 
 @pytest.fixture
 def ops(declaration, database_url, clock):
-    with Operations(declaration, declaration.database(database_url), clock=clock, credentials_key=KEY) as operations:
+    with Operations(declaration, declaration.database(database_url), clock=clock, sealer=Sealer(KEY)) as operations:
         yield operations
 
 
@@ -114,16 +114,18 @@ def test_a_rotated_key_still_opens_what_the_old_one_sealed(ops):
     )
 
 
-@pytest.mark.parametrize(
-    ("key", "complaint"),
-    [(None, "no key to encrypt owners' credentials: set the credentials key"), ("not-a-key", "is not a Fernet key")],
-)
-def test_no_key_or_a_bad_one_is_named_and_nothing_is_stored(declaration, database_url, admin, schema, key, complaint):
-    with Operations(declaration, declaration.database(database_url), credentials_key=key) as ops:
-        with pytest.raises(CredentialKeyError, match=complaint) as refused:
+def test_no_key_is_named_when_credentials_are_set_and_nothing_is_stored(declaration, database_url, admin, schema):
+    sealer = Sealer(None, named="[synclane] credentials_key")  # a process that never sets credentials needs none
+    with Operations(declaration, declaration.database(database_url), sealer=sealer) as ops:
+        with pytest.raises(CredentialKeyError, match=r"no key .* set \[synclane\] credentials_key to a Fernet key"):
             ops.set_credentials("shops", "acme", OAUTH)
-        assert "not-a-key" not in str(refused.value)  # a key, even a wrong one, is not printed
     assert stored(admin, schema) == ""
+
+
+def test_a_key_that_is_not_a_fernet_key_is_refused_without_showing_it():
+    with pytest.raises(CredentialKeyError, match=r"\[synclane\] credentials_key is not a Fernet key") as refused:
+        Sealer("not-a-key-but-secret", named="[synclane] credentials_key")
+    assert "not-a-key-but-secret" not in str(refused.value)
 
 
 def test_an_unknown_owner_or_queue_is_refused_by_name(ops):

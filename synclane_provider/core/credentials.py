@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import Enum
 from typing import Any
 
@@ -63,9 +63,52 @@ class Credentials:
     def __repr__(self) -> str:  # a credential in a traceback or a log line shows no value
         return f"Credentials(kind={self.kind.value}, expires_at={self.expires_at})"
 
+    @classmethod
+    def from_text(cls, text: str, *, now: datetime) -> Credentials:
+        """Credentials as a person hands them over (a file, stdin, a form): a JSON object with ``api_key``, or with
+        ``access_token``, ``refresh_token`` and ``expires_at`` (ISO 8601) or ``expires_in`` (seconds from ``now``);
+        or, not JSON, the text itself as an API key. Errors name the fields, never a value.
+        """
+        text = text.strip()
+        if not text.startswith("{"):
+            return cls(CredentialKind.API_KEY, api_key=text)
+        try:
+            given = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ValueError(
+                f"credentials are not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})"
+            ) from None
+        unknown = sorted(set(given) - set(_FIELDS))
+        if unknown:
+            raise ValueError(f"unknown credential fields {', '.join(unknown)}: the fields are {', '.join(_FIELDS)}")
+        if "expires_at" in given and "expires_in" in given:
+            raise ValueError("give expires_at or expires_in, not both")
+        expires_at = given.get("expires_at")
+        if isinstance(expires_at, str):
+            try:
+                expires_at = datetime.fromisoformat(expires_at)
+            except ValueError:
+                raise ValueError("expires_at must be an ISO 8601 time with a time zone") from None
+        if "expires_in" in given:
+            if not isinstance(given["expires_in"], int | float) or given["expires_in"] <= 0:
+                raise ValueError("expires_in must be a positive number of seconds")
+            expires_at = now + timedelta(seconds=given["expires_in"])
+        kind = CredentialKind.API_KEY if "api_key" in given else CredentialKind.OAUTH
+        return cls(
+            kind,
+            api_key=given.get("api_key"),
+            access_token=given.get("access_token"),
+            refresh_token=given.get("refresh_token"),
+            expires_at=expires_at,
+        )
+
     def values(self) -> list[str]:
         """The secret values it holds."""
         return [v for v in (self.api_key, self.access_token, self.refresh_token) if v]
+
+
+_FIELDS = ("api_key", "access_token", "refresh_token", "expires_at", "expires_in")
+"""The fields :meth:`Credentials.from_text` reads."""
 
 
 def _given(value: str | None) -> bool:
@@ -84,33 +127,39 @@ class Sealer:
     """Seals credentials for the table and opens them again, with the caller's Fernet key(s).
 
     Several keys (comma-separated, the newest first, as Airflow's ``fernet_key``) let a key be rotated: the
-    first seals, any opens.
+    first seals, any opens. No key is refused when one is needed, not before (a bad one at once).
     """
 
     def __init__(self, key: str | None, *, named: str = "the credentials key") -> None:
-        if not key or not key.strip():
+        self._named = named
+        self._fernet: MultiFernet | None = None
+        if key and key.strip():
+            try:
+                self._fernet = MultiFernet([Fernet(part.strip().encode()) for part in key.split(",") if part.strip()])
+            except ValueError:
+                raise CredentialKeyError(
+                    f"{named} is not a Fernet key (32 url-safe base64-encoded bytes); its value is not shown"
+                ) from None
+
+    def _key(self) -> MultiFernet:
+        """The key, or an error naming what to set: a process that never touches credentials needs none."""
+        if self._fernet is None:
             raise CredentialKeyError(
-                f"no key to encrypt owners' credentials: set {named} to a Fernet key "
+                f"no key to encrypt owners' credentials: set {self._named} to a Fernet key "
                 "(python -c 'from cryptography.fernet import Fernet; print(Fernet.generate_key().decode())')"
             )
-        try:
-            self._fernet = MultiFernet([Fernet(part.strip().encode()) for part in key.split(",") if part.strip()])
-        except ValueError:
-            raise CredentialKeyError(
-                f"{named} is not a Fernet key (32 url-safe base64-encoded bytes); its value is not shown"
-            ) from None
-        self._named = named
+        return self._fernet
 
     def seal(self, credentials: Credentials) -> str:
         """The credentials encrypted, as text for the table."""
         plain = {"api_key": credentials.api_key, "access_token": credentials.access_token}
         plain["refresh_token"] = credentials.refresh_token
-        return self._fernet.encrypt(json.dumps(plain).encode()).decode()
+        return self._key().encrypt(json.dumps(plain).encode()).decode()
 
     def open(self, sealed: str, *, kind: str, expires_at: datetime | None, whose: str) -> Credentials:
         """The credentials ``sealed`` holds, each value remembered for redaction; ``whose`` names them in an error."""
         try:
-            plain: dict[str, Any] = json.loads(self._fernet.decrypt(sealed.encode()))
+            plain: dict[str, Any] = json.loads(self._key().decrypt(sealed.encode()))
         except InvalidToken:
             raise CredentialKeyError(
                 f"the credentials of {whose} cannot be decrypted with {self._named}: they were set with another key "

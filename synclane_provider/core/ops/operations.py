@@ -47,8 +47,8 @@ class Operations:
     Time comes from ``clock`` (see :mod:`~synclane_provider.core.clock`: by default the database's own);
     every call that depends on it also takes ``now``, which wins over the clock for that call.
 
-    ``credentials_key`` is the Fernet key owners' credentials are encrypted with (see
-    :mod:`~synclane_provider.core.credentials`); only the calls that set or read credentials need it.
+    ``sealer`` holds the Fernet key owners' credentials are encrypted with (see
+    :mod:`~synclane_provider.core.credentials`); only the calls that set or read credentials need one.
     """
 
     def __init__(
@@ -57,13 +57,13 @@ class Operations:
         database: Database,
         *,
         clock: Clock = database_clock,
-        credentials_key: str | None = None,
+        sealer: Sealer | None = None,
     ) -> None:
         self.synclane = synclane
         self.session = Session(database)
         self.store = Store(self.session)
         self.clock = clock
-        self._credentials_key = credentials_key
+        self.sealer = sealer or Sealer(None)
 
     def at(self, now: datetime | None) -> datetime | None:
         """The time a statement is to use: ``now`` when given, else the clock's (None: the database's own)."""
@@ -359,10 +359,10 @@ class Operations:
         reconnecting no longer does. Returns their state, never a value.
 
         Refused with the bad value named: an unknown queue, an owner the source does not list; and with what is
-        missing named when there is no key (``credentials_key``).
+        missing named when there is no key (``sealer``).
         """
         listed = resolve_owner(self.synclane.queue(queue), owner)
-        sealed = Sealer(self._credentials_key).seal(credentials)
+        sealed = self.sealer.seal(credentials)
         state = self.store.set_credentials(
             queue,
             listed.id,
