@@ -29,6 +29,21 @@ class CredentialKeyError(SyncLaneError):
     """No key to seal credentials with, a key that is not a Fernet key, or a table sealed with another key."""
 
 
+class CredentialsNeedReconnecting(SyncLaneError):
+    """The provider refused the owner's grant itself (``invalid_grant``: revoked, or a refresh token used twice):
+    no retry helps, only new credentials from a person (``airflow synclane credentials set OWNER``)."""
+
+
+class TokenEndpointError(SyncLaneError):
+    """The token endpoint refused the app itself (a wrong client id or secret, a bad token URL): the app's
+    OAuth client needs fixing, not the owner."""
+
+
+class TokenEndpointUnavailable(SyncLaneError):
+    """The token endpoint did not answer, or answered 5xx or 429, on every try: a passing trouble, not the
+    owner's fault (nothing is marked on the owner)."""
+
+
 class CredentialKind(str, Enum):
     """An API key (sent as it is, never expires by itself) or OAuth tokens (refreshed before they expire)."""
 

@@ -1513,3 +1513,29 @@ LIMIT %(limit)s;
 SELECT kind, sealed, expires_at, needs_reconnecting_at, needs_reconnecting_reason
 FROM {schema}.credentials
 WHERE queue = %(queue)s AND owner = %(owner)s;
+
+-- name: lock_owner_credentials
+-- The refresh of one owner's OAuth token is done by one caller at a time across every process and machine:
+-- it holds the owner's credentials key (wakeups.credentials_key) until its transaction ends -- the refreshed
+-- credentials committed, or nothing -- and the others wait here, then read what it stored.
+SELECT true AS locked FROM (SELECT pg_advisory_xact_lock(%(key)s::bigint)) AS held;
+
+-- name: store_refreshed_credentials
+-- A refresh's result (sealed: the new access token, and the refresh token the provider rotated to, or the one it
+-- kept): written, under lock_owner_credentials, before the new access token is used by anyone.
+UPDATE {schema}.credentials
+SET sealed = %(sealed)s, expires_at = %(expires_at)s,
+    refreshed_at = coalesce(%(now)s::timestamptz, statement_timestamp()),
+    updated_at = coalesce(%(now)s::timestamptz, statement_timestamp())
+WHERE queue = %(queue)s AND owner = %(owner)s
+RETURNING {credential_state_columns};
+
+-- name: credentials_need_reconnecting
+-- The provider refused the owner's grant itself (invalid_grant): only new credentials from a person help. The
+-- first reason stands; setting credentials (set_credentials) clears it.
+UPDATE {schema}.credentials
+SET needs_reconnecting_at = coalesce(needs_reconnecting_at, %(now)s::timestamptz, statement_timestamp()),
+    needs_reconnecting_reason = coalesce(needs_reconnecting_reason, %(reason)s),
+    updated_at = coalesce(%(now)s::timestamptz, statement_timestamp())
+WHERE queue = %(queue)s AND owner = %(owner)s
+RETURNING {credential_state_columns};

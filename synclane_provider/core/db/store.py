@@ -17,7 +17,7 @@ from typing import Any, overload
 
 from synclane_provider.core.credentials import CredentialState
 from synclane_provider.core.db.database import Session
-from synclane_provider.core.db.wakeups import channel, payload, planning_key
+from synclane_provider.core.db.wakeups import channel, credentials_key, payload, planning_key
 from synclane_provider.core.records import (
     PAUSED_BY_HANDLER,
     Activity,
@@ -749,6 +749,26 @@ class Store:
     def sealed_credentials(self, queue: str, owner: str) -> dict[str, Any] | None:
         """The owner's sealed credentials and their expiry, for the engine to open; None when none are set."""
         return self.session.one("sealed_credentials", queue=queue, owner=owner)
+
+    def lock_owner_credentials(self, queue: str, owner: str) -> None:
+        """Wait for, and hold until the transaction ends, the owner's credentials lock (a pinned session only)."""
+        self.session.one("lock_owner_credentials", key=credentials_key(self.session.database.schema, queue, owner))
+
+    def store_refreshed_credentials(
+        self, queue: str, owner: str, *, sealed: str, expires_at: datetime | None, now: datetime | None
+    ) -> CredentialState | None:
+        """Write a refresh's result; None when the owner's credentials were removed meanwhile."""
+        row = self.session.one(
+            "store_refreshed_credentials", queue=queue, owner=owner, sealed=sealed, expires_at=expires_at, now=now
+        )
+        return CredentialState.from_row(row) if row else None
+
+    def credentials_need_reconnecting(
+        self, queue: str, owner: str, *, reason: str, now: datetime | None
+    ) -> CredentialState | None:
+        """Mark the owner's credentials as needing reconnecting (the first reason stands)."""
+        row = self.session.one("credentials_need_reconnecting", queue=queue, owner=owner, reason=reason, now=now)
+        return CredentialState.from_row(row) if row else None
 
     # -- health -------------------------------------------------------------------------------------------------
 
