@@ -3,7 +3,13 @@ that rotates refresh tokens and revokes the grant when a spent one is sent again
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import os
+import subprocess
+import sys
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -18,6 +24,7 @@ from synclane_provider.core.credentials import (
     TokenEndpointUnavailable,
 )
 from synclane_provider.core.run.tokens import OAuthClient, TokenSource
+from tests.support.airflow_env import REPO
 from tests.support.helpers import declare, owners, products
 from tests.support.oauth_server import OAuthServer
 
@@ -109,6 +116,61 @@ def test_64_callers_of_an_expired_token_across_processes_make_exactly_one_token_
     assert server.token_requests == 1 and server.invalid_grants == 0
     assert len(tokens) == CALLERS and len(set(tokens)) == 1 and server.valid(tokens[0])
     assert not server.revoked(refresh)
+
+
+def test_64_callers_in_two_processes_make_exactly_one_token_request(ops, server, schema, database_url):
+    expired_grant(ops, server)
+    server.answer_delay = 0.3
+    program = REPO / "tests" / "support" / "token_callers.py"
+    arguments = [database_url, schema, KEY, server.token_url, server.client_id, server.client_secret, str(CALLERS // 2)]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    processes = [
+        subprocess.Popen(
+            [sys.executable, str(program), *arguments],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        for _ in range(2)
+    ]
+    try:
+        for process in processes:
+            assert process.stdout.readline().strip() == "ready"
+        for process in processes:  # both released at once
+            process.stdin.write("go\n")
+            process.stdin.flush()
+        answers = [json.loads(process.communicate(timeout=120)[0]) for process in processes]
+    finally:
+        for process in processes:
+            process.kill()
+    assert [answer["errors"] for answer in answers] == [[], []]
+    tokens = {token for answer in answers for token in answer["tokens"]}
+    assert sum(len(answer["tokens"]) for answer in answers) == CALLERS and len(tokens) == 1
+    assert server.token_requests == 1 and server.invalid_grants == 0 and server.valid(tokens.pop())
+
+
+def test_a_thousand_refreshes_of_many_owners_from_two_processes_revoke_no_grant(
+    declaration, database_url, server, sources
+):
+    """Tokens that expire at once: every call refreshes, one at a time per owner, each with the refresh token the
+    one before it stored -- never a spent one."""
+    shops = owners(*[f"shop-{n}" for n in range(20)])
+    many = dataclasses.replace(declaration, queues=[dataclasses.replace(declaration.queues[0], owners=shops)])
+    server.lifetime = 0
+    with Operations(many, many.database(database_url), sealer=Sealer(KEY)) as ops:
+        for n in range(20):
+            expired_grant(ops, server, f"shop-{n}")
+    processes = [sources(skew=timedelta(0)) for _ in range(2)]
+    calls = 1000
+
+    def call(i: int) -> str:
+        return processes[i % 2].credential("shops", f"shop-{i // 2 % 20}")  # each owner from both
+
+    with ThreadPoolExecutor(16) as pool:
+        tokens = list(pool.map(call, range(calls)))
+    assert len(set(tokens)) == calls  # each call refreshed, and got a token of its own
+    assert server.token_requests == calls and server.invalid_grants == 0
 
 
 def test_the_rotated_refresh_token_is_stored_before_the_new_access_token_is_handed_out(ops, server, sources):
