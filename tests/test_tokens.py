@@ -173,6 +173,40 @@ def test_a_thousand_refreshes_of_many_owners_from_two_processes_revoke_no_grant(
     assert server.token_requests == calls and server.invalid_grants == 0
 
 
+def test_a_process_killed_after_the_provider_answered_leaves_the_owner_needing_reconnecting(
+    ops, server, schema, database_url, sources
+):
+    """The provider rotated the refresh token, and the process died before it could store the new one: the next
+    refresh sends the spent token, the provider revokes the grant, and the owner says so -- never silently."""
+    expired_grant(ops, server)
+    server.stall = True
+    program = REPO / "tests" / "support" / "token_callers.py"
+    arguments = [database_url, schema, KEY, server.token_url, server.client_id, server.client_secret, "1"]
+    caller = subprocess.Popen(
+        [sys.executable, str(program), *arguments],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    try:
+        assert caller.stdout.readline().strip() == "ready"
+        caller.stdin.write("go\n")
+        caller.stdin.flush()
+        assert server.issued.wait(60)  # the provider has rotated: the caller holds the lock, its answer in flight
+        caller.kill()
+        caller.wait(30)
+    finally:
+        caller.kill()
+        server.released.set()
+    server.stall = False
+    with pytest.raises(CredentialsNeedReconnecting, match="invalid_grant: refresh token reused"):
+        sources().credential("shops", "acme")
+    [state] = ops.credentials("shops", "acme")
+    assert state.describe(datetime.now(timezone.utc)).startswith("needs reconnecting: ")
+    assert server.token_requests == 2 and server.invalid_grants == 1
+
+
 def test_the_rotated_refresh_token_is_stored_before_the_new_access_token_is_handed_out(ops, server, sources):
     refresh = expired_grant(ops, server)
     token = sources().credential("shops", "acme")

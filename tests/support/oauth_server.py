@@ -6,7 +6,10 @@ speaks the refresh grant (RFC 6749 section 6) the way the strict providers do.
 * a spent refresh token sent again revokes the whole grant (the reuse detection of Salesforce, Auth0, Okta):
   that request and every later one for the grant answer 400 ``invalid_grant``;
 * ``fail_next(n, status)`` makes the next n requests answer ``status`` (a 503 the caller should retry);
-* a wrong client id or secret answers 401 ``invalid_client``.
+* a wrong client id or secret answers 401 ``invalid_client``;
+* with ``stall`` set, an answer is sent but its last byte, ``issued`` is set, and the rest waits for
+  ``stall`` to be cleared: a test kills the caller after the provider issued its tokens and before the caller
+  could store them.
 
 It counts what it was asked (``token_requests``) and how often it answered ``invalid_grant``.
 """
@@ -41,6 +44,9 @@ class OAuthServer:
         self.token_requests = 0
         self.invalid_grants = 0
         self.answer_delay = 0.0
+        self.stall = False
+        self.issued = threading.Event()
+        self.released = threading.Event()
         self._grants: dict[str, Grant] = {}  # by the grant's current or spent refresh tokens
         self._failures: list[int] = []
         self._lock = threading.Lock()
@@ -141,6 +147,12 @@ class OAuthServer:
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
+                if server.stall and status == 200:
+                    self.wfile.write(body[:-1])
+                    self.wfile.flush()
+                    server.issued.set()
+                    server.released.wait(30)
+                    body = body[-1:]
                 self.wfile.write(body)
 
             def log_message(self, format: str, *args: object) -> None:  # quiet
