@@ -76,6 +76,16 @@ def get_provider_info() -> dict:
                         "example": None,
                         "default": "synclane_default",
                     },
+                    "credentials_key": {
+                        "description": "The Fernet key owners' credentials are encrypted with in the jobs database\n"
+                        "(several, comma-separated and newest first, while a key is rotated). When unset, Airflow's\n"
+                        "``[core] fernet_key``.\n",
+                        "version_added": "0.2.0",
+                        "type": "string",
+                        "sensitive": True,
+                        "example": None,
+                        "default": None,
+                    },
                 },
             }
         },

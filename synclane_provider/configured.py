@@ -13,6 +13,7 @@ import threading
 import warnings
 
 from synclane_provider.core import DeclarationError, Operations, SyncLane
+from synclane_provider.core.credentials import Sealer
 from synclane_provider.locate import locate_synclane
 
 SECTION = "synclane"
@@ -83,7 +84,20 @@ def open_operations(declaration: str | None = None, connection: str | None = Non
 
     synclane: SyncLane = locate_synclane(declaration_path(declaration))
     database = SyncLaneHook(synclane_conn_id=conn_id(connection)).get_database(synclane)
-    return Operations(synclane, database)
+    return Operations(synclane, database, sealer=credentials_sealer())
+
+
+CREDENTIALS_KEY_NAMED = "[synclane] credentials_key (AIRFLOW__SYNCLANE__CREDENTIALS_KEY) or [core] fernet_key"
+"""Where the key of owners' credentials is read, as an error that finds none says it."""
+
+
+def credentials_sealer() -> Sealer:
+    """What encrypts owners' credentials: ``[synclane] credentials_key``, else Airflow's ``[core] fernet_key``
+    (the key Airflow encrypts its own connections with). Neither set is an error only when credentials are used."""
+    from airflow.configuration import conf
+
+    key = conf.get(SECTION, "credentials_key", fallback=None) or conf.get("core", "fernet_key", fallback=None)
+    return Sealer(key or None, named=CREDENTIALS_KEY_NAMED)
 
 
 _shared: dict[tuple[str, str], Operations] = {}

@@ -94,7 +94,10 @@ def schema(run_schema: str, admin: psycopg.Connection) -> str:
         sql.SQL("DO $$ BEGIN IF to_regclass({}) IS NOT NULL THEN EXECUTE {}; END IF; END $$").format(
             sql.Literal(f'"{run_schema}".jobs'),
             sql.Literal(
-                sql.SQL("TRUNCATE {0}.jobs, {0}.coverage, {0}.owners, {0}.resync_requests, {0}.marks RESTART IDENTITY")
+                sql.SQL(
+                    "TRUNCATE {0}.jobs, {0}.coverage, {0}.owners, {0}.resync_requests, {0}.marks, {0}.credentials "
+                    "RESTART IDENTITY"
+                )
                 .format(sql.Identifier(run_schema))
                 .as_string(admin)
             ),

@@ -50,9 +50,9 @@ def test_creating_the_schema_is_idempotent_and_safe_to_race(admin, database_url,
         thread.join()
     assert errors == []
     assert (
-        len(indexes(admin, fresh_schema)) == 24
+        len(indexes(admin, fresh_schema)) == 25
     )  # 15 on jobs; the primary keys of the version table, lane_budgets, coverage, owners, resync_requests,
-    # planned_rosters and marks; owners_paused and owners_in_trouble
+    # planned_rosters, marks and credentials; owners_paused and owners_in_trouble
     assert read_status(admin, fresh_schema).ready
 
 

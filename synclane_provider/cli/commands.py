@@ -15,6 +15,7 @@ from typing import Any
 
 from synclane_provider.configured import conn_id, declaration_path, open_operations
 from synclane_provider.core import DeclarationError, Operations, SyncLaneError
+from synclane_provider.core.credentials import Credentials, CredentialState
 from synclane_provider.core.durations import duration_text
 from synclane_provider.core.ops.monitor import Monitor, plain
 from synclane_provider.core.ops.monitor import OwnerState as MonitoredOwner
@@ -381,6 +382,46 @@ def resyncs_command(args: Any) -> None:
             _print([{"key": args.requeue, "requeued": count}], args)
         else:
             _print([_resync_row(p) for p in operations.resyncs(queue, key=args.key, limit=args.limit)], args)
+
+
+def credentials_command(args: Any) -> None:
+    """``set OWNER``: the credentials from ``--file`` or stdin (a prompt that does not echo at a terminal), never
+    from argv, which other users see in the process list and the shell keeps in its history. ``show [OWNER]``:
+    their state."""
+    now = datetime.now(timezone.utc)
+    with _operations(args) as operations:
+        queue = _queue(operations, args)
+        if args.action == "set":
+            if not args.owner:
+                raise DeclarationError("credentials set needs the owner: airflow synclane credentials set OWNER")
+            credentials = Credentials.from_text(_credentials_text(args.file), now=now)
+            states = [operations.set_credentials(queue, args.owner, credentials)]
+        else:
+            states = operations.credentials(queue, args.owner)
+        _print([_credentials_row(state, now) for state in states], args)
+
+
+def _credentials_text(path: str | None) -> str:
+    if path is not None:
+        try:
+            with open(path, encoding="utf-8") as given:
+                return given.read()
+        except OSError as exc:
+            raise DeclarationError(f"cannot read the credentials file {path!r}: {exc.strerror}") from None
+    if sys.stdin.isatty():
+        return getpass.getpass("API key, or credentials as JSON (not shown): ")
+    return sys.stdin.read()
+
+
+def _credentials_row(state: CredentialState, now: datetime) -> dict[str, Any]:
+    return {
+        "owner": state.owner,
+        "kind": state.kind,
+        "state": state.describe(now),
+        "expires_at": state.expires_at and state.expires_at.isoformat(),
+        "refreshed_at": state.refreshed_at and state.refreshed_at.isoformat(),
+        "needs_reconnecting_at": state.needs_reconnecting_at and state.needs_reconnecting_at.isoformat(),
+    }
 
 
 def schema_command(args: Any) -> None:

@@ -83,6 +83,16 @@ ARG_SCHEMA_ACTION = Arg(
     choices=("sql", "apply", "status"),
     help="sql: print what is pending; apply: apply it; status: each migration",
 )
+ARG_CREDENTIALS_ACTION = Arg(
+    ("action",),
+    choices=("set", "show"),
+    help="set: the owner's credentials, read from stdin or --file (never from the command line); show: their state",
+)
+ARG_CREDENTIALS_FILE = Arg(
+    ("--file",),
+    help="read the credentials from this file: an API key, or JSON with api_key, or access_token, refresh_token "
+    "and expires_at or expires_in (default: stdin)",
+)
 ARG_SCHEMA_NAME = Arg(("--schema",), help="the schema (default: the declaration's)")
 
 COMMON = (ARG_CONN_ID, ARG_DECLARATION, ARG_OUTPUT, ARG_VERBOSE)
@@ -197,6 +207,14 @@ SYNCLANE_COMMANDS = (
         ARG_FORCE_DELETIONS,
         ARG_RESYNC_BY,
         ARG_LIMIT,
+    ),
+    _command(
+        "credentials",
+        "Owners' credentials: set one owner's (encrypted in the jobs database), or show their state, never a value",
+        ARG_CREDENTIALS_ACTION,
+        ARG_OWNER_POSITIONAL,
+        ARG_CREDENTIALS_FILE,
+        ARG_QUEUE,
     ),
     _command(
         "schema",

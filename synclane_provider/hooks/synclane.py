@@ -16,6 +16,7 @@ from airflow.providers.postgres.hooks.postgres import PostgresHook
 from psycopg.conninfo import make_conninfo
 
 from synclane_provider.core import Database, SyncLane
+from synclane_provider.masking import join_airflow_masker
 
 
 class SyncLaneHook(PostgresHook):
@@ -34,8 +35,10 @@ class SyncLaneHook(PostgresHook):
         """The engine's view of the table: a new psycopg connection per session, made by the PostgreSQL hook.
 
         The connection details are read when the first session connects, not
-        here, so calling this at DAG parse time would still open nothing.
+        here, so calling this at DAG parse time would still open nothing. Airflow's secrets masker is joined
+        to the engine's redaction here, before the engine stores or shows any error.
         """
+        join_airflow_masker()
         return synclane.database(connect=self.get_conn)
 
     def conninfo(self) -> str:

@@ -7,8 +7,10 @@ table holds the operator tests' scene (``tests/support/operate_scene.py``).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
+import sys
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta, timezone
@@ -21,11 +23,13 @@ from psycopg import sql
 
 from synclane_demo.local import airflow_connection
 from synclane_provider.cli.commands import NARROW_JOB, PROGRESS_COLUMNS
+from synclane_provider.core import WorkerSlot
 from tests.support import operate_declaration
 from tests.support.airflow_env import copy_migrated_metadata
-from tests.support.api_server import airflow, airflow_env
+from tests.support.api_server import PROJECT, airflow, airflow_env
 from tests.support.database import drop_schemas
-from tests.support.operate_scene import BROKEN, job, set_scene
+from tests.support.helpers import failing
+from tests.support.operate_scene import BROKEN, declaration, job, set_scene
 from tests.support.real_airflow import connection_uri
 
 pytestmark = [pytest.mark.airflow, pytest.mark.slow, pytest.mark.timeout(900)]
@@ -363,3 +367,78 @@ def test_resync_dry_run_prints_the_windows_cut_on_the_owners_history_and_makes_n
     assert made == {"key": "k", "made": "4", "jobs": "4"}
     again = synclane("resync", *args, "--key", "k", "--dry-run", env=env)
     assert again.strip() == "re-sync k was asked for already (4 jobs): nothing would be made"
+
+
+def test_a_secret_in_a_handlers_error_is_in_no_listing(scene, env, database_url, cli_schema):
+    """A worker stores the error of a handler that quotes its API key; every listing shows ``***`` in its place."""
+    leaky = failing(RuntimeError("401 Unauthorized for https://api.example.com/v1/orders?api_key=sk_live_cli_5150"))
+    declared = declaration(cli_schema)
+    [queue] = declared.queues
+    queue = dataclasses.replace(queue, types=[dataclasses.replace(t, handler=leaky) for t in queue.types])
+    declared = dataclasses.replace(declared, queues=[queue])
+    with WorkerSlot(declared, declared.database(database_url), "shops") as slot:
+        assert slot.run_one() is not None
+    outputs = [
+        synclane(*listing, "--output", output, env=env)
+        for listing in (["jobs"], ["lanes"], ["progress", "--wide"])
+        for output in ("json", "table")
+    ]
+    assert all("sk_live_cli_5150" not in output for output in outputs)
+    assert "api_key=***" in outputs[0]
+
+
+CREDENTIALS_KEY = "xvUk6wzWq7pXZb8x0K1bG1m2yXq5x8u1rN3ZkWq3c2E="
+
+
+def credentials(*args: str, env: dict[str, str], stdin: str = "") -> subprocess.CompletedProcess[str]:
+    """``airflow synclane credentials …`` with ``stdin`` as its input (the way a value is handed over)."""
+    return subprocess.run(
+        [str(Path(sys.executable).parent / "airflow"), "synclane", "credentials", *args],
+        env={"AIRFLOW__SYNCLANE__CREDENTIALS_KEY": CREDENTIALS_KEY, **env},
+        cwd=PROJECT,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+
+
+def stored_credentials(database_url: str, schema: str) -> str:
+    with psycopg.connect(database_url) as conn:
+        query = sql.SQL("SELECT coalesce(string_agg(c::text, E'\\n'), '') FROM {}.credentials AS c")
+        return conn.execute(query.format(sql.Identifier(schema))).fetchone()[0]
+
+
+def test_credentials_set_reads_them_from_stdin_or_a_file_and_only_their_state_is_shown(
+    scene, env, database_url, cli_schema, tmp_path
+):
+    oauth = '{"access_token": "at_cli_clear_6161", "refresh_token": "rt_cli_clear_6262", "expires_in": 3600}'
+    done = credentials("set", "globex", "-o", "json", env=env, stdin=oauth)
+    assert done.returncode == 0, done.stderr
+    [state] = json.loads(done.stdout)
+    assert (state["owner"], state["kind"]) == ("globex", "oauth") and state["state"].startswith(
+        "set (oauth), expires in"
+    )
+    key_file = tmp_path / "initech.key"
+    key_file.write_text("sk_live_cli_clear_6363\n")
+    done = credentials("set", "initech", "--file", str(key_file), "-o", "json", env=env)
+    assert done.returncode == 0, done.stderr
+
+    shown = credentials("show", "-o", "json", env=env)
+    assert [(row["owner"], row["state"][:12]) for row in json.loads(shown.stdout)] == [
+        ("globex", "set (oauth),"),
+        ("initech", "set (api_key"),
+    ]
+    everything = done.stdout + done.stderr + shown.stdout + shown.stderr + stored_credentials(database_url, cli_schema)
+    for value in ("at_cli_clear_6161", "rt_cli_clear_6262", "sk_live_cli_clear_6363"):
+        assert value not in everything
+
+
+def test_credentials_set_without_a_key_or_for_an_unknown_owner_is_refused_by_name(scene, env, database_url, cli_schema):
+    no_key = {**env, "AIRFLOW__SYNCLANE__CREDENTIALS_KEY": "", "AIRFLOW__CORE__FERNET_KEY": ""}
+    done = credentials("set", "globex", env=no_key, stdin="sk_live_never_stored_6464")
+    assert done.returncode != 0
+    assert "no key to encrypt owners' credentials: set [synclane] credentials_key" in done.stderr
+    done = credentials("set", "umbrela", env=env, stdin="sk_live_never_stored_6464")
+    assert done.returncode != 0 and "'umbrela'" in done.stderr
+    assert "sk_live_never_stored_6464" not in done.stderr + stored_credentials(database_url, cli_schema)

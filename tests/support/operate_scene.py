@@ -34,9 +34,9 @@ def set_scene(database_url: str, schema: str) -> dict[str, int]:
         if exists:
             # the planner's coverage goes with the jobs, or it would not plan them again
             conn.execute(
-                sql.SQL("TRUNCATE {0}.jobs, {0}.coverage, {0}.owners, {0}.resync_requests RESTART IDENTITY").format(
-                    sql.Identifier(schema)
-                )
+                sql.SQL(
+                    "TRUNCATE {0}.jobs, {0}.coverage, {0}.owners, {0}.resync_requests, {0}.credentials RESTART IDENTITY"
+                ).format(sql.Identifier(schema))
             )
         with Operations(synclane, synclane.database(database_url)) as operations:
             operations.plan("shops")

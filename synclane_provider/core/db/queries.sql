@@ -1476,3 +1476,66 @@ SELECT claimed.*, left_over.more_paused, left_over.more_failing
 FROM left_over
 LEFT JOIN claimed ON true
 ORDER BY claimed.owner;
+
+-- fragment: credential_state_columns
+-- What may be read of an owner's credentials outside the engine: everything but the sealed value.
+queue, owner, kind, expires_at, refreshed_at, needs_reconnecting_at, needs_reconnecting_reason, updated_at
+
+-- name: set_credentials
+-- A person sets an owner's credentials (sealed by the engine before they come here): they replace whatever was
+-- set, and an owner that needed reconnecting no longer does. Safe to run twice: the second write is the same.
+INSERT INTO {schema}.credentials AS c (queue, owner, kind, sealed, expires_at, updated_at)
+VALUES (%(queue)s, %(owner)s, %(kind)s, %(sealed)s, %(expires_at)s,
+        coalesce(%(now)s::timestamptz, statement_timestamp()))
+ON CONFLICT (queue, owner) DO UPDATE SET
+    kind = excluded.kind,
+    sealed = excluded.sealed,
+    expires_at = excluded.expires_at,
+    refreshed_at = NULL,
+    needs_reconnecting_at = NULL,
+    needs_reconnecting_reason = NULL,
+    updated_at = excluded.updated_at
+RETURNING {credential_state_columns};
+
+-- name: credential_states
+-- The state of the queue's owners' credentials by owner name (only %(owner)s's when given), ``limit`` after
+-- %(after)s: never the sealed value.
+SELECT {credential_state_columns}
+FROM {schema}.credentials
+WHERE queue = %(queue)s
+  AND (%(owner)s::text IS NULL OR owner = %(owner)s::text)
+  AND (%(after)s::text IS NULL OR owner > %(after)s::text)
+ORDER BY owner
+LIMIT %(limit)s;
+
+-- name: sealed_credentials
+-- The owner's sealed credentials, for the engine to open with its key; no row when none are set.
+SELECT kind, sealed, expires_at, needs_reconnecting_at, needs_reconnecting_reason
+FROM {schema}.credentials
+WHERE queue = %(queue)s AND owner = %(owner)s;
+
+-- name: lock_owner_credentials
+-- The refresh of one owner's OAuth token is done by one caller at a time across every process and machine:
+-- it holds the owner's credentials key (wakeups.credentials_key) until its transaction ends -- the refreshed
+-- credentials committed, or nothing -- and the others wait here, then read what it stored.
+SELECT true AS locked FROM (SELECT pg_advisory_xact_lock(%(key)s::bigint)) AS held;
+
+-- name: store_refreshed_credentials
+-- A refresh's result (sealed: the new access token, and the refresh token the provider rotated to, or the one it
+-- kept): written, under lock_owner_credentials, before the new access token is used by anyone.
+UPDATE {schema}.credentials
+SET sealed = %(sealed)s, expires_at = %(expires_at)s,
+    refreshed_at = coalesce(%(now)s::timestamptz, statement_timestamp()),
+    updated_at = coalesce(%(now)s::timestamptz, statement_timestamp())
+WHERE queue = %(queue)s AND owner = %(owner)s
+RETURNING {credential_state_columns};
+
+-- name: credentials_need_reconnecting
+-- The provider refused the owner's grant itself (invalid_grant): only new credentials from a person help. The
+-- first reason stands; setting credentials (set_credentials) clears it.
+UPDATE {schema}.credentials
+SET needs_reconnecting_at = coalesce(needs_reconnecting_at, %(now)s::timestamptz, statement_timestamp()),
+    needs_reconnecting_reason = coalesce(needs_reconnecting_reason, %(reason)s),
+    updated_at = coalesce(%(now)s::timestamptz, statement_timestamp())
+WHERE queue = %(queue)s AND owner = %(owner)s
+RETURNING {credential_state_columns};

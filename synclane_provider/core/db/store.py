@@ -15,8 +15,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, overload
 
+from synclane_provider.core.credentials import CredentialState
 from synclane_provider.core.db.database import Session
-from synclane_provider.core.db.wakeups import channel, payload, planning_key
+from synclane_provider.core.db.wakeups import channel, credentials_key, payload, planning_key
 from synclane_provider.core.records import (
     PAUSED_BY_HANDLER,
     Activity,
@@ -34,6 +35,7 @@ from synclane_provider.core.records import (
     ResyncRequest,
     Wakeup,
 )
+from synclane_provider.core.redact import redact
 from synclane_provider.core.states import JobStatus, OwnerHealth
 
 MONITOR_VIEWS = "monitor.sql"
@@ -373,7 +375,7 @@ class Store:
             processed_count=processed_count,
             queue=job.queue,
             owner=job.owner,
-            paused_reason=reason,
+            paused_reason=redact(reason),  # a handler's own words, which may quote what it was refused with
             paused_by=PAUSED_BY_HANDLER,
             last_error=error,
             now=now,
@@ -724,6 +726,49 @@ class Store:
         )
         assert row is not None
         return OwnerState.from_row(row)
+
+    # -- credentials ----------------------------------------------------------------------------------------
+
+    def set_credentials(
+        self, queue: str, owner: str, *, kind: str, sealed: str, expires_at: datetime | None, now: datetime | None
+    ) -> CredentialState:
+        """Replace the owner's credentials with ``sealed`` (no longer needing reconnecting); returns their state."""
+        row = self.session.one(
+            "set_credentials", queue=queue, owner=owner, kind=kind, sealed=sealed, expires_at=expires_at, now=now
+        )
+        assert row is not None
+        return CredentialState.from_row(row)
+
+    def credential_states(
+        self, queue: str, *, owner: str | None = None, after: str | None = None, limit: int = 500
+    ) -> list[CredentialState]:
+        """The state of the queue's owners' credentials by owner (only ``owner``'s when given): never a value."""
+        rows = self.session.run("credential_states", queue=queue, owner=owner, after=after, limit=limit, prepare=False)
+        return [CredentialState.from_row(row) for row in rows]
+
+    def sealed_credentials(self, queue: str, owner: str) -> dict[str, Any] | None:
+        """The owner's sealed credentials and their expiry, for the engine to open; None when none are set."""
+        return self.session.one("sealed_credentials", queue=queue, owner=owner)
+
+    def lock_owner_credentials(self, queue: str, owner: str) -> None:
+        """Wait for, and hold until the transaction ends, the owner's credentials lock (a pinned session only)."""
+        self.session.one("lock_owner_credentials", key=credentials_key(self.session.database.schema, queue, owner))
+
+    def store_refreshed_credentials(
+        self, queue: str, owner: str, *, sealed: str, expires_at: datetime | None, now: datetime | None
+    ) -> CredentialState | None:
+        """Write a refresh's result; None when the owner's credentials were removed meanwhile."""
+        row = self.session.one(
+            "store_refreshed_credentials", queue=queue, owner=owner, sealed=sealed, expires_at=expires_at, now=now
+        )
+        return CredentialState.from_row(row) if row else None
+
+    def credentials_need_reconnecting(
+        self, queue: str, owner: str, *, reason: str, now: datetime | None
+    ) -> CredentialState | None:
+        """Mark the owner's credentials as needing reconnecting (the first reason stands)."""
+        row = self.session.one("credentials_need_reconnecting", queue=queue, owner=owner, reason=reason, now=now)
+        return CredentialState.from_row(row) if row else None
 
     # -- health -------------------------------------------------------------------------------------------------
 

@@ -58,6 +58,14 @@ def planning_key(schema: str, queue: str) -> int:
     return (high << 32) | low
 
 
+def credentials_key(schema: str, queue: str, owner: str) -> int:
+    """The advisory lock key one owner's credential refresh holds until its transaction ends, so that one
+    process on one machine refreshes an owner's token at a time (see lock_owner_credentials). One 63-bit key,
+    as planning_key."""
+    high, low = _advisory_key(schema, queue, owner, "credentials")
+    return (high << 32) | low
+
+
 def _advisory_key(*names: str) -> tuple[int, int]:
     """Two non-negative 31-bit halves of a digest of ``names``."""
     digest = hashlib.sha256("\x00".join(names).encode("utf-8", "surrogatepass")).digest()

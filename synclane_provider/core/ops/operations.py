@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta, timezone
 
 from synclane_provider.core.clock import Clock, database_clock, utc
+from synclane_provider.core.credentials import Credentials, CredentialState, Sealer
 from synclane_provider.core.db.database import Database, Session
 from synclane_provider.core.db.store import Store
 from synclane_provider.core.db.transient import Backoff, passes_from_anywhere
@@ -45,13 +46,24 @@ class Operations:
 
     Time comes from ``clock`` (see :mod:`~synclane_provider.core.clock`: by default the database's own);
     every call that depends on it also takes ``now``, which wins over the clock for that call.
+
+    ``sealer`` holds the Fernet key owners' credentials are encrypted with (see
+    :mod:`~synclane_provider.core.credentials`); only the calls that set or read credentials need one.
     """
 
-    def __init__(self, synclane: SyncLane, database: Database, *, clock: Clock = database_clock) -> None:
+    def __init__(
+        self,
+        synclane: SyncLane,
+        database: Database,
+        *,
+        clock: Clock = database_clock,
+        sealer: Sealer | None = None,
+    ) -> None:
         self.synclane = synclane
         self.session = Session(database)
         self.store = Store(self.session)
         self.clock = clock
+        self.sealer = sealer or Sealer(None)
 
     def at(self, now: datetime | None) -> datetime | None:
         """The time a statement is to use: ``now`` when given, else the clock's (None: the database's own)."""
@@ -339,6 +351,35 @@ class Operations:
         self.store.notify(queue)
         log.info("queue %s: owner %s resumed", queue, owner)
         return state
+
+    def set_credentials(
+        self, queue: str, owner: str, credentials: Credentials, *, now: datetime | None = None
+    ) -> CredentialState:
+        """Keep ``credentials`` as the owner's, encrypted: they replace any set before, and an owner that needed
+        reconnecting no longer does. Returns their state, never a value.
+
+        Refused with the bad value named: an unknown queue, an owner the source does not list; and with what is
+        missing named when there is no key (``sealer``).
+        """
+        listed = resolve_owner(self.synclane.queue(queue), owner)
+        sealed = self.sealer.seal(credentials)
+        state = self.store.set_credentials(
+            queue,
+            listed.id,
+            kind=credentials.kind.value,
+            sealed=sealed,
+            expires_at=credentials.expires_at,
+            now=self.at(now),
+        )
+        log.info("queue %s: owner %s's credentials set (%s)", queue, listed.id, credentials.kind.value)
+        return state
+
+    def credentials(self, queue: str, owner: str | None = None) -> list[CredentialState]:
+        """The state of the queue's owners' credentials (only ``owner``'s when given), by owner: set, when they
+        expire and were refreshed, whether they need reconnecting -- never a value. An owner without credentials
+        has no entry."""
+        self.synclane.queue(queue)
+        return self.store.credential_states(queue, owner=owner)
 
     def owner(self, queue: str, owner: str) -> OwnerState:
         """The owner's state: health, consecutive failures, pause (a healthy owner that is not paused when it has

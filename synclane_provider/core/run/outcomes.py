@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 from synclane_provider.core.errors import WorkerLost
+from synclane_provider.core.redact import redact
 
 MAX_ERROR_LENGTH = 2000
 """Stored errors are cut to this many characters: the row is for reading, not for full tracebacks."""
@@ -14,7 +15,7 @@ CANCELLED = "Cancelled: "
 
 
 def describe_error(exc: BaseException) -> str:
-    """``Type: message``, safe to store: bounded, valid UTF-8, no NUL characters."""
+    """``Type: message``, safe to store: secrets redacted, bounded, valid UTF-8, no NUL characters."""
     try:
         message = str(exc)
     except Exception:  # noqa: BLE001 - a broken __str__ must not hide the failure itself
@@ -23,8 +24,9 @@ def describe_error(exc: BaseException) -> str:
 
 
 def storable_text(text: str) -> str:
-    """``text`` as the error column keeps it: at most ``MAX_ERROR_LENGTH`` characters, valid UTF-8, no NUL."""
-    text = text.encode("utf-8", errors="replace").decode("utf-8", errors="replace").replace("\x00", "\\0")
+    """``text`` as the error column keeps it: secrets redacted (every surface shows what is stored, so this is
+    the one place they are taken out), at most ``MAX_ERROR_LENGTH`` characters, valid UTF-8, no NUL."""
+    text = redact(text).encode("utf-8", errors="replace").decode("utf-8", errors="replace").replace("\x00", "\\0")
     if len(text) > MAX_ERROR_LENGTH:
         text = text[: MAX_ERROR_LENGTH - 1] + "…"
     return text
