@@ -291,14 +291,11 @@ def test_requests_are_listed_with_their_progress_cancelled_whole_and_their_failu
     listed = {p.request.key: p for p in ops.resyncs("shops")}
     assert set(listed) == {first.key, second.key}
     one = listed["k1"]
-    assert (one.total, one.done, one.pending, one.stopped, one.request.requested_by, one.request.reason) == (
-        4,
-        1,
-        2,
-        1,
-        "ana",
-        "totals",
-    )
+    assert (one.total, one.done, one.pending, one.retrying, one.stopped, one.finished) == (4, 1, 2, 1, 0, False)
+    assert (one.request.requested_by, one.request.reason) == ("ana", "totals")
+    execute(admin, schema, "UPDATE {jobs} SET status = 'deferred' WHERE request_key = 'k1' AND id = 2")
+    spent = ops.resyncs("shops", key="k1")[0]
+    assert (spent.retrying, spent.stopped) == (0, 1)  # its attempts spent: now a failure of the request
     assert ops.requeue("shops", request="k1", now=clock.now) == 1
     assert ops.resyncs("shops", key="k1")[0].stopped == 0
 

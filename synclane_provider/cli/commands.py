@@ -328,6 +328,7 @@ def _resync_row(progress: ResyncProgress) -> dict[str, Any]:
         "owners": ",".join(request.owners) if request.owners is not None else "(all)",
         "done": f"{progress.done}/{progress.total}",
         "running": progress.running,
+        "retrying": progress.retrying,
         "failed": progress.stopped,
         "records": progress.records,
         "by": request.requested_by,

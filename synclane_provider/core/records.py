@@ -397,16 +397,20 @@ class ResyncProgress:
     done: int
     running: int
     pending: int
+    retrying: int
+    """Failed and waiting to retry: routine, not a failure of the request until their attempts are spent."""
     stopped: int
-    """Failed, deferred or abandoned (cancelled ones among them): what a requeue of the request may give fresh
-    attempts to."""
+    """Deferred or abandoned (cancelled ones among them): their attempts spent, what a requeue of the request
+    gives fresh attempts to."""
     records: int
     last_error: str | None = None
 
     @property
     def finished(self) -> bool:
         """Nothing of it runs or waits any more."""
-        return self.running == 0 and self.pending == 0 and self.stopped == 0 or self.request.cancelled_at is not None
+        return (
+            self.running == self.pending == self.retrying == self.stopped == 0 or self.request.cancelled_at is not None
+        )
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> "ResyncProgress":

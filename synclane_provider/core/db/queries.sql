@@ -910,7 +910,8 @@ CROSS JOIN LATERAL (
            count(*) FILTER (WHERE j.status = 'completed')::int AS done,
            count(*) FILTER (WHERE j.status = 'running')::int AS running,
            count(*) FILTER (WHERE j.status = 'pending')::int AS pending,
-           count(*) FILTER (WHERE j.status IN ('failed', 'deferred', 'abandoned'))::int AS stopped,
+           count(*) FILTER (WHERE j.status = 'failed')::int AS retrying,
+           count(*) FILTER (WHERE j.status IN ('deferred', 'abandoned'))::int AS stopped,
            coalesce(sum(j.processed_count), 0)::bigint AS records,
            max(j.error) FILTER (WHERE j.status IN ('failed', 'deferred', 'abandoned')) AS last_error
     FROM {schema}.jobs AS j

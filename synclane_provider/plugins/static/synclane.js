@@ -282,7 +282,7 @@ function renderOwners(page) {
 function renderResyncs(requests) {
   if (!requests.length) return `<p class="muted">No re-sync has been asked for. Ask for one on the Owners view.</p>`;
   return `<table id="resyncs-table"><thead><tr><th>Request</th><th>Type</th><th>Range</th><th>Owners</th><th>Windows done</th>
-    <th class="num">Running</th><th class="num">Failed</th><th class="num">Records</th><th>Asked</th><th>Why</th><th>Actions</th></tr></thead><tbody>
+    <th class="num">Running</th><th class="num">Retrying</th><th class="num">Failed</th><th class="num">Records</th><th>Asked</th><th>Why</th><th>Actions</th></tr></thead><tbody>
     ${requests.map((p) => {
       const r = p.request, pct = p.total ? Math.round(100 * p.done / p.total) : 0;
       const state = r.cancelled_at ? `<span class="status abandoned">cancelled</span> <span class="muted">by ${esc(r.cancelled_by ?? "?")}</span>` : (p.finished ? "✓" : "");
@@ -290,7 +290,7 @@ function renderResyncs(requests) {
         <td><code>${esc(r.key)}</code></td><td>${esc(r.type)}</td><td>${windowText(r.window_start, r.window_end)}</td>
         <td>${r.owners ? esc(r.owners.join(", ")) : '<span class="muted">every owner</span>'}</td>
         <td class="progress"><span class="bar" title="${pct}%"><span style="width:${pct}%"></span></span> ${p.done}/${p.total} ${state}</td>
-        <td class="num">${p.running}</td><td class="num ${p.stopped ? "bad" : ""}">${p.stopped}</td><td class="num">${number(p.records)}</td>
+        <td class="num">${p.running}</td><td class="num muted">${p.retrying}</td><td class="num ${p.stopped ? "bad" : ""}">${p.stopped}</td><td class="num">${number(p.records)}</td>
         <td>${when(r.requested_at)} <span class="muted">by ${esc(r.requested_by ?? "?")}</span></td><td>${esc(r.reason)}</td>
         <td>${p.stopped && !r.cancelled_at ? button("requeue-resync", "Requeue failed", {key: r.key}) : ""}
             ${!r.cancelled_at && !p.finished ? button("cancel-resync", "Cancel", {key: r.key}, true) : ""}</td>
