@@ -39,6 +39,7 @@ if TYPE_CHECKING:
         WorkerLost,
     )
     from synclane_provider.core.ops.operations import Operations
+    from synclane_provider.core.page_context import PageContext, PageJob
     from synclane_provider.core.plan.planner import PlanSummary
     from synclane_provider.core.plan.retention import Pruned
     from synclane_provider.core.records import Activity, Cancelled, Job, LandCounts, Page, Progress, ResyncRequest
@@ -74,6 +75,8 @@ _HOMES = {
     "OwnerPaused": "synclane_provider.core.errors",
     "OwnerSourceError": "synclane_provider.core.errors",
     "Page": "synclane_provider.core.records",
+    "PageContext": "synclane_provider.core.page_context",
+    "PageJob": "synclane_provider.core.page_context",
     "PinnedClock": "synclane_provider.core.clock",
     "PlanSummary": "synclane_provider.core.plan.planner",
     "Progress": "synclane_provider.core.records",
@@ -136,6 +139,8 @@ __all__ = [
     "OwnerPaused",
     "OwnerSourceError",
     "Page",
+    "PageContext",
+    "PageJob",
     "PinnedClock",
     "PlanSummary",
     "Progress",

@@ -10,6 +10,6 @@ statements of ``landing.sql`` composed for a table and a page's columns) and ``p
 and its job's cursor committed in one transaction of the jobs database). Every statement the engine
 sends is in ``queries.sql``, ``monitor.sql``, ``schema_versions.sql`` or ``landing.sql`` here.
 
-May import: the vocabulary at the top of ``core`` (errors, states, records, clock, durations, metrics) and
+May import: the vocabulary at the top of ``core`` (errors, states, records, page_context, clock, durations, metrics) and
 psycopg; nothing from ``declare``, ``plan``, ``run`` or ``ops``.
 """

@@ -51,11 +51,11 @@ from synclane_provider.core.db.page_rows import (
     values_as_text,
 )
 from synclane_provider.core.db.page_statements import PageStatements, column_list, landing_texts
-from synclane_provider.core.db.page_transaction import PageTransaction
 from synclane_provider.core.errors import DeclarationError, DeletionsRefused, LandingError
+from synclane_provider.core.page_context import page_context
 from synclane_provider.core.records import Job, LandCounts
 
-__all__ = ["Destination", "LandCounts", "PageTransaction", "Row"]
+__all__ = ["Destination", "LandCounts", "Row"]
 
 _SAVEPOINT = b"SAVEPOINT synclane_land_page"
 _ROLLBACK_TO_SAVEPOINT = b"ROLLBACK TO SAVEPOINT synclane_land_page"
@@ -176,9 +176,10 @@ class Destination:
         row), written by the statement that saves the page's cursor or completes the job: a page whose cursor is
         not saved (it failed, its lease was lost) counts nothing, and a retry adds what its pages land.
         """
-        page_transaction = job.page_transaction
-        if self.in_jobs_database and isinstance(page_transaction, PageTransaction):
-            counts = self._land(page_transaction.connection(), job, rows, complete)
+        page = page_context(job)
+        in_page = page.transaction() if self.in_jobs_database else None
+        if in_page is not None:
+            counts = self._land(in_page, job, rows, complete)
         else:
             conn = self._connection()
             try:
@@ -191,7 +192,7 @@ class Destination:
                 self._local.conn = None
                 conn.close()
                 raise
-        job.count_landed(counts)  # a worker adds them to the job's row with the page's cursor
+        page.count_landed(counts)  # a worker adds them to the job's row with the page's cursor
         return counts
 
     def _land(self, conn: psycopg.Connection[Any], job: Job, rows: Iterable[Row], complete: bool) -> LandCounts:

@@ -27,7 +27,14 @@ from synclane_provider.core.metrics import JOBS_FINISHED, LEASE_TAKEOVERS, NO_ME
 from synclane_provider.core.records import Job
 from synclane_provider.core.run.lane_gate import LaneGate
 from synclane_provider.core.run.lease import LeaseKeeper
-from synclane_provider.core.run.runner import DEFAULT_STOP_GRACE, INTERRUPT_GRACE, KILL_GRACE, JobRunner, RunResult
+from synclane_provider.core.run.runner import (
+    DEFAULT_STOP_GRACE,
+    INTERRUPT_GRACE,
+    KILL_GRACE,
+    EndOfAttempt,
+    JobRunner,
+    RunResult,
+)
 from synclane_provider.core.run.summary import Summary
 from synclane_provider.core.run.work_thread import Work, WorkThread
 from synclane_provider.core.states import JobStatus
@@ -126,7 +133,6 @@ class WorkerSlot:
             clock=clock,
             stop=self.stop,
             lease=self.lease,
-            final_write=self._finish_and_take_next,
             gate=self.gate,
             log=logger or log,
             metrics=metrics,
@@ -186,6 +192,26 @@ class WorkerSlot:
         self.summary.add(result)
         tags = {"queue": self.queue.name, "type": result.job.type, "outcome": result.outcome.value}
         self.metrics.incr(JOBS_FINISHED, tags)
+
+    def _end(self, end: EndOfAttempt | RunResult) -> RunResult:
+        """Write how an attempt ended, if it is not written yet: the one write that ends it, in the transaction
+        its last page's rows landed in (which commits them with it; no take there, as a lost race for a lane slot
+        would undo the page), else with the take of the slot's next job."""
+        if isinstance(end, RunResult):
+            return end
+        resent = self.store.repeats
+        if end.landing is None:
+            written = self._finish_and_take_next(end.finish)
+        else:
+            written = end.landing.finish(
+                end.finish,
+                queue=self.queue.name,
+                worker=self.worker_id,
+                lease=self.queue.lease,
+                now=self.clock(),
+                health_after=self.queue.owner_backoff.health_after,
+            )
+        return self.runner.written(end, written, resent)
 
     def _finish_and_take_next(self, finish: Finish) -> Finish | None:
         """Write how a job ended and, unless the slot is stopping, take its next job in the same statement.
@@ -254,8 +280,12 @@ class WorkerSlot:
         self._hand_over = then_continue
         self._busy = True
         try:
-            result = yield from self.runner.run(
-                taken.job, lost_worker=taken.lost_worker, lane_wait=taken.lane_wait, heard=heard
+            result = self._end(
+                (
+                    yield from self.runner.run(
+                        taken.job, lost_worker=taken.lost_worker, lane_wait=taken.lane_wait, heard=heard
+                    )
+                )
             )
         finally:
             self._busy = False
@@ -279,7 +309,7 @@ class WorkerSlot:
         taken, self._next = self._next, None
         if taken is not None and taken.lost_worker is not None:
             self._hand_over = False
-            self._count(self.runner.after_lost_worker(taken.job, taken.lost_worker))
+            self._count(self._end(self.runner.after_lost_worker(taken.job, taken.lost_worker)))
         elif taken is not None:
             job = taken.job
             left = self.store.release(
