@@ -1,8 +1,8 @@
 """The engine's folders are layers: a module imports from its own layer or the ones below it, never from above.
 
 From the bottom: the vocabulary at the top of ``core`` (errors, states, records, page_context, clock, durations, metrics),
-then ``db``, ``declare``, ``plan``, ``run``, ``ops``. ``plan`` and ``run`` do not import each other; only
-``ops`` brings them together. Each folder's ``__init__`` docstring says the same in words.
+then ``db``, ``declare`` and ``land`` side by side, ``plan``, ``run``, ``ops``. ``plan`` and ``run`` do not import
+each other; only ``ops`` brings them together. Nothing in ``db`` imports ``land``. Each folder's ``__init__`` docstring says the same in words.
 """
 
 from __future__ import annotations
@@ -19,8 +19,9 @@ from synclane_provider.core.states import JobMode, JobStatus
 
 CORE = Path(synclane_provider.core.__file__).parent
 
-LAYERS = {"": 0, "db": 1, "declare": 2, "plan": 3, "run": 3, "ops": 4}
-"""Each folder's layer (``""`` is the vocabulary at the top of core); plan and run stand side by side."""
+LAYERS = {"": 0, "db": 1, "declare": 2, "land": 2, "plan": 3, "run": 3, "ops": 4}
+"""Each folder's layer (``""`` is the vocabulary at the top of core); declare and land stand side by side, and so
+do plan and run."""
 
 FACADES = {"__init__", "schema"}
 """Modules at the top of core that only re-export: the package's public names and the schema command's name."""

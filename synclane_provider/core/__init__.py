@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from synclane_provider.core.clock import PinnedClock
     from synclane_provider.core.db.database import Database, Session
-    from synclane_provider.core.db.landing import Destination
     from synclane_provider.core.declare.backoff import OwnerBackoff
     from synclane_provider.core.declare.declarations import Owner, Queue, SnapshotType, SyncLane, WindowedType
     from synclane_provider.core.declare.ratelimit import Rate
@@ -38,6 +37,7 @@ if TYPE_CHECKING:
         UnknownQueueError,
         WorkerLost,
     )
+    from synclane_provider.core.land.destination import Destination
     from synclane_provider.core.ops.operations import Operations
     from synclane_provider.core.page_context import PageContext, PageJob
     from synclane_provider.core.plan.planner import PlanSummary
@@ -56,7 +56,7 @@ _HOMES = {
     "DatabaseUnavailableError": "synclane_provider.core.errors",
     "DeclarationError": "synclane_provider.core.errors",
     "DeletionsRefused": "synclane_provider.core.errors",
-    "Destination": "synclane_provider.core.db.landing",
+    "Destination": "synclane_provider.core.land.destination",
     "HandlerResultError": "synclane_provider.core.errors",
     "Jitter": "synclane_provider.core.declare.retry",
     "Job": "synclane_provider.core.records",
