@@ -19,6 +19,7 @@ from synclane_provider.core.run.lane_gate import LaneGate
 from synclane_provider.core.run.lease import LeaseKeeper
 from synclane_provider.core.run.outcomes import describe_error, lost_attempt
 from synclane_provider.core.run.results import Outcome, RunResult
+from synclane_provider.core.run.taking import Taking
 from synclane_provider.core.run.work_thread import Work
 from synclane_provider.core.states import JobStatus
 
@@ -38,8 +39,8 @@ class JobRunner:
 
     Every write is fenced on the worker's lease; when a write finds the lease
     gone, the runner stops at once and reports ``lease_lost``. The write that ends an attempt is the slot's
-    (see :meth:`~synclane_provider.core.run.slot.WorkerSlot.run_one`): the runner hands it an
-    :class:`EndOfAttempt` and reads what was written with :meth:`written`.
+    (its :class:`~synclane_provider.core.run.taking.Taking`, ``ends``): the attempt returns an
+    :class:`EndOfAttempt`, ``ends`` writes it, and the runner reads what was written (:meth:`written`).
     """
 
     def __init__(
@@ -52,12 +53,14 @@ class JobRunner:
         stop: threading.Event,
         lease: LeaseKeeper,
         gate: LaneGate,
+        ends: Taking,
         log: logging.Logger | logging.LoggerAdapter[logging.Logger] | None = None,
         metrics: Metrics = NO_METRICS,
         interrupted: threading.Event | None = None,
         page_transaction: PageTransaction | None = None,
     ) -> None:
         self._lease = lease
+        self._ends = ends
         self._setting = AttemptSetting(
             store,
             queue,
@@ -73,7 +76,7 @@ class JobRunner:
 
     def run(
         self, job: Job, *, lost_worker: str | None = None, lane_wait: float = 0.0, heard: bool = True
-    ) -> Work[Ended]:
+    ) -> Work[RunResult]:
         """Run ``job`` page by page to the end of this attempt: a work for the slot's
         :class:`~synclane_provider.core.run.work_thread.WorkThread`, which runs its pages.
 
@@ -93,18 +96,27 @@ class JobRunner:
         try:
             job_type = self._setting.queue.job_type(job.type)
         except UnknownJobTypeError as exc:
-            return _ended(job, JobStatus.ABANDONED, job.processed_count, error=describe_error(exc))
+            return self.ended(_ended(job, JobStatus.ABANDONED, job.processed_count, error=describe_error(exc)))
         with self._lease.watch(job.id) as lease:
-            return (yield from Attempt(self._setting, job, job_type, lease, paused=lane_wait, heard=heard).run())
+            attempt = Attempt(self._setting, job, job_type, lease, paused=lane_wait, heard=heard)
+            return self.ended((yield from attempt.run()))
 
-    def after_lost_worker(self, job: Job, lost_worker: str) -> EndOfAttempt:
-        """The end of the attempt of a worker whose lease lapsed: abandoned when a cancel had asked it to stop,
+    def after_lost_worker(self, job: Job, lost_worker: str) -> RunResult:
+        """Write down the attempt of a worker whose lease lapsed: abandoned when a cancel had asked it to stop,
         else a failure retried after its delay."""
         if job.stop_reason is not None:  # cancelled, then its worker was lost
-            return _ended(job, JobStatus.ABANDONED, job.processed_count, error=job.stop_reason)
+            return self.ended(_ended(job, JobStatus.ABANDONED, job.processed_count, error=job.stop_reason))
         lost = lost_attempt(job.error, worker=lost_worker, cursor=job.cursor)
         failure = self._setting.queue.retry.after_failure(max(job.attempt_count, 1), lost)
-        return _ended(job, failure.status, job.processed_count, error=describe_error(lost), delay=failure.delay)
+        end = _ended(job, failure.status, job.processed_count, error=describe_error(lost), delay=failure.delay)
+        return self.ended(end)
+
+    def ended(self, end: Ended) -> RunResult:
+        """An attempt's result: as it is when it is written already, else once its slot wrote its end."""
+        if isinstance(end, RunResult):
+            return end
+        resent = self._setting.store.repeats
+        return self.written(end, self._ends.write_end(end), resent)
 
     def written(self, end: EndOfAttempt, written: Finish | None, resent: int) -> RunResult:
         """The result of an attempt whose end the slot wrote: what was written (a cancel turns any end but
