@@ -186,7 +186,7 @@ class WorkerSlot:
         """Run the next job to the end of this attempt; None when there was nothing to take.
 
         With ``then_continue`` the next job is taken as this one finishes (see
-        :meth:`Taking.finish_and_take_next <synclane_provider.core.run.taking.Taking.finish_and_take_next>`); a caller that will not run it must
+        :meth:`~synclane_provider.core.run.taking.Taking.finish_and_take_next`); a caller that will not run it must
         call :meth:`hand_back`.
         """
         try:
