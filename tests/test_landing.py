@@ -19,8 +19,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from psycopg import sql
 
-from synclane_provider.core.db.landing import Destination, LandCounts
 from synclane_provider.core.errors import DeclarationError, LandingError
+from synclane_provider.core.land.destination import Destination, LandCounts
 from synclane_provider.core.records import Job
 from synclane_provider.core.states import JobMode, JobStatus
 

@@ -1,21 +1,27 @@
 """The engine's folders are layers: a module imports from its own layer or the ones below it, never from above.
 
-From the bottom: the vocabulary at the top of ``core`` (errors, states, records, clock, durations, metrics),
-then ``db``, ``declare``, ``plan``, ``run``, ``ops``. ``plan`` and ``run`` do not import each other; only
-``ops`` brings them together. Each folder's ``__init__`` docstring says the same in words.
+From the bottom: the vocabulary at the top of ``core`` (errors, states, records, page_context, clock, durations, metrics),
+then ``db``, ``declare`` and ``land`` side by side, ``plan``, ``run``, ``ops``. ``plan`` and ``run`` do not import
+each other; only ``ops`` brings them together. Nothing in ``db`` imports ``land``. Each folder's ``__init__`` docstring says the same in words.
 """
 
 from __future__ import annotations
 
 import ast
+import dataclasses
+import typing
+from datetime import datetime
 from pathlib import Path
 
 import synclane_provider.core
+from synclane_provider.core.records import Job
+from synclane_provider.core.states import JobMode, JobStatus
 
 CORE = Path(synclane_provider.core.__file__).parent
 
-LAYERS = {"": 0, "db": 1, "declare": 2, "plan": 3, "run": 3, "ops": 4}
-"""Each folder's layer (``""`` is the vocabulary at the top of core); plan and run stand side by side."""
+LAYERS = {"": 0, "db": 1, "declare": 2, "land": 2, "plan": 3, "run": 3, "ops": 4}
+"""Each folder's layer (``""`` is the vocabulary at the top of core); declare and land stand side by side, and so
+do plan and run."""
 
 FACADES = {"__init__", "schema"}
 """Modules at the top of core that only re-export: the package's public names and the schema command's name."""
@@ -77,3 +83,42 @@ def test_each_folder_says_what_lives_there_and_what_it_may_import():
     for folder in set(LAYERS) - {""}:
         doc = ast.get_docstring(ast.parse((CORE / folder / "__init__.py").read_text(encoding="utf-8"))) or ""
         assert "Lives here:" in doc and "May import:" in doc, folder
+
+
+ROW_VALUES = {int, str, bool, datetime, JobMode, JobStatus, type(None)}
+"""What a job's fields may hold: the values of a row of the jobs table, nothing that can be called."""
+
+
+def test_a_job_is_a_row_of_plain_values():
+    """What a handler may do during a page is its page's context (core/page_context.py), never a field of the job."""
+    hints = typing.get_type_hints(Job)
+    kinds = {name: set(typing.get_args(hint) or (hint,)) for name, hint in hints.items()}
+    assert {name: kind - ROW_VALUES for name, kind in kinds.items() if kind - ROW_VALUES} == {}
+    assert set(hints) == {f.name for f in dataclasses.fields(Job)}
+
+
+def test_a_job_carries_no_attribute_beside_its_fields():
+    """Nothing in the engine writes to a job's ``__dict__`` or sets an attribute on a frozen record, except
+    Job.from_row (filling a new row's fields) and a declaration's ``__post_init__`` (normalizing its own)."""
+    smuggled = []
+    for path in sorted(CORE.rglob("*.py")):
+        for function in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for node in ast.walk(function):
+                where = f"{_module(path)}.{function.name}:{getattr(node, 'lineno', '?')}"
+                if isinstance(node, ast.Attribute) and node.attr == "__dict__":
+                    if (path.name, function.name) != ("records.py", "from_row"):
+                        smuggled.append(f"{where} reaches into __dict__")
+                elif isinstance(node, ast.Call) and _sets_attribute(node):
+                    first = node.args[0] if node.args else None
+                    if function.name != "__post_init__" or not (isinstance(first, ast.Name) and first.id == "self"):
+                        smuggled.append(f"{where} sets an attribute by name")
+    assert smuggled == []
+
+
+def _sets_attribute(call: ast.Call) -> bool:
+    """``setattr(…)`` or ``object.__setattr__(…)``."""
+    return (isinstance(call.func, ast.Name) and call.func.id == "setattr") or (
+        isinstance(call.func, ast.Attribute) and call.func.attr == "__setattr__"
+    )

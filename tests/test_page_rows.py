@@ -15,7 +15,7 @@ import psycopg
 import pytest
 from psycopg.types.json import Json, Jsonb
 
-from synclane_provider.core.db.page_rows import as_json, copy_types, kinds_of, one_scalar_kind
+from synclane_provider.core.land.page_rows import as_json, copy_types, kinds_of, one_scalar_kind
 
 OIDS = {"int4": 23, "int8": 20, "text": 25, "timestamptz": 1184, "numeric": 1700, "date": 1082, "jsonb": 3802}
 

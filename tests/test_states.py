@@ -25,7 +25,6 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from datetime import timedelta
-from importlib import resources
 
 import psycopg
 import pytest
@@ -37,11 +36,12 @@ from synclane_provider.core import (
     JobStatus,
     JobThrottled,
     Operations,
+    OwnerPaused,
     Page,
     WorkerPool,
     WorkerSlot,
 )
-from synclane_provider.core.db.queries import statement
+from synclane_provider.core.db.queries import RULES, fragments_of, named_statements, statement
 from synclane_provider.core.db.schema_versions import ensure_schema, shipped_migrations
 from synclane_provider.core.states import (
     ALLOWED_TRANSITIONS,
@@ -50,11 +50,16 @@ from synclane_provider.core.states import (
     UNSETTLED,
     WAITING,
     WAITING_IN_TURN,
+    OwnerHealth,
 )
 from tests.support.helpers import declare, owners, products
 
+PACKAGE = "synclane_provider.core.db"
 STATUSES = {s.value for s in JobStatus}
 MODES = {m.value for m in JobMode}
+HEALTHS = {h.value for h in OwnerHealth}
+MEMBERS = {"status": STATUSES, "mode": MODES, "health": HEALTHS}
+"""The literals each state column may hold: a job's status and mode, an owner's health."""
 NAMED_SETS = {
     "WAITING": frozenset(s.value for s in WAITING),
     "WAITING_IN_TURN": frozenset(s.value for s in WAITING_IN_TURN),
@@ -79,22 +84,25 @@ _LITERAL = r"'(?:[^']|'')*'"
 _COMMENT = re.compile(r"--[^\n]*")
 _PATTERNS = {
     "in": re.compile(
-        rf"\b(?:\w+\.)?(?P<column>status|mode)\s+(?:NOT\s+)?IN\s*\((?P<items>\s*{_LITERAL}(?:\s*,\s*{_LITERAL})*\s*)\)",
+        rf"\b(?:\w+\.)?(?P<column>status|mode|health)\s+(?:NOT\s+)?IN\s*\((?P<items>\s*{_LITERAL}(?:\s*,\s*{_LITERAL})*\s*)\)",
         re.I,
     ),
     "any": re.compile(
-        rf"\b(?:\w+\.)?(?P<column>status|mode)\s*=\s*ANY\s*\(\s*ARRAY\s*\[(?P<items>\s*{_LITERAL}(?:\s*,\s*{_LITERAL})*\s*)\]\s*\)",
+        rf"\b(?:\w+\.)?(?P<column>status|mode|health)\s*=\s*ANY\s*\(\s*ARRAY\s*\[(?P<items>\s*{_LITERAL}(?:\s*,\s*{_LITERAL})*\s*)\]\s*\)",
         re.I,
     ),
-    "compare": re.compile(rf"\b(?:\w+\.)?(?P<column>status|mode)\s*(?:=|<>|!=)\s*(?P<items>{_LITERAL})", re.I),
-    "compare_reversed": re.compile(rf"(?P<items>{_LITERAL})\s*(?:=|<>|!=)\s*(?:\w+\.)?(?P<column>status|mode)\b", re.I),
+    "compare": re.compile(rf"\b(?:\w+\.)?(?P<column>status|mode|health)\s*(?:=|<>|!=)\s*(?P<items>{_LITERAL})", re.I),
+    "compare_reversed": re.compile(
+        rf"(?P<items>{_LITERAL})\s*(?:=|<>|!=)\s*(?:\w+\.)?(?P<column>status|mode|health)\b", re.I
+    ),
     "parameter": re.compile(rf"%\((?P<column>status|mode)\)s\s*(?:=|<>|!=)\s*(?P<items>{_LITERAL})", re.I),
     "case": re.compile(
         rf"\bSET\s+(?P<column>status)\s*=\s*CASE\s+WHEN\s[^;]*?\sTHEN\s+"
         rf"(?P<items>{_LITERAL}(?:\s+ELSE\s+{_LITERAL})?)",
         re.I,
     ),
-    "default": re.compile(rf"\b(?P<column>status|mode)\s+text\b[^,;]*?\bDEFAULT\s+(?P<items>{_LITERAL})", re.I),
+    "coalesce": re.compile(rf"\bcoalesce\(\s*(?:\w+\.)?(?P<column>health)\s*,\s*(?P<items>{_LITERAL})\s*\)", re.I),
+    "default": re.compile(rf"\b(?P<column>status|mode|health)\s+text\b[^,;]*?\bDEFAULT\s+(?P<items>{_LITERAL})", re.I),
 }
 
 
@@ -126,7 +134,7 @@ def state_uses(where: str, text: str) -> list[Use]:
     stray = [
         (m.group(0), text[max(0, m.start() - 40) : m.end()].replace("\n", " "))
         for m in re.finditer(_LITERAL, text)
-        if m.start() not in covered and m.group(0)[1:-1] in STATUSES | MODES
+        if m.start() not in covered and m.group(0)[1:-1] in STATUSES | MODES | HEALTHS
     ]
     assert stray == [], (
         f"{where}: state literals outside a comparison these tests understand (extend _PATTERNS): {stray}"
@@ -135,16 +143,20 @@ def state_uses(where: str, text: str) -> list[Use]:
 
 
 def queries() -> dict[str, str]:
-    """The statements of ``queries.sql`` by name, as written."""
-    text = resources.files("synclane_provider.core.db").joinpath("queries.sql").read_text(encoding="utf-8")
-    parts = re.split(r"^-- name: (\w+)\s*$", text, flags=re.M)
-    return dict(zip(parts[1::2], parts[2::2], strict=True))
+    """The statements of ``queries.sql`` by name, as sent: each with its fragments in place (``finish_and_take``'s
+    parts are fragments of their own), so that a literal in a fragment is checked in every statement using it."""
+    return named_statements(PACKAGE, "queries.sql")
+
+
+def monitor_statements() -> dict[str, str]:
+    """The page's statements (``monitor.sql``) by name, as sent (with the rules they borrow from queries.sql)."""
+    return named_statements(PACKAGE, "monitor.sql", borrowed=fragments_of(PACKAGE, RULES))
 
 
 def check_members(uses: list[Use]) -> list[str]:
     problems = []
     for use in uses:
-        members = STATUSES if use.column == "status" else MODES
+        members = MEMBERS[use.column]
         unknown = [value for value in use.values if value not in members]
         if unknown:
             problems.append(f"{use.where}: {use.column} {use.form} {use.values}: not a member: {unknown}")
@@ -194,6 +206,24 @@ def test_every_state_literal_in_the_statements_is_a_member_and_every_list_a_name
     assert problems == []
     assert {name for name, _ in lists} >= {"requeue", "cancel", "finish_and_take"}  # the finder finds the lists
     assert len(lists) >= 10
+
+
+def test_every_state_and_health_literal_in_the_page_statements_is_a_member():
+    """monitor.sql's statements, and every owner health literal in either file, are members too (OwnerHealth)."""
+    problems, healths = [], set()
+    for source, statements in (("queries.sql", queries()), ("monitor.sql", monitor_statements())):
+        for name, text in statements.items():
+            uses = state_uses(f"{source} {name}", text)
+            problems += check_members(uses)
+            healths |= {use.where for use in uses if use.column == "health"}
+    assert problems == []
+    assert healths >= {"monitor.sql owners", "queries.sql list_owners", "queries.sql owners_in_trouble"}
+    assert check_members(state_uses("typo", "WHERE o.health <> 'helthy'")) == [
+        "typo: health compare ('helthy',): not a member: ['helthy']"
+    ]
+    assert [(u.form, u.values) for u in state_uses("kept", "coalesce(state.health, 'healthy') AS health")] == [
+        ("coalesce", ("healthy",))
+    ]
 
 
 def test_every_state_literal_in_the_migrations_is_a_member():
@@ -350,6 +380,9 @@ def test_every_transition_the_engine_performs_is_allowed_and_every_allowed_one_i
         # the handler abandons; throttled, then done
         enqueue("quitter", JobAbandoned("access revoked"))
         run("quitter", "abandoned")
+        # the handler pauses its owner: the job goes back to pending at its cursor, held until the owner resumes
+        enqueue("revoked", OwnerPaused("token revoked"))
+        run("revoked", "paused")
         enqueue("throttled", JobThrottled(retry_after=timedelta(seconds=30)), Page(None, 1))
         run("throttled", "failed")
         later(1)

@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from synclane_provider.core.clock import PinnedClock
     from synclane_provider.core.db.database import Database, Session
-    from synclane_provider.core.db.landing import Destination
     from synclane_provider.core.declare.backoff import OwnerBackoff
     from synclane_provider.core.declare.declarations import Owner, Queue, SnapshotType, SyncLane, WindowedType
     from synclane_provider.core.declare.ratelimit import Rate
@@ -38,7 +37,9 @@ if TYPE_CHECKING:
         UnknownQueueError,
         WorkerLost,
     )
+    from synclane_provider.core.land.destination import Destination
     from synclane_provider.core.ops.operations import Operations
+    from synclane_provider.core.page_context import PageContext, PageJob
     from synclane_provider.core.plan.planner import PlanSummary
     from synclane_provider.core.plan.retention import Pruned
     from synclane_provider.core.records import Activity, Cancelled, Job, LandCounts, Page, Progress, ResyncRequest
@@ -55,7 +56,7 @@ _HOMES = {
     "DatabaseUnavailableError": "synclane_provider.core.errors",
     "DeclarationError": "synclane_provider.core.errors",
     "DeletionsRefused": "synclane_provider.core.errors",
-    "Destination": "synclane_provider.core.db.landing",
+    "Destination": "synclane_provider.core.land.destination",
     "HandlerResultError": "synclane_provider.core.errors",
     "Jitter": "synclane_provider.core.declare.retry",
     "Job": "synclane_provider.core.records",
@@ -74,6 +75,8 @@ _HOMES = {
     "OwnerPaused": "synclane_provider.core.errors",
     "OwnerSourceError": "synclane_provider.core.errors",
     "Page": "synclane_provider.core.records",
+    "PageContext": "synclane_provider.core.page_context",
+    "PageJob": "synclane_provider.core.page_context",
     "PinnedClock": "synclane_provider.core.clock",
     "PlanSummary": "synclane_provider.core.plan.planner",
     "Progress": "synclane_provider.core.records",
@@ -136,6 +139,8 @@ __all__ = [
     "OwnerPaused",
     "OwnerSourceError",
     "Page",
+    "PageContext",
+    "PageJob",
     "PinnedClock",
     "PlanSummary",
     "Progress",

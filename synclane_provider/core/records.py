@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, fields
 from datetime import datetime, timedelta, timezone
 from typing import Any, Mapping
@@ -116,7 +115,8 @@ class Completed:
 
 @dataclass(frozen=True)
 class Job:
-    """One row of the jobs table, as read. Handlers receive it; it is never written back whole."""
+    """One row of the jobs table, as read; it is never written back whole. A handler receives it with its page's
+    context (:class:`~synclane_provider.core.page_context.PageJob`)."""
 
     id: int
     queue: str
@@ -163,48 +163,11 @@ class Job:
             self.inserted_count, self.updated_count, self.unchanged_count, self.stale_count, self.deleted_count
         )
 
-    def count_landed(self, counts: LandCounts) -> None:
-        """Add what one landing did to the page's counts (a worker's job; outside a worker it goes nowhere).
-        Called by :meth:`~synclane_provider.core.db.landing.Destination.land`."""
-        count: Callable[[LandCounts], None] | None = self.__dict__.get("_count_landed")  # see with_land_counter
-        if count is not None:
-            count(counts)
-
-    def with_land_counter(self, count: Callable[[LandCounts], None]) -> "Job":
-        """A copy whose :meth:`count_landed` calls ``count``: how a worker learns what its page landed (like
-        :meth:`with_spend`)."""
-        return self._with("_count_landed", count)
-
     def spend(self, units: int = 1) -> timedelta:
-        """Take ``units`` more of the lane's rate budget before making that many more requests in this page.
-
-        The worker takes one unit before each page; a handler that makes several requests a page calls this
-        before each further one (``job.spend()``) or once for all (``job.spend(3)``). It waits until the lane's
-        budget allows them and returns how long it waited (zero when the lane has no rate, or outside a worker).
-        """
-        spend: Callable[[int], timedelta] | None = self.__dict__.get("_spend")  # see with_spend
-        return spend(units) if spend is not None else timedelta(0)
-
-    def with_spend(self, spend: Callable[[int], timedelta]) -> "Job":
-        """A copy whose :meth:`spend` calls ``spend``: what a worker hands its handler. (An attribute of the copy,
-        not a field: a job is a row, and equality, ``repr`` and ``dataclasses.replace`` ignore it.)"""
-        return self._with("_spend", spend)
-
-    @property
-    def page_transaction(self) -> object | None:
-        """The transaction a worker lands this page in when the destination is the jobs database (a
-        :class:`~synclane_provider.core.db.page_transaction.PageTransaction`); None outside a worker."""
-        return self.__dict__.get("_page_transaction")
-
-    def with_page_transaction(self, transaction: object) -> "Job":
-        """A copy whose page lands in ``transaction``, committed with the cursor save (like :meth:`with_spend`)."""
-        return self._with("_page_transaction", transaction)
-
-    def _with(self, name: str, value: object) -> "Job":
-        copy = object.__new__(Job)
-        copy.__dict__.update(self.__dict__)
-        copy.__dict__[name] = value
-        return copy
+        """Take ``units`` more of the lane's rate budget: a row outside a worker's page has none to take, and waits
+        for nothing. A handler's job is a :class:`~synclane_provider.core.page_context.PageJob`, whose page spends
+        them (see :meth:`PageJob.spend <synclane_provider.core.page_context.PageJob.spend>`)."""
+        return timedelta(0)
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> "Job":

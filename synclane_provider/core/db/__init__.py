@@ -4,12 +4,10 @@ Lives here: ``database`` (connections and sessions), ``queries`` (the loader for
 ``.sql`` files beside it), ``store`` (the typed statements of the jobs table), ``watch`` (LISTEN for
 triggers), ``wakeups`` (NOTIFY channels and advisory-lock keys), ``transient`` (which errors pass),
 ``schema_versions`` with ``migrations/`` (the migration engine and its numbered files) and ``schema`` (its
-command line), ``landing`` (declaring a destination table and landing a handler's records in it), with
-``page_rows`` (a page's rows checked, one per key, and its values as they are sent), ``page_statements`` (the
-statements of ``landing.sql`` composed for a table and a page's columns) and ``page_transaction`` (a page's rows
-and its job's cursor committed in one transaction of the jobs database). Every statement the engine
-sends is in ``queries.sql``, ``monitor.sql``, ``schema_versions.sql`` or ``landing.sql`` here.
+command line), and ``page_transaction`` (a worker's transaction in which a page's rows and its job's cursor
+commit together). Every statement about the jobs table is in ``queries.sql``, ``monitor.sql`` or
+``schema_versions.sql`` here; landing a handler's records is ``land``'s (its statements in ``landing.sql``).
 
-May import: the vocabulary at the top of ``core`` (errors, states, records, clock, durations, metrics) and
+May import: the vocabulary at the top of ``core`` (errors, states, records, page_context, clock, durations, metrics) and
 psycopg; nothing from ``declare``, ``plan``, ``run`` or ``ops``.
 """

@@ -1,6 +1,6 @@
 """A worker slot's page transaction: a page's rows, landed in the jobs database, commit with its cursor or not at all.
 
-:meth:`~synclane_provider.core.db.landing.Destination.land` writes a page's rows on this transaction's connection
+:meth:`~synclane_provider.core.land.destination.Destination.land` writes a page's rows on this transaction's connection
 when its table is in the jobs database; the worker (``core/run/runner.py``, ``core/run/slot.py``) then saves the
 job's cursor in the same transaction, fenced on its lease, and commits, or rolls back when the page failed or the
 lease was lost.

@@ -165,6 +165,221 @@ FROM {schema}.jobs AS j, span
 WHERE j.queue = %(queue)s AND j.status = 'completed'
   AND j.completed_at > span.since AND j.completed_at <= span.upto
 
+-- fragment: finish_the_job
+-- finish_and_take's first part, the CTE ``finished``: the job named by %(finished)s, if it is still this worker's,
+-- leaves running for how its attempt ended (a cancel's abandonment for any end but completion), its lease
+-- and lane slot freed.
+finished AS (
+    UPDATE {schema}.jobs AS done
+    SET status = CASE WHEN done.stop_reason IS NOT NULL AND %(status)s <> 'completed' THEN 'abandoned'
+                      ELSE %(status)s END,
+        processed_count = %(processed_count)s,
+        inserted_count = coalesce((%(landed)s::bigint[])[1], done.inserted_count),
+        updated_count = coalesce((%(landed)s::bigint[])[2], done.updated_count),
+        unchanged_count = coalesce((%(landed)s::bigint[])[3], done.unchanged_count),
+        stale_count = coalesce((%(landed)s::bigint[])[4], done.stale_count),
+        deleted_count = coalesce((%(landed)s::bigint[])[5], done.deleted_count),
+        error = CASE WHEN done.stop_reason IS NOT NULL AND %(status)s <> 'completed' THEN done.stop_reason
+                     ELSE %(error)s END,
+        next_run_at = clock.now + CASE WHEN done.stop_reason IS NOT NULL AND %(status)s <> 'completed'
+                                       THEN interval '0' ELSE %(delay)s::interval END,
+        heartbeat_at = CASE WHEN done.stop_reason IS NOT NULL AND %(status)s <> 'completed' THEN clock.now
+                            ELSE done.heartbeat_at END,
+        completed_at = CASE WHEN %(status)s = 'completed'
+                            THEN coalesce(%(now)s::timestamptz, clock_timestamp()) END,
+        leased_by = NULL,
+        lease_expires_at = NULL,
+        stop_reason = NULL
+    FROM clock
+    WHERE done.id = %(finished)s AND done.leased_by = %(worker)s AND done.status = 'running'
+    RETURNING done.id, done.owner, done.type, done.status, done.error, done.mode
+)
+
+-- fragment: owner_health_after_the_finish
+-- finish_and_take's second part, the CTE ``owner_health``: the owner's row follows how the attempt ended.
+owner_health AS (
+    -- The owner's health follows how the attempt ended (core/declare/backoff.py): a completion resets it, an
+    -- attempt that failed for the owner (%(owner_failed)s: not a throttle, and not turned into a cancel's
+    -- abandonment) counts one more failure in a row, degraded from %(degraded_after)s, failing from
+    -- %(failing_after)s. Upserted on the owner's row, which this statement creates when it has none. A
+    -- completion of an owner already healthy, with no failure in a row and a clean run stamped within the last
+    -- minute, writes nothing: last_clean_at is kept to the minute, so that a busy owner's finishes do not each
+    -- rewrite (and lock) its row.
+    INSERT INTO {schema}.owners AS o
+        (queue, owner, health, consecutive_failures, last_error, failing_since, last_clean_at, updated_at)
+    SELECT %(queue)s, f.owner,
+           CASE WHEN f.status = 'completed' OR %(degraded_after)s > 1 THEN %(healthy)s
+                WHEN %(failing_after)s > 1 THEN %(degraded)s ELSE %(failing)s END,
+           CASE WHEN f.status = 'completed' THEN 0 ELSE 1 END,
+           CASE WHEN f.status <> 'completed' THEN f.error END,
+           CASE WHEN f.status <> 'completed' AND %(failing_after)s <= 1 THEN clock.now END,
+           CASE WHEN f.status = 'completed' THEN clock.now END,
+           clock.now
+    FROM finished AS f, clock
+    WHERE (f.status = 'completed' AND NOT EXISTS (
+              SELECT 1 FROM {schema}.owners AS clean
+              WHERE clean.queue = %(queue)s AND clean.owner = f.owner
+                AND clean.consecutive_failures = 0 AND clean.last_clean_at > clock.now - interval '1 minute'
+          ))
+       OR (%(owner_failed)s AND f.status = %(status)s)
+    ON CONFLICT (queue, owner) DO UPDATE
+    SET consecutive_failures = CASE WHEN excluded.consecutive_failures = 0 THEN 0
+                                    ELSE o.consecutive_failures + 1 END,
+        health = CASE WHEN excluded.consecutive_failures = 0 THEN %(healthy)s
+                      WHEN o.consecutive_failures + 1 >= %(failing_after)s THEN %(failing)s
+                      WHEN o.consecutive_failures + 1 >= %(degraded_after)s THEN %(degraded)s
+                      ELSE %(healthy)s END,
+        last_error = coalesce(excluded.last_error, o.last_error),
+        failing_since = CASE WHEN excluded.consecutive_failures = 0 THEN NULL
+                             WHEN o.consecutive_failures + 1 >= %(failing_after)s
+                             THEN coalesce(o.failing_since, excluded.updated_at)
+                        END,
+        last_clean_at = coalesce(excluded.last_clean_at, o.last_clean_at),
+        updated_at = excluded.updated_at
+    RETURNING 1
+)
+
+-- fragment: first_load_news
+-- finish_and_take's third part, the CTE ``first_load_news``: an initial job that completed the owner's first
+-- load of its type notifies the table's channel.
+first_load_news AS (
+    -- A job of the owner's still running elsewhere is not waiting: it sends its own as it completes. Two
+    -- finishing side by side each see the other running and both send; neither can miss it.
+    SELECT pg_notify(%(channel)s, %(payload)s) FROM finished
+    WHERE finished.mode = 'initial' AND finished.status = 'completed'
+      AND NOT EXISTS (
+          SELECT 1 FROM {schema}.jobs AS rest
+          WHERE rest.queue = %(queue)s AND rest.owner = finished.owner AND rest.type = finished.type
+            AND rest.status IN ('pending', 'failed', 'deferred') AND rest.mode = 'initial'
+      )
+)
+
+-- fragment: held_or_expired
+-- finish_and_take's first way to take: a job this worker already holds, else one whose lease expired.
+SELECT id, lost_worker, lane_slot FROM (
+        SELECT j.id, nullif(j.leased_by, %(worker)s) AS lost_worker, j.lane_slot
+        FROM {schema}.jobs AS j, clock
+        WHERE %(take)s AND (SELECT n FROM finish_first) >= 0
+          AND j.queue = %(queue)s
+          AND j.status = 'running'
+          AND j.id IS DISTINCT FROM %(finished)s
+          AND (j.leased_by = %(worker)s OR j.lease_expires_at < clock.now)
+        ORDER BY j.leased_by = %(worker)s DESC, j.lease_expires_at
+        LIMIT 1
+        FOR UPDATE OF j SKIP LOCKED
+    ) AS held_or_expired
+
+-- fragment: among_first_due
+-- finish_and_take's second way to take: the first of the first few due jobs in queue order whose turn in its
+-- lane has come.
+SELECT id, NULL, lane_slot FROM (
+        SELECT j.id, free.lane_slot
+        FROM (
+            SELECT first.id, first.priority, first.window_end, first.status, first.lane, first.lane_width
+            FROM {schema}.jobs AS first, clock
+            WHERE %(take)s AND (SELECT n FROM finish_first) >= 0
+              AND first.queue = %(queue)s
+              AND first.status IN ('pending', 'failed', 'deferred')
+              AND first.next_run_at <= clock.now
+            ORDER BY first.priority, first.window_end DESC NULLS LAST, first.id
+            LIMIT 32
+        ) AS first_due
+        JOIN {schema}.jobs AS j ON j.id = first_due.id
+        {free_slots_of_j}
+        CROSS JOIN clock
+        WHERE j.status IN ('pending', 'failed', 'deferred')
+          AND j.next_run_at <= clock.now
+          AND {owner_of_j_not_paused}
+          AND (j.status <> 'deferred' OR NOT EXISTS (
+              SELECT 1 FROM {schema}.jobs AS other
+              WHERE other.queue = j.queue AND other.lane = j.lane
+                AND other.status IN ('pending', 'failed') AND other.next_run_at <= clock.now
+                AND NOT EXISTS (
+                    SELECT 1 FROM {schema}.owners AS o
+                    WHERE o.queue = other.queue AND o.owner = other.owner AND o.paused_at IS NOT NULL
+                )
+          ))
+          -- The job's place in its lane's line: one scan of the lane's waiting jobs in index order, which stops at
+          -- the line's lane_width-th job (at once when the job heads its lane). Deferred jobs stand behind the
+          -- others and are counted among themselves (one goes only when no other job of its lane is due, above).
+          -- Written on first_due rather than on j, so that the planner cannot move it into the look at j's free
+          -- slots (which then stays one look per lane): it runs only where a free slot was found.
+          AND free.place = array_position(
+              ARRAY(
+                  SELECT j.id FROM {schema}.jobs AS j
+                  WHERE j.queue = %(queue)s AND j.lane = first_due.lane
+                    AND j.status IN ('pending', 'failed', 'deferred')
+                    AND (j.status = 'deferred') = (first_due.status = 'deferred')
+                    AND j.next_run_at <= clock.now
+                    AND {owner_of_j_not_paused}
+                  ORDER BY j.priority, j.window_end DESC NULLS LAST, j.id
+                  LIMIT first_due.lane_width
+              ),
+              first_due.id
+          )
+        ORDER BY first_due.priority, first_due.window_end DESC NULLS LAST, first_due.id
+        LIMIT 1
+        FOR UPDATE OF j SKIP LOCKED
+    ) AS among_first_due
+
+-- fragment: head_of_a_free_lane
+-- finish_and_take's third way to take: the best head of a lane with a free slot, one index probe a lane.
+SELECT id, NULL, lane_slot FROM (
+        SELECT j.id, free.lane_slot
+        FROM lanes
+        CROSS JOIN LATERAL (
+            SELECT head.id FROM (
+                (
+                    SELECT j.id, j.priority, j.window_end FROM {schema}.jobs AS j, clock
+                    WHERE j.queue = %(queue)s AND j.lane = lanes.lane
+                      AND j.status IN ('pending', 'failed') AND j.next_run_at <= clock.now
+                      AND {owner_of_j_not_paused}
+                    ORDER BY j.priority, j.window_end DESC NULLS LAST, j.id
+                    LIMIT 1
+                )
+                UNION ALL
+                (
+                    SELECT j.id, j.priority, j.window_end FROM {schema}.jobs AS j, clock
+                    WHERE j.queue = %(queue)s AND j.lane = lanes.lane
+                      AND j.status = 'deferred' AND j.next_run_at <= clock.now
+                      AND {owner_of_j_not_paused}
+                    ORDER BY j.priority, j.window_end DESC NULLS LAST, j.id
+                    LIMIT 1
+                )
+                LIMIT 1
+            ) AS head
+        ) AS lane_head
+        JOIN {schema}.jobs AS j ON j.id = lane_head.id
+        {free_slots_of_j}
+        CROSS JOIN clock
+        WHERE %(take)s AND (SELECT n FROM finish_first) >= 0
+          AND lanes.lane IS NOT NULL
+          AND free.place = 1
+          AND j.status IN ('pending', 'failed', 'deferred')
+          AND j.next_run_at <= clock.now
+        ORDER BY j.priority, j.window_end DESC NULLS LAST, j.id
+        LIMIT 1
+        FOR UPDATE OF j SKIP LOCKED
+    ) AS head_of_a_free_lane
+
+-- fragment: take_the_candidate
+-- finish_and_take's last part, the CTE ``taken``: the job found leased to this worker, in the lane slot found.
+taken AS (
+    UPDATE {schema}.jobs AS j
+    SET status = 'running',
+        lane_slot = candidate.lane_slot,
+        leased_by = %(worker)s,
+        lease_expires_at = clock.now + %(lease)s::interval,
+        attempt_count = CASE WHEN j.status = 'running' THEN j.attempt_count ELSE j.attempt_count + 1 END,
+        started_at = CASE WHEN j.status = 'running' THEN j.started_at
+                          ELSE coalesce(%(now)s::timestamptz, clock_timestamp()) END,
+        heartbeat_at = clock.now,
+        stop_reason = CASE WHEN j.status = 'running' THEN j.stop_reason END
+    FROM candidate, clock
+    WHERE j.id = candidate.id
+    RETURNING j.*, candidate.lost_worker
+)
+
 -- name: finish_and_take
 -- How a worker moves on, in one statement: write how its last job ended (when %(finished)s names one),
 -- then lease its next job (when %(take)s). Done together, other workers never see the lane free in
@@ -228,205 +443,22 @@ WHERE j.queue = %(queue)s AND j.status = 'completed'
 WITH RECURSIVE clock AS (
     SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now
 ),
-finished AS (
-    UPDATE {schema}.jobs AS done
-    SET status = CASE WHEN done.stop_reason IS NOT NULL AND %(status)s <> 'completed' THEN 'abandoned'
-                      ELSE %(status)s END,
-        processed_count = %(processed_count)s,
-        inserted_count = coalesce((%(landed)s::bigint[])[1], done.inserted_count),
-        updated_count = coalesce((%(landed)s::bigint[])[2], done.updated_count),
-        unchanged_count = coalesce((%(landed)s::bigint[])[3], done.unchanged_count),
-        stale_count = coalesce((%(landed)s::bigint[])[4], done.stale_count),
-        deleted_count = coalesce((%(landed)s::bigint[])[5], done.deleted_count),
-        error = CASE WHEN done.stop_reason IS NOT NULL AND %(status)s <> 'completed' THEN done.stop_reason
-                     ELSE %(error)s END,
-        next_run_at = clock.now + CASE WHEN done.stop_reason IS NOT NULL AND %(status)s <> 'completed'
-                                       THEN interval '0' ELSE %(delay)s::interval END,
-        heartbeat_at = CASE WHEN done.stop_reason IS NOT NULL AND %(status)s <> 'completed' THEN clock.now
-                            ELSE done.heartbeat_at END,
-        completed_at = CASE WHEN %(status)s = 'completed'
-                            THEN coalesce(%(now)s::timestamptz, clock_timestamp()) END,
-        leased_by = NULL,
-        lease_expires_at = NULL,
-        stop_reason = NULL
-    FROM clock
-    WHERE done.id = %(finished)s AND done.leased_by = %(worker)s AND done.status = 'running'
-    RETURNING done.id, done.owner, done.type, done.status, done.error, done.mode
-),
+{finish_the_job},
 finish_first AS (
     SELECT count(*) AS n FROM finished
 ),
-owner_health AS (
-    -- The owner's health follows how the attempt ended (core/declare/backoff.py): a completion resets it, an
-    -- attempt that failed for the owner (%(owner_failed)s: not a throttle, and not turned into a cancel's
-    -- abandonment) counts one more failure in a row, degraded from %(degraded_after)s, failing from
-    -- %(failing_after)s. Upserted on the owner's row, which this statement creates when it has none. A
-    -- completion of an owner already healthy, with no failure in a row and a clean run stamped within the last
-    -- minute, writes nothing: last_clean_at is kept to the minute, so that a busy owner's finishes do not each
-    -- rewrite (and lock) its row.
-    INSERT INTO {schema}.owners AS o
-        (queue, owner, health, consecutive_failures, last_error, failing_since, last_clean_at, updated_at)
-    SELECT %(queue)s, f.owner,
-           CASE WHEN f.status = 'completed' OR %(degraded_after)s > 1 THEN %(healthy)s
-                WHEN %(failing_after)s > 1 THEN %(degraded)s ELSE %(failing)s END,
-           CASE WHEN f.status = 'completed' THEN 0 ELSE 1 END,
-           CASE WHEN f.status <> 'completed' THEN f.error END,
-           CASE WHEN f.status <> 'completed' AND %(failing_after)s <= 1 THEN clock.now END,
-           CASE WHEN f.status = 'completed' THEN clock.now END,
-           clock.now
-    FROM finished AS f, clock
-    WHERE (f.status = 'completed' AND NOT EXISTS (
-              SELECT 1 FROM {schema}.owners AS clean
-              WHERE clean.queue = %(queue)s AND clean.owner = f.owner
-                AND clean.consecutive_failures = 0 AND clean.last_clean_at > clock.now - interval '1 minute'
-          ))
-       OR (%(owner_failed)s AND f.status = %(status)s)
-    ON CONFLICT (queue, owner) DO UPDATE
-    SET consecutive_failures = CASE WHEN excluded.consecutive_failures = 0 THEN 0
-                                    ELSE o.consecutive_failures + 1 END,
-        health = CASE WHEN excluded.consecutive_failures = 0 THEN %(healthy)s
-                      WHEN o.consecutive_failures + 1 >= %(failing_after)s THEN %(failing)s
-                      WHEN o.consecutive_failures + 1 >= %(degraded_after)s THEN %(degraded)s
-                      ELSE %(healthy)s END,
-        last_error = coalesce(excluded.last_error, o.last_error),
-        failing_since = CASE WHEN excluded.consecutive_failures = 0 THEN NULL
-                             WHEN o.consecutive_failures + 1 >= %(failing_after)s
-                             THEN coalesce(o.failing_since, excluded.updated_at)
-                        END,
-        last_clean_at = coalesce(excluded.last_clean_at, o.last_clean_at),
-        updated_at = excluded.updated_at
-    RETURNING 1
-),
-first_load_news AS (
-    -- A job of the owner's still running elsewhere is not waiting: it sends its own as it completes. Two
-    -- finishing side by side each see the other running and both send; neither can miss it.
-    SELECT pg_notify(%(channel)s, %(payload)s) FROM finished
-    WHERE finished.mode = 'initial' AND finished.status = 'completed'
-      AND NOT EXISTS (
-          SELECT 1 FROM {schema}.jobs AS rest
-          WHERE rest.queue = %(queue)s AND rest.owner = finished.owner AND rest.type = finished.type
-            AND rest.status IN ('pending', 'failed', 'deferred') AND rest.mode = 'initial'
-      )
-),
+{owner_health_after_the_finish},
+{first_load_news},
 {lanes_with_waiting_work},
 candidate AS (
-    SELECT id, lost_worker, lane_slot FROM (
-        SELECT j.id, nullif(j.leased_by, %(worker)s) AS lost_worker, j.lane_slot
-        FROM {schema}.jobs AS j, clock
-        WHERE %(take)s AND (SELECT n FROM finish_first) >= 0
-          AND j.queue = %(queue)s
-          AND j.status = 'running'
-          AND j.id IS DISTINCT FROM %(finished)s
-          AND (j.leased_by = %(worker)s OR j.lease_expires_at < clock.now)
-        ORDER BY j.leased_by = %(worker)s DESC, j.lease_expires_at
-        LIMIT 1
-        FOR UPDATE OF j SKIP LOCKED
-    ) AS held_or_expired
+    {held_or_expired}
     UNION ALL
-    SELECT id, NULL, lane_slot FROM (
-        SELECT j.id, free.lane_slot
-        FROM (
-            SELECT first.id, first.priority, first.window_end, first.status, first.lane, first.lane_width
-            FROM {schema}.jobs AS first, clock
-            WHERE %(take)s AND (SELECT n FROM finish_first) >= 0
-              AND first.queue = %(queue)s
-              AND first.status IN ('pending', 'failed', 'deferred')
-              AND first.next_run_at <= clock.now
-            ORDER BY first.priority, first.window_end DESC NULLS LAST, first.id
-            LIMIT 32
-        ) AS first_due
-        JOIN {schema}.jobs AS j ON j.id = first_due.id
-        {free_slots_of_j}
-        CROSS JOIN clock
-        WHERE j.status IN ('pending', 'failed', 'deferred')
-          AND j.next_run_at <= clock.now
-          AND {owner_of_j_not_paused}
-          AND (j.status <> 'deferred' OR NOT EXISTS (
-              SELECT 1 FROM {schema}.jobs AS other
-              WHERE other.queue = j.queue AND other.lane = j.lane
-                AND other.status IN ('pending', 'failed') AND other.next_run_at <= clock.now
-                AND NOT EXISTS (
-                    SELECT 1 FROM {schema}.owners AS o
-                    WHERE o.queue = other.queue AND o.owner = other.owner AND o.paused_at IS NOT NULL
-                )
-          ))
-          -- The job's place in its lane's line: one scan of the lane's waiting jobs in index order, which stops at
-          -- the line's lane_width-th job (at once when the job heads its lane). Deferred jobs stand behind the
-          -- others and are counted among themselves (one goes only when no other job of its lane is due, above).
-          -- Written on first_due rather than on j, so that the planner cannot move it into the look at j's free
-          -- slots (which then stays one look per lane): it runs only where a free slot was found.
-          AND free.place = array_position(
-              ARRAY(
-                  SELECT j.id FROM {schema}.jobs AS j
-                  WHERE j.queue = %(queue)s AND j.lane = first_due.lane
-                    AND j.status IN ('pending', 'failed', 'deferred')
-                    AND (j.status = 'deferred') = (first_due.status = 'deferred')
-                    AND j.next_run_at <= clock.now
-                    AND {owner_of_j_not_paused}
-                  ORDER BY j.priority, j.window_end DESC NULLS LAST, j.id
-                  LIMIT first_due.lane_width
-              ),
-              first_due.id
-          )
-        ORDER BY first_due.priority, first_due.window_end DESC NULLS LAST, first_due.id
-        LIMIT 1
-        FOR UPDATE OF j SKIP LOCKED
-    ) AS among_first_due
+    {among_first_due}
     UNION ALL
-    SELECT id, NULL, lane_slot FROM (
-        SELECT j.id, free.lane_slot
-        FROM lanes
-        CROSS JOIN LATERAL (
-            SELECT head.id FROM (
-                (
-                    SELECT j.id, j.priority, j.window_end FROM {schema}.jobs AS j, clock
-                    WHERE j.queue = %(queue)s AND j.lane = lanes.lane
-                      AND j.status IN ('pending', 'failed') AND j.next_run_at <= clock.now
-                      AND {owner_of_j_not_paused}
-                    ORDER BY j.priority, j.window_end DESC NULLS LAST, j.id
-                    LIMIT 1
-                )
-                UNION ALL
-                (
-                    SELECT j.id, j.priority, j.window_end FROM {schema}.jobs AS j, clock
-                    WHERE j.queue = %(queue)s AND j.lane = lanes.lane
-                      AND j.status = 'deferred' AND j.next_run_at <= clock.now
-                      AND {owner_of_j_not_paused}
-                    ORDER BY j.priority, j.window_end DESC NULLS LAST, j.id
-                    LIMIT 1
-                )
-                LIMIT 1
-            ) AS head
-        ) AS lane_head
-        JOIN {schema}.jobs AS j ON j.id = lane_head.id
-        {free_slots_of_j}
-        CROSS JOIN clock
-        WHERE %(take)s AND (SELECT n FROM finish_first) >= 0
-          AND lanes.lane IS NOT NULL
-          AND free.place = 1
-          AND j.status IN ('pending', 'failed', 'deferred')
-          AND j.next_run_at <= clock.now
-        ORDER BY j.priority, j.window_end DESC NULLS LAST, j.id
-        LIMIT 1
-        FOR UPDATE OF j SKIP LOCKED
-    ) AS head_of_a_free_lane
+    {head_of_a_free_lane}
     LIMIT 1
 ),
-taken AS (
-    UPDATE {schema}.jobs AS j
-    SET status = 'running',
-        lane_slot = candidate.lane_slot,
-        leased_by = %(worker)s,
-        lease_expires_at = clock.now + %(lease)s::interval,
-        attempt_count = CASE WHEN j.status = 'running' THEN j.attempt_count ELSE j.attempt_count + 1 END,
-        started_at = CASE WHEN j.status = 'running' THEN j.started_at
-                          ELSE coalesce(%(now)s::timestamptz, clock_timestamp()) END,
-        heartbeat_at = clock.now,
-        stop_reason = CASE WHEN j.status = 'running' THEN j.stop_reason END
-    FROM candidate, clock
-    WHERE j.id = candidate.id
-    RETURNING j.*, candidate.lost_worker
-)
+{take_the_candidate}
 SELECT EXISTS (SELECT 1 FROM finished) AS finished,
        (SELECT f.status FROM finished AS f) AS finished_status, (SELECT f.error FROM finished AS f) AS finished_error,
        taken.*,

@@ -1,6 +1,6 @@
 """Whether a queue needs a person: the health check's findings, and the planning run's gauges.
 
-Three things a person must hear about, because nothing in the engine will fix them by itself:
+What a person must hear about, because nothing in the engine will fix it by itself (a :class:`Problem` each):
 
 * a job **abandoned** since the last check (it waits for a requeue);
 * a running job whose heartbeat is older than its lease: its worker is **stuck** (a page that hangs) or gone

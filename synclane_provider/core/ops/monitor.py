@@ -1,7 +1,8 @@
 """The operator's read model: what the Airflow page and ``airflow synclane`` show, answered from indexes.
 
-Four views -- queues, lanes, owners, jobs -- each one statement of ``monitor.sql`` (the jobs view is
-:meth:`Operations.list_jobs`), so a page costs the same with ten million rows as with a thousand: lanes and
+The views -- queues, lanes, owners, jobs -- each a fixed number of statements of ``monitor.sql`` (a queue: its
+counts and its recent work; the jobs view: :meth:`Operations.list_jobs` and what holds the jobs it lists), so a
+page costs the same with ten million rows as with a thousand: lanes and
 owners come a page at a time, walked in name order from after the last one shown. The actions the views
 offer (requeue, cancel, plan) are :class:`~synclane_provider.core.ops.operations.Operations` calls, made by the
 front ends directly: nothing here writes.

@@ -236,7 +236,7 @@ class Operations:
         """Give failed, deferred and abandoned jobs (all, or of one owner, type, ``job_id`` or re-sync ``request``)
         fresh attempts from their cursors. Returns how many. The jobs of a cancelled re-sync request stay as the
         cancel left them. With ``force_deletions`` a snapshot's landing that was refused for the share of the
-        owner's rows it would delete (see :class:`~synclane_provider.core.db.landing.Destination`) goes ahead.
+        owner's rows it would delete (see :class:`~synclane_provider.core.land.destination.Destination`) goes ahead.
         Refused for a ``request`` the queue has no request of."""
         self.synclane.queue(queue)
         if request is not None and self.store.resync_request(queue, request) is None:

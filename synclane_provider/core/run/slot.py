@@ -16,29 +16,29 @@ import uuid
 from collections.abc import Callable
 from datetime import timedelta
 
-import psycopg.errors
-
 from synclane_provider.core.clock import Clock, database_clock
 from synclane_provider.core.db.database import Database, Session
 from synclane_provider.core.db.page_transaction import PageTransaction
-from synclane_provider.core.db.store import Finish, FinishAndTake, Store, Taken
+from synclane_provider.core.db.store import Store
 from synclane_provider.core.declare.declarations import SyncLane
-from synclane_provider.core.metrics import JOBS_FINISHED, LEASE_TAKEOVERS, NO_METRICS, TAKE_WAIT, Metrics
+from synclane_provider.core.metrics import JOBS_FINISHED, NO_METRICS, Metrics
 from synclane_provider.core.records import Job
 from synclane_provider.core.run.lane_gate import LaneGate
 from synclane_provider.core.run.lease import LeaseKeeper
-from synclane_provider.core.run.runner import DEFAULT_STOP_GRACE, INTERRUPT_GRACE, KILL_GRACE, JobRunner, RunResult
+from synclane_provider.core.run.runner import (
+    DEFAULT_STOP_GRACE,
+    INTERRUPT_GRACE,
+    KILL_GRACE,
+    JobRunner,
+    RunResult,
+)
 from synclane_provider.core.run.summary import Summary
+from synclane_provider.core.run.taking import Taking
 from synclane_provider.core.run.work_thread import Work, WorkThread
 from synclane_provider.core.states import JobStatus
 
 log = logging.getLogger("synclane_provider.core.run.worker")
 """The slots' log (and their jobs' lines), under the name logging configurations already give it."""
-
-LANE_INDEX = "jobs_one_running_per_lane_slot"
-"""The unique index that keeps a lane at most its width: a take that loses a slot to another worker hits it."""
-MAX_LANE_RACES = 50
-"""Lane races lost in a row before a take gives up and reports nothing to do (the lanes are contended)."""
 
 
 def worker_settings(*, synchronous_commit: bool = False) -> dict[str, str]:
@@ -119,6 +119,10 @@ class WorkerSlot:
         self.gate = LaneGate(
             self.store, self.queue, clock=clock, stop=self.stop, refresh=synclane.plan_interval, log=logger or log
         )
+        self.taking = Taking(
+            self.store, self.queue, worker=self.worker_id, clock=clock, stop=self.stop, metrics=metrics
+        )
+        """This slot's finishes and takes (``finish_and_take``), and the job it took for later."""
         self.runner = JobRunner(
             self.store,
             self.queue,
@@ -126,20 +130,29 @@ class WorkerSlot:
             clock=clock,
             stop=self.stop,
             lease=self.lease,
-            final_write=self._finish_and_take_next,
             gate=self.gate,
+            ends=self.taking,
             log=logger or log,
             metrics=metrics,
             interrupted=self.interrupted,
             page_transaction=self.landing,
         )
-        self.summary = Summary()
-        self._next: Taken | None = None
         self._held_over = False
         """The job taken for later was taken before the last :meth:`run_one` returned: the caller ran it later."""
-        self._hand_over = True
-        self.found_nothing = False
+
+    @property
+    def summary(self) -> Summary:
+        """What this slot's runs came to (kept by its :attr:`taking`, which counts the takes)."""
+        return self.taking.summary
+
+    @summary.setter
+    def summary(self, summary: Summary) -> None:
+        self.taking.summary = summary
+
+    @property
+    def found_nothing(self) -> bool:
         """Whether the take that came with the last finish found nothing to do."""
+        return self.taking.found_nothing
 
     def interrupt(self) -> None:
         """Stop because this process is about to be killed (Airflow's SIGTERM, SIGKILL 5 s later); any thread.
@@ -155,59 +168,10 @@ class WorkerSlot:
         """Whether this slot may give up on an unreachable database early: only between jobs, when asked."""
         return not self._busy and self._let_go is not None and self._let_go()
 
-    def _finish_and_take(self, finish: Finish | None, *, take: bool) -> FinishAndTake:
-        """Finish the last job (if any) and lease the next (if ``take``), in one statement."""
-        done = self.store.finish_and_take(
-            queue=self.queue.name,
-            worker=self.worker_id,
-            lease=self.queue.lease,
-            finish=finish,
-            take=take,
-            now=self.clock(),
-            health_after=self.queue.owner_backoff.health_after,
-        )
-        if take and done.taken is None:
-            self.summary.empty_takes += 1
-        if done.taken is not None:
-            self._count_take(done.taken)
-        return done
-
-    def _count_take(self, taken: Taken) -> None:
-        """A take: a job taken over from a lost worker, or a waiting job and how long it waited once due."""
-        job = taken.job
-        tags = {"queue": self.queue.name, "type": job.type}
-        if taken.lost_worker is not None:
-            self.metrics.incr(LEASE_TAKEOVERS, tags)
-        elif job.heartbeat_at is not None and job.leased_by == self.worker_id:
-            # heartbeat_at is the take's own instant (the database's clock, like next_run_at).
-            self.metrics.timing(TAKE_WAIT, tags, max((job.heartbeat_at - job.next_run_at).total_seconds(), 0.0))
-
     def _count(self, result: RunResult) -> None:
         self.summary.add(result)
         tags = {"queue": self.queue.name, "type": result.job.type, "outcome": result.outcome.value}
         self.metrics.incr(JOBS_FINISHED, tags)
-
-    def _finish_and_take_next(self, finish: Finish) -> Finish | None:
-        """Write how a job ended and, unless the slot is stopping, take its next job in the same statement.
-
-        Other workers never see the lane free between the two, so a lane whose
-        next job is this worker's best choice passes straight to it instead of
-        being raced for by every idle worker. (The take still follows queue
-        order: when a job in another free lane comes first, that one is taken
-        and this lane is free for others.)
-        """
-        take = self._hand_over and not self.stop.is_set()
-        try:
-            done = self._finish_and_take(finish, take=take)
-        except psycopg.errors.UniqueViolation as exc:
-            if exc.diag.constraint_name != LANE_INDEX:
-                raise
-            self.summary.lane_races += 1  # the finish was undone too: finish alone, take again later
-            done = self._finish_and_take(finish, take=False)
-        if take:
-            self._next = done.taken
-        self.found_nothing = take and done.taken is None
-        return done.written
 
     def take(self) -> Job | None:
         """Lease the next job this slot should run, without running it; None when nothing is due in a free lane.
@@ -215,43 +179,33 @@ class WorkerSlot:
         A low-level step (:meth:`run_one` takes and runs): the job stays leased to this slot until its lease
         lapses, and a job taken over from a lost worker is returned as it is, its lost attempt not written down.
         """
-        taken = self._take()
+        taken = self.taking.take()
         return taken.job if taken is not None else None
-
-    def _take(self) -> Taken | None:
-        for _ in range(MAX_LANE_RACES):
-            try:
-                return self._finish_and_take(None, take=True).taken
-            except psycopg.errors.UniqueViolation as exc:
-                if exc.diag.constraint_name != LANE_INDEX:
-                    raise
-                self.summary.lane_races += 1  # another worker took this lane first; ask again
-        return None
 
     def run_one(self, *, then_continue: bool = True) -> RunResult | None:
         """Run the next job to the end of this attempt; None when there was nothing to take.
 
         With ``then_continue`` the next job is taken as this one finishes (see
-        :meth:`_finish_and_take_next`); a caller that will not run it must
+        :meth:`~synclane_provider.core.run.taking.Taking.finish_and_take_next`); a caller that will not run it must
         call :meth:`hand_back`.
         """
         try:
             return self.thread.run(self.running_one(then_continue=then_continue))
         finally:
-            self._held_over = self._next is not None
+            self._held_over = self.taking.next is not None
 
     def running_one(self, *, then_continue: bool = True) -> Work[RunResult | None]:
         """:meth:`run_one` as a work for this slot's :attr:`thread`, to be part of a longer one (a pool's loop)."""
-        taken, self._next = self._next, None
+        taken, self.taking.next = self.taking.next, None
         # Taken with the last job's finish, then handed to the caller's next run_one: a pause or a cancel may have
         # come since, which the first page must hear of before it is requested.
         heard, self._held_over = not (taken is not None and self._held_over), False
-        self.found_nothing = False
+        self.taking.found_nothing = False
         if taken is None:
-            taken = self._take()
+            taken = self.taking.take()
         if taken is None:
             return None
-        self._hand_over = then_continue
+        self.taking.hand_over = then_continue
         self._busy = True
         try:
             result = yield from self.runner.run(
@@ -265,7 +219,7 @@ class WorkerSlot:
     @property
     def next_job(self) -> Job | None:
         """The job taken as the last one finished, to run next (None if none was taken)."""
-        return self._next.job if self._next is not None else None
+        return self.taking.next.job if self.taking.next is not None else None
 
     def hand_back(self) -> None:
         """Return a job taken for later, unstarted, as pending (its attempt does not count).
@@ -276,9 +230,9 @@ class WorkerSlot:
         A job taken over from a lost worker is not handed back as it was: the lost attempt is written down
         first (see :meth:`JobRunner.run`), so that it counts.
         """
-        taken, self._next = self._next, None
+        taken, self.taking.next = self.taking.next, None
         if taken is not None and taken.lost_worker is not None:
-            self._hand_over = False
+            self.taking.hand_over = False
             self._count(self.runner.after_lost_worker(taken.job, taken.lost_worker))
         elif taken is not None:
             job = taken.job

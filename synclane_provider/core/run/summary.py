@@ -6,7 +6,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from synclane_provider.core.run.landed import Landed
-from synclane_provider.core.run.runner import Outcome, RunResult
+from synclane_provider.core.run.results import Outcome, RunResult
 
 
 @dataclass

@@ -23,9 +23,11 @@ back to ``land_page``: to a savepoint in the caller's transaction, whole when th
 index on the key (ON CONFLICT needs it); the first page checks that, and that every column named exists, and
 refuses with a :class:`~synclane_provider.core.errors.LandingError` naming what is missing.
 
-Beside it: ``page_rows`` checks a page's rows and converts its values, ``page_statements`` composes the
-statements for a page of given columns, and ``page_transaction`` holds a worker's transaction that a page landed
-in the jobs database commits in with its cursor.
+Beside it: ``spec`` holds the declaration (:class:`DestinationSpec`, frozen and checked), ``page_rows`` checks a
+page's rows and converts its values, and ``page_statements`` composes the statements for a page of given columns.
+Of the worker, a page's landing knows only the job's page context
+(:class:`~synclane_provider.core.page_context.PageContext`): the transaction a page landed in the jobs database
+commits in with its cursor, and where its counts go.
 """
 
 from __future__ import annotations
@@ -40,7 +42,8 @@ from psycopg import sql
 from psycopg.pq import TransactionStatus
 from psycopg.rows import tuple_row
 
-from synclane_provider.core.db.page_rows import (
+from synclane_provider.core.errors import DeletionsRefused, LandingError
+from synclane_provider.core.land.page_rows import (
     Row,
     as_json,
     checked_page,
@@ -50,12 +53,12 @@ from synclane_provider.core.db.page_rows import (
     page_bounds,
     values_as_text,
 )
-from synclane_provider.core.db.page_statements import PageStatements, column_list, landing_texts
-from synclane_provider.core.db.page_transaction import PageTransaction
-from synclane_provider.core.errors import DeclarationError, DeletionsRefused, LandingError
+from synclane_provider.core.land.page_statements import PageStatements, column_list, landing_texts
+from synclane_provider.core.land.spec import DestinationSpec
+from synclane_provider.core.page_context import page_context
 from synclane_provider.core.records import Job, LandCounts
 
-__all__ = ["Destination", "LandCounts", "PageTransaction", "Row"]
+__all__ = ["Destination", "DestinationSpec", "LandCounts", "Row"]
 
 _SAVEPOINT = b"SAVEPOINT synclane_land_page"
 _ROLLBACK_TO_SAVEPOINT = b"ROLLBACK TO SAVEPOINT synclane_land_page"
@@ -86,47 +89,31 @@ class Destination:
         deleted_column: str | None = None,
         deletion_share: float = 0.5,
     ) -> None:
-        parts = table.split(".") if isinstance(table, str) else []
-        if not 1 <= len(parts) <= 2 or not all(parts):
-            raise DeclarationError(f"table must be 'name' or 'schema.name', not {table!r}")
-        if isinstance(key, str):
-            key = (key,)
-        key = tuple(key)
-        if not key or not all(isinstance(k, str) and k for k in key) or len(set(key)) != len(key):
-            raise DeclarationError(f"key must be one or more distinct column names, not {key!r}")
-        for what, name in (("version", version), ("owner", owner)):
-            if name is not None and (not isinstance(name, str) or not name):
-                raise DeclarationError(f"{what} must be a column name, not {name!r}")
-        if version is not None and version in key:
-            raise DeclarationError(f"the version column {version!r} cannot be part of the key {key!r}")
-        if conninfo is not None and connect is not None:
-            raise DeclarationError("give at most one of conninfo or connect")
-        if deletions not in (None, "delete", "mark"):
-            raise DeclarationError(f"deletions must be 'delete', 'mark' or None, not {deletions!r}")
-        if deletions is not None and owner is None:
-            raise DeclarationError(
-                "deletions need the owner column: a snapshot deletes its owner's rows it did not see"
-            )
-        if (deletions == "mark") != (deleted_column is not None):
-            raise DeclarationError(
-                "deletions='mark' needs deleted_column (a timestamptz column), and only it takes one"
-            )
-        if not isinstance(deletion_share, (int, float)) or not 0 < deletion_share <= 1:
-            raise DeclarationError(f"deletion_share must be a share above 0 and at most 1, not {deletion_share!r}")
-        self.table = table
-        self.key = key
-        self.version = version
-        self.compare = compare
-        self.owner = owner
-        self.deletions = deletions
-        self.deleted_column = deleted_column
-        self.deletion_share = float(deletion_share)
-        self._seen = sql.Identifier(*parts[:-1], f"synclane_seen_{parts[-1]}"[:63])
-        self._seen_index = sql.Identifier(f"synclane_seen_{parts[-1]}_job"[:63])
-        """Where a snapshot's pages note the keys they landed, by job, until it completes."""
-        self._conninfo = conninfo
-        self._connect = connect
-        self._name = sql.Identifier(*parts)
+        self.spec = DestinationSpec(
+            table,
+            key,
+            version=version,
+            compare=compare,
+            owner=owner,
+            conninfo=conninfo,
+            connect=connect,
+            deletions=deletions,
+            deleted_column=deleted_column,
+            deletion_share=deletion_share,
+        )
+        """The declaration: what lands where, checked (see :class:`DestinationSpec`)."""
+        spec = self.spec
+        self.table = spec.table
+        self.key = tuple(spec.key)
+        self.version = spec.version
+        self.compare = spec.compare
+        self.owner = spec.owner
+        self.deletions = spec.deletions
+        self.deleted_column = spec.deleted_column
+        self.deletion_share = spec.deletion_share
+        self._seen = spec.seen
+        self._seen_index = spec.seen_index
+        self._name = spec.name
         self._table_columns: dict[str, tuple[str, bool]] | None = None
         """The table's columns, each one's type and whether it is sent as text, read at the first page."""
         self._ranged = False
@@ -152,7 +139,7 @@ class Destination:
     def in_jobs_database(self) -> bool:
         """Declared without a database of its own: the table is in the jobs database, and a worker lands each page
         in the transaction that saves the job's cursor (exactly once)."""
-        return self._conninfo is None and self._connect is None
+        return self.spec.in_jobs_database
 
     def land(self, job: Job, rows: Iterable[Row], *, complete: bool = False) -> LandCounts:
         r"""Land one page of ``job``'s records (mappings of column to value); what it did.
@@ -176,9 +163,10 @@ class Destination:
         row), written by the statement that saves the page's cursor or completes the job: a page whose cursor is
         not saved (it failed, its lease was lost) counts nothing, and a retry adds what its pages land.
         """
-        page_transaction = job.page_transaction
-        if self.in_jobs_database and isinstance(page_transaction, PageTransaction):
-            counts = self._land(page_transaction.connection(), job, rows, complete)
+        page = page_context(job)
+        in_page = page.transaction() if self.in_jobs_database else None
+        if in_page is not None:
+            counts = self._land(in_page, job, rows, complete)
         else:
             conn = self._connection()
             try:
@@ -191,7 +179,7 @@ class Destination:
                 self._local.conn = None
                 conn.close()
                 raise
-        job.count_landed(counts)  # a worker adds them to the job's row with the page's cursor
+        page.count_landed(counts)  # a worker adds them to the job's row with the page's cursor
         return counts
 
     def _land(self, conn: psycopg.Connection[Any], job: Job, rows: Iterable[Row], complete: bool) -> LandCounts:
@@ -417,11 +405,11 @@ class Destination:
     def _connection(self) -> psycopg.Connection[Any]:
         conn: psycopg.Connection[Any] | None = getattr(self._local, "conn", None)
         if conn is None or conn.closed:
-            if self._connect is not None:
-                conn = self._connect()
+            if self.spec.connect is not None:
+                conn = self.spec.connect()
                 conn.autocommit = True
-            elif self._conninfo is not None:
-                conn = psycopg.connect(self._conninfo, autocommit=True, application_name="synclane-landing")
+            elif self.spec.conninfo is not None:
+                conn = psycopg.connect(self.spec.conninfo, autocommit=True, application_name="synclane-landing")
             else:
                 raise LandingError(
                     f"{self.table}: declared in the jobs database, and landed outside a worker's page "

@@ -1,0 +1,91 @@
+"""What a handler may do during one page, besides reading its job: the page's context, handed over with the job.
+
+A :class:`~synclane_provider.core.records.Job` is a row of the jobs table and nothing more. A worker calls a
+handler with a :class:`PageJob`: the same row (every attribute of the job, ``dataclasses.replace`` and all) and
+the :class:`PageContext` of the page it runs, which takes the lane's rate units the page spends, holds the
+transaction its rows land in when their table is in the jobs database, and counts what they did to the table.
+A worker's attempt provides the context (``core/run/attempt.py``); landing (``core/land/``) uses nothing else of
+the worker. Outside a worker a job has no page: :data:`NO_PAGE` spends nothing, has no transaction and counts
+nothing. The page's credentials, when there are some, belong here too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, Protocol
+
+from synclane_provider.core.records import Job, LandCounts
+
+if TYPE_CHECKING:
+    import psycopg
+
+
+class PageContext(Protocol):
+    """What one page of a job may do while its handler runs."""
+
+    def spend(self, units: int) -> timedelta:
+        """Take ``units`` more of the lane's rate budget, waiting until it allows them; how long it waited."""
+        ...
+
+    def transaction(self) -> psycopg.Connection[Any] | None:
+        """The connection of the page's transaction in the jobs database, which commits with the job's cursor
+        (opened by this call); None when the page has none (outside a worker)."""
+        ...
+
+    def count_landed(self, counts: LandCounts) -> None:
+        """Add what one landing did to the page's counts, written to the job's row with its cursor."""
+        ...
+
+
+class _NoPage:
+    """The context of a job outside a worker's page: no budget to take, no transaction, nowhere to count."""
+
+    def spend(self, units: int) -> timedelta:
+        return timedelta(0)
+
+    def transaction(self) -> psycopg.Connection[Any] | None:
+        return None
+
+    def count_landed(self, counts: LandCounts) -> None:
+        return None
+
+    def __repr__(self) -> str:
+        return "NO_PAGE"
+
+
+NO_PAGE: PageContext = _NoPage()
+"""The context of a job that is not in a worker's page (a plain :class:`Job`)."""
+
+
+@dataclass(frozen=True)
+class PageJob(Job):
+    """A job as its handler gets it for one page: the row, and the page's :class:`PageContext`.
+
+    Equality and ``repr`` are the row's (the context is not compared or shown); ``dataclasses.replace`` keeps
+    the context.
+    """
+
+    context: PageContext = field(default=NO_PAGE, compare=False, repr=False)
+
+    @classmethod
+    def of(cls, job: Job, context: PageContext) -> PageJob:
+        """``job`` (its row's values) in the page whose context is ``context``."""
+        return cls(**{f.name: getattr(job, f.name) for f in _ROW}, context=context)
+
+    def spend(self, units: int = 1) -> timedelta:
+        """Take ``units`` more of the lane's rate budget before making that many more requests in this page.
+
+        The worker takes one unit before each page; a handler that makes several requests a page calls this
+        before each further one (``job.spend()``) or once for all (``job.spend(3)``). It waits until the lane's
+        budget allows them and returns how long it waited (zero when the lane has no rate).
+        """
+        return self.context.spend(units)
+
+
+_ROW = fields(Job)
+
+
+def page_context(job: Job) -> PageContext:
+    """The context of the page ``job`` is in: a worker's, or :data:`NO_PAGE` for a plain row."""
+    return job.context if isinstance(job, PageJob) else NO_PAGE
