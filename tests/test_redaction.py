@@ -89,7 +89,9 @@ def test_a_handlers_error_is_stored_and_shown_with_its_secret_masked(form, datab
         assert secret not in shown and MASK in shown
 
 
-def test_a_handlers_pause_reason_is_stored_with_its_secret_masked(database_url, schema, admin, clock):
+def test_a_handlers_pause_reason_is_stored_and_logged_with_its_secret_masked(
+    database_url, schema, admin, clock, caplog
+):
     def revoked(job):
         raise OwnerPaused("401 for https://shop.example.com/api?access_token=at_revoked_5512") from RuntimeError(
             "the shop answered 401 to Authorization: Bearer at_revoked_5512"
@@ -108,6 +110,7 @@ def test_a_handlers_pause_reason_is_stored_with_its_secret_masked(database_url, 
         [acme] = Monitor(ops).owners("shops", now=clock.now).items
         assert acme.paused_reason == f"401 for https://shop.example.com/api?access_token={MASK}"
         assert "at_revoked_5512" not in page_json(ops, clock)
+    assert "at_revoked_5512" not in caplog.text and f"access_token={MASK}" in caplog.text
 
 
 @pytest.mark.parametrize(

@@ -30,6 +30,7 @@ from synclane_provider.core.errors import JobThrottled, OwnerPaused, PageTimeout
 from synclane_provider.core.metrics import PAGE_DURATION, PAGES, RECORDS, THROTTLES, Metrics
 from synclane_provider.core.page_context import PageJob
 from synclane_provider.core.records import Job, LandCounts, Page
+from synclane_provider.core.redact import redact
 from synclane_provider.core.run.lane_gate import LaneGate, PageNotSent, Turn
 from synclane_provider.core.run.lease import LeaseKeeper, why_lost
 from synclane_provider.core.run.outcomes import CANCELLED, describe_error
@@ -391,7 +392,7 @@ class Attempt:
             setting.log.info("%s", result)
             return result
         if pausing is not None:
-            result = RunResult(job, Outcome.PAUSED, self.pages, self.records, pausing.reason, waited)
+            result = RunResult(job, Outcome.PAUSED, self.pages, self.records, redact(pausing.reason), waited)
             setting.log.warning(
                 "%s: owner %s paused by its handler (handed back at cursor %s)", result, job.owner, job.cursor
             )
