@@ -45,6 +45,7 @@ from synclane_provider.core.db.queries import RULES, fragments_of, named_stateme
 from synclane_provider.core.db.schema_versions import ensure_schema, shipped_migrations
 from synclane_provider.core.states import (
     ALLOWED_TRANSITIONS,
+    ATTEMPTS_SPENT,
     NOT_WAITING,
     STOPPED,
     UNSETTLED,
@@ -64,12 +65,13 @@ NAMED_SETS = {
     "WAITING": frozenset(s.value for s in WAITING),
     "WAITING_IN_TURN": frozenset(s.value for s in WAITING_IN_TURN),
     "STOPPED": frozenset(s.value for s in STOPPED),
+    "ATTEMPTS_SPENT": frozenset(s.value for s in ATTEMPTS_SPENT),
     "UNSETTLED": frozenset(s.value for s in UNSETTLED),
     "NOT_WAITING": frozenset(s.value for s in NOT_WAITING),
 }
 LIST_MEANINGS = {
     "requeue": {"STOPPED"},
-    "resync_progress": {"STOPPED"},
+    "resync_progress": {"STOPPED", "ATTEMPTS_SPENT"},
     "finish_and_take": {"WAITING", "WAITING_IN_TURN"},
     "abandon_job": {"UNSETTLED"},
     "cancel": {"UNSETTLED"},

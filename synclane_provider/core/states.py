@@ -135,6 +135,10 @@ has none of these due."""
 STOPPED = (JobStatus.FAILED, JobStatus.DEFERRED, JobStatus.ABANDONED)
 """States a requeue gives fresh attempts to."""
 
+ATTEMPTS_SPENT = (JobStatus.DEFERRED, JobStatus.ABANDONED)
+"""The part of ``STOPPED`` whose attempts are spent: a failure to show. A failed job waiting to retry is
+routine until it gets here."""
+
 NOT_WAITING = tuple(status for status in JobStatus if status not in WAITING)
 """Every state but ``WAITING``'s: how a statement names waiting jobs when no partial index of waiting jobs may
 serve it (``status NOT IN`` these; see ``move_lanes``, which finds an owner's jobs by owner instead)."""
