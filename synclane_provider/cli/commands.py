@@ -19,7 +19,7 @@ from synclane_provider.core.credentials import Credentials, CredentialState
 from synclane_provider.core.durations import duration_text
 from synclane_provider.core.ops.monitor import Monitor, plain
 from synclane_provider.core.ops.monitor import OwnerState as MonitoredOwner
-from synclane_provider.core.records import ResyncProgress, ResyncRequest
+from synclane_provider.core.records import OwnerState, ResyncProgress, ResyncRequest
 
 
 def _connections_as_airflow_commands_find_them() -> None:
@@ -225,8 +225,31 @@ def _progress_row(owner: MonitoredOwner) -> dict[str, Any]:
     }
 
 
-OWNER_COLUMNS = ("owner", "health", "consecutive_failures", "paused_at", "paused_by", "paused_reason")
-"""What ``owners`` prints in a terminal (``--wide``, json and yaml: every field of the owner's row)."""
+OWNER_COLUMNS = ("owner", "state", "failures", "paused", "reason")
+"""What ``owners``, ``pause`` and ``resume`` print of an owner in a terminal (``--wide``, json and yaml: every
+field of the owner's row)."""
+
+REASON_WIDTH = 40
+"""A pause reason is cut to this many characters in a terminal, so that a row fits 100 columns."""
+
+
+def _owner_row(state: OwnerState) -> dict[str, Any]:
+    """One owner's recorded state as a terminal shows it: ``paused`` whenever it is (never its health beside a
+    pause), else its health; when and by whom it was paused, and why, cut to fit. ``progress`` adds what the
+    rest of the table says of it (abandoned jobs, lag)."""
+    reason = state.paused_reason or ""
+    return {
+        "owner": state.owner,
+        "state": "paused" if state.paused_at else str(state.health),
+        "failures": state.consecutive_failures,
+        "paused": f"{state.paused_at:%Y-%m-%d %H:%M} by {state.paused_by or '?'}" if state.paused_at else "",
+        "reason": reason if len(reason) <= REASON_WIDTH else reason[: REASON_WIDTH - 1] + "…",
+    }
+
+
+def _print_owners(states: list[OwnerState], args: Any, **paging: Any) -> None:
+    rows = [_owner_row(state) for state in states] if _narrow(args) else [plain(state) for state in states]
+    _print(rows, args, **paging)
 
 
 def plan_command(args: Any) -> None:
@@ -285,25 +308,19 @@ def cancel_command(args: Any) -> None:
 def pause_command(args: Any) -> None:
     with _operations(args) as operations:
         by = args.by or getpass.getuser()
-        state = operations.pause(_queue(operations, args), args.owner, args.reason, by=by)
-        _print([plain(state)], args)
+        _print_owners([operations.pause(_queue(operations, args), args.owner, args.reason, by=by)], args)
 
 
 def resume_command(args: Any) -> None:
     with _operations(args) as operations:
-        _print([plain(operations.resume(_queue(operations, args), args.owner))], args)
+        _print_owners([operations.resume(_queue(operations, args), args.owner)], args)
 
 
 def owners_command(args: Any) -> None:
     with _operations(args) as operations:
         found = operations.owners(_queue(operations, args), troubled=args.troubled, after=args.after, limit=args.limit)
         more = len(found) == args.limit
-        rows = [plain(state) for state in found]
-        if _narrow(args):
-            rows = [{name: row[name] for name in OWNER_COLUMNS} for row in rows]
-            for row in rows:
-                row["paused_at"] = row["paused_at"] and row["paused_at"][:16].replace("T", " ")
-        _print(rows, args, next_page=found[-1].owner if more else None, hint="--after")
+        _print_owners(found, args, next_page=found[-1].owner if more else None, hint="--after")
 
 
 def _day_or_instant(text: str, name: str) -> datetime:

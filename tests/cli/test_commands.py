@@ -285,6 +285,14 @@ def test_pause_owners_and_resume_an_owner(scene, env, database_url, cli_schema):
     )
     assert (paused["owner"], paused["paused_reason"], paused["paused_by"]) == ("globex", "token revoked", "ana")
     assert paused["paused_at"]
+    long_reason = "401 Unauthorized from the shop: the account's API token was revoked by its administrator"
+    synclane("pause", "initech", "--reason", long_reason, "--by", "ana", env=env)
+    table = synclane("owners", "-o", "plain", env=env).splitlines()
+    assert table[0].split() == ["owner", "state", "failures", "paused", "reason"]
+    [globex] = [line for line in table if line.startswith("globex")]
+    assert "paused" in globex and "healthy" not in globex  # never healthy beside a pause
+    assert max(len(line.rstrip()) for line in table) <= 100, "\n".join(table)
+    synclane("resume", "initech", env=env)
     [listed] = json.loads(synclane("owners", "--troubled", "-o", "json", env=env))
     assert (listed["owner"], listed["health"], listed["paused_reason"]) == ("globex", "healthy", "token revoked")
     [resumed] = json.loads(synclane("resume", "globex", "-o", "json", env=env))
