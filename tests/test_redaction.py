@@ -123,6 +123,10 @@ def test_a_handlers_pause_reason_is_stored_and_logged_with_its_secret_masked(
         ("https://bob:hunter22@db.example.com/x", "https://bob:***@db.example.com/x"),
         ("failed with Bearer abcdefghij", "failed with Bearer ***"),
         ("KEY=val, PASSWORD = pw", "KEY=***, PASSWORD = ***"),
+        (
+            "the shop refused the account's token: 401 (/accounts/u)",
+            "the shop refused the account's token: 401 (/accounts/u)",
+        ),
     ],
 )
 def test_every_form_of_a_sensitive_name_is_masked(text, shown):

@@ -46,10 +46,12 @@ _SCHEME = r"(?:(?:bearer|basic|token|digest|negotiate)\s+)?"
 
 _NAMED_VALUE = re.compile(
     rf"(?<![A-Za-z0-9_])(?P<q>[\"']?)(?P<name>{_NAME})(?P=q)(?P<sep>\s*[=:]\s*)(?P<scheme>{_SCHEME})"
-    r"(?:(?P<quote>[\"'])(?P<quoted>(?:\\.|(?!(?P=quote)).)*)(?P=quote)|(?P<bare>[^\s&,;\"'<>(){}\[\]]+))",
+    r"(?:(?P<quote>[\"'])(?P<quoted>(?:\\.|(?!(?P=quote)).)*)(?P=quote)"
+    r"|(?!\d{1,5}(?![^\s&,;\"'<>(){}\[\]]))(?P<bare>[^\s&,;\"'<>(){}\[\]]+))",
     re.IGNORECASE,
 )
-"""``name=value``, ``name: value``, ``"name": "value"``, ``'name': 'value'`` and ``Authorization: Bearer value``."""
+"""``name=value``, ``name: value``, ``"name": "value"``, ``'name': 'value'`` and ``Authorization: Bearer value``.
+A bare number of up to five digits is left alone: in ``the token: 401`` it is the answer, not a secret."""
 
 _BEARER = re.compile(r"(?<![A-Za-z0-9_])(bearer\s+)(?!\*\*\*)[A-Za-z0-9._~+/=-]{6,}", re.IGNORECASE)
 """A bearer token named on its own (``… with Bearer abc.def …``)."""
