@@ -19,6 +19,7 @@ import argparse
 
 from harness import (
     WORKER_SETTINGS,
+    Load,
     Run,
     database_url,
     drop_schema,
@@ -51,13 +52,10 @@ def best_of_rounds(
     peer: bool,
 ) -> dict[str, Run]:
     """Each side's best run over ``rounds`` rounds, the order of the sides rotating from round to round."""
+    load = Load(workers=workers, pages=pages, seconds=seconds, synchronous_commit=commit)
     sides = {
-        "engine": lambda: run_engine(
-            url, schema, workers=workers, pages=pages, seconds=seconds, synchronous_commit=commit
-        ),
-        "baseline": lambda: run_baseline(
-            url, schema, workers=workers, pages=pages, seconds=seconds, synchronous_commit=commit
-        ),
+        "engine": lambda: run_engine(url, schema, load),
+        "baseline": lambda: run_baseline(url, schema, load),
     }
     if peer:
         sides["peer"] = lambda: run_procrastinate(

@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT))
 from synclane_provider.core import Job, Page, Queue, SnapshotType, SyncLane, WorkerPool  # noqa: E402
 from synclane_provider.core.db.queries import statement  # noqa: E402
 from synclane_provider.core.db.wakeups import channel, payload  # noqa: E402
-from synclane_provider.core.declare.backoff import OwnerBackoff  # noqa: E402
+from synclane_provider.core.declare.stretch import OwnerStretch  # noqa: E402
 from synclane_provider.core.run.slot import WORKER_SETTINGS  # noqa: E402
 from synclane_provider.core.schema import create_schema  # noqa: E402
 from synclane_provider.core.states import OwnerHealth  # noqa: E402
@@ -107,28 +107,32 @@ def session_settings(synchronous_commit: str) -> dict[str, str]:
     return {**WORKER_SETTINGS, "synchronous_commit": synchronous_commit}
 
 
-def run_engine(
-    url: str,
-    schema: str,
-    *,
-    workers: int,
-    pages: int,
-    seconds: float,
-    synchronous_commit: str = WORKER_SETTINGS["synchronous_commit"],
-) -> Run:
-    """The engine's own worker loop (a WorkerPool) for ``seconds``; then it stops gracefully."""
+@dataclass(frozen=True)
+class Load:
+    """What a run asks of either side alike: its workers, each job's pages, how long, and its commit setting."""
+
+    workers: int
+    pages: int
+    seconds: float
+    synchronous_commit: str = WORKER_SETTINGS["synchronous_commit"]
+
+
+def run_engine(url: str, schema: str, load: Load) -> Run:
+    """The engine's own worker loop (a WorkerPool) for ``load.seconds``; then it stops gracefully."""
     declaration = SyncLane(
         queues=[
             Queue(
-                QUEUE, owners=lambda q: [], types=[SnapshotType("work", noop_handler(pages), every=timedelta(days=1))]
+                QUEUE,
+                owners=lambda q: [],
+                types=[SnapshotType("work", noop_handler(load.pages), every=timedelta(days=1))],
             )
         ],
         schema=schema,
         create_schema=False,
-        synchronous_commit=synchronous_commit == "on",  # each slot's session takes its settings from here
+        synchronous_commit=load.synchronous_commit == "on",  # each slot's session takes its settings from here
     )
-    pool = WorkerPool(declaration, declaration.database(url), QUEUE, slots=workers, poll_interval=POLL)
-    timer = threading.Timer(seconds, pool.shutdown)
+    pool = WorkerPool(declaration, declaration.database(url), QUEUE, slots=load.workers, poll_interval=POLL)
+    timer = threading.Timer(load.seconds, pool.shutdown)
     started = time.perf_counter()
     timer.start()
     summary = pool.run()
@@ -138,15 +142,7 @@ def run_engine(
     return Run(completed, summary.pages, summary.empty_takes, summary.lane_races, elapsed)
 
 
-def run_baseline(
-    url: str,
-    schema: str,
-    *,
-    workers: int,
-    pages: int,
-    seconds: float,
-    synchronous_commit: str = WORKER_SETTINGS["synchronous_commit"],
-) -> Run:
+def run_baseline(url: str, schema: str, load: Load) -> Run:
     """The same statements from a minimal psycopg loop per connection: the raw-SQL limit for this design."""
     advance, save = statement("finish_and_take", schema), statement("save_page", schema)
     stop = threading.Event()
@@ -161,7 +157,7 @@ def run_baseline(
         base = {"queue": QUEUE, "worker": worker, "lease": lease, "now": None, "channel": channel(schema)}
         base["payload"] = payload(QUEUE)
         base["landed"] = None  # the job's land counts: this loop lands no rows
-        degraded_after, failing_after = OwnerBackoff().health_after  # the owner's health, as a queue's default
+        degraded_after, failing_after = OwnerStretch().health_after  # the owner's health, as a queue's default
         base.update(degraded_after=degraded_after, failing_after=failing_after, owner_failed=False)
         base.update({health.value: health.value for health in OwnerHealth})
         jobs = done_pages = empty = races = 0
@@ -169,7 +165,7 @@ def run_baseline(
         with psycopg.connect(
             url, autocommit=True, cursor_factory=psycopg.RawCursor, prepare_threshold=0, row_factory=dict_row
         ) as conn:
-            for name, value in session_settings(synchronous_commit).items():  # as the engine's worker sessions
+            for name, value in session_settings(load.synchronous_commit).items():  # as the engine's worker sessions
                 conn.execute(sql.SQL("SET {} TO {}").format(sql.Identifier(name), sql.Literal(value)))
             while True:
                 if job_id is None and stop.is_set():
@@ -177,7 +173,7 @@ def run_baseline(
                 if job_id is None:
                     params = {**base, **nothing, "take": True}
                 else:  # as the engine does: finish this job and take the next in one statement
-                    for page in range(1, pages):
+                    for page in range(1, load.pages):
                         conn.execute(
                             save.text,
                             save.arguments(
@@ -196,7 +192,7 @@ def run_baseline(
                         **base,
                         "finished": job_id,
                         "status": "completed",
-                        "processed_count": pages,
+                        "processed_count": load.pages,
                         "error": None,
                         "delay": timedelta(0),
                         "take": not stop.is_set(),
@@ -209,10 +205,10 @@ def run_baseline(
                     races += 1
                     if job_id is not None:
                         conn.execute(advance.text, advance.arguments({**params, "take": False}))
-                        jobs, done_pages, job_id = jobs + 1, done_pages + pages, None
+                        jobs, done_pages, job_id = jobs + 1, done_pages + load.pages, None
                     continue
                 if job_id is not None:
-                    jobs, done_pages = jobs + 1, done_pages + pages
+                    jobs, done_pages = jobs + 1, done_pages + load.pages
                 left = lane
                 job_id, lane = row["id"], row["lane"]  # the taken job's (None: nothing taken)
                 if lane != left and left is not None:
@@ -229,11 +225,11 @@ def run_baseline(
             totals["empty"] += empty
             totals["races"] += races
 
-    threads = [threading.Thread(target=loop, args=(i,)) for i in range(workers)]
+    threads = [threading.Thread(target=loop, args=(i,)) for i in range(load.workers)]
     started = time.perf_counter()
     for thread in threads:
         thread.start()
-    time.sleep(seconds)
+    time.sleep(load.seconds)
     stop.set()
     with idle:
         idle.notify_all()

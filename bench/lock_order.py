@@ -25,7 +25,7 @@ import argparse
 import time
 
 import psycopg
-from harness import drop_schema, fresh_jobs_table, run_baseline, run_engine
+from harness import Load, drop_schema, fresh_jobs_table, run_baseline, run_engine
 from soak_cluster import PrivateCluster
 
 from synclane_provider.core.db import queries
@@ -89,7 +89,7 @@ def main() -> None:
                     fresh_jobs_table(url, schema, jobs=args.jobs, lanes=lanes)
                     before = deadlocks(url)
                     loop = run_engine if args.loop == "engine" else run_baseline
-                    run = loop(url, schema, workers=workers, pages=args.pages, seconds=args.seconds)
+                    run = loop(url, schema, Load(workers=workers, pages=args.pages, seconds=args.seconds))
                     time.sleep(1.2)  # closed sessions have flushed their statistics
                     locked[order] += deadlocks(url) - before
                     rates[order].append(run.jobs_per_s)

@@ -10,7 +10,7 @@ one URI and back. A downstream DAG schedules on :func:`asset` (``schedule=[asset
 "orders")]``); :class:`~synclane_provider.operators.asset_events.SyncLaneAssetsOperator` (in the planning
 DAG, every plan interval, from the table) or a single worker task with ``emit_assets=True`` (when it ends) emits
 one event per type whose jobs completed, with ``extra`` naming the owners, their windows and record counts
-(:meth:`Landed.extra <synclane_provider.core.run.landed.Landed.extra>`). Events go through an
+(:meth:`Arrivals.extra <synclane_provider.core.run.arrivals.Arrivals.extra>`). Events go through an
 :class:`AssetAlias` named by :func:`alias_name`, so a run in which nothing of a type completed emits nothing
 for it. :func:`initial_load_asset` is the event-driven option: an asset watched on the triggerer.
 """
@@ -23,7 +23,7 @@ from urllib.parse import SplitResult
 
 from airflow.sdk import Asset, AssetAlias, AssetWatcher
 
-from synclane_provider.core.run.landed import Landed
+from synclane_provider.core.run.arrivals import Arrivals
 from synclane_provider.locate import locate_queue
 
 if TYPE_CHECKING:
@@ -77,28 +77,28 @@ def alias(queue: str) -> AssetAlias:
     return AssetAlias(name=alias_name(queue), group="synclane")
 
 
-def emit_landed(context: Context, synclane: str, queue_name: str, landed: Landed, log: Any) -> int:
-    """Add one event per type in ``landed`` to the task's outlet alias of the queue; returns how many.
+def emit_arrivals(context: Context, synclane: str, queue_name: str, arrivals: Arrivals, log: Any) -> int:
+    """Add one event per type in ``arrivals`` to the task's outlet alias of the queue; returns how many.
 
     A task without outlet events in its context (an ``execute()`` called outside a task) emits nothing.
     """
     accessors = context.get("outlet_events")
-    if accessors is None or not landed.by_type:
+    if accessors is None or not arrivals.by_type:
         return 0
     declaration, queue = locate_queue(synclane, queue_name)
     events = accessors[alias(queue.name)]
-    for type_name in sorted(landed.by_type):
-        extra = landed.extra(queue.name, type_name)
-        landed_asset = asset(declaration.schema, queue.name, type_name)
-        events.add(landed_asset, extra=extra)
+    for type_name in sorted(arrivals.by_type):
+        extra = arrivals.extra(queue.name, type_name)
+        type_asset = asset(declaration.schema, queue.name, type_name)
+        events.add(type_asset, extra=extra)
         log.info(
             "asset event %s: %s job(s), %s record(s) for %s owner(s)",
-            landed_asset.uri,
+            type_asset.uri,
             extra["jobs"],
             extra["records"],
             len(extra["owners"]),
         )
-    return len(landed.by_type)
+    return len(arrivals.by_type)
 
 
 def sanitize_uri(uri: SplitResult) -> SplitResult:

@@ -13,7 +13,7 @@ import pytest
 from psycopg import sql
 
 from synclane_provider.core import Destination, Job, LandCounts, Operations, Page, WorkerSlot
-from synclane_provider.core.run.landed import Landed
+from synclane_provider.core.run.arrivals import Arrivals
 from synclane_provider.core.run.runner import Outcome
 from synclane_provider.core.run.summary import Summary
 from tests.support.helpers import declare, products, rows
@@ -102,10 +102,10 @@ def test_a_jobs_row_counts_what_its_pages_landed_across_pages_and_attempts(
     assert counts_of(admin, schema) == expected
     assert second.landed == expected
     assert f"(rows {expected.describe()})" in caplog.text  # the job's log line
-    extra = summary.landed.extra("shops", "products")
+    extra = summary.arrivals.extra("shops", "products")
     assert extra["landed"] == extra["owners"]["acme"]["landed"] == dict(zip(
         ("inserted", "updated", "unchanged", "stale", "deleted"), expected.as_list(), strict=True))  # fmt: skip
-    assert Landed.from_dict(summary.landed.as_dict()).extra("shops", "products") == extra  # through a deferral
+    assert Arrivals.from_dict(summary.arrivals.as_dict()).extra("shops", "products") == extra  # through a deferral
 
 
 def test_a_page_that_lands_nothing_leaves_the_counts_as_they_were(database_url, schema, admin):

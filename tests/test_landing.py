@@ -315,7 +315,7 @@ def test_a_key_another_transaction_inserts_while_a_page_of_new_keys_is_copied_la
     items, admin, landing_schema, database_url, in_transaction
 ):
     """The copy of a page of new keys meets a key another transaction inserted (uncommitted when the page looked at
-    its range): the copy is undone and the page lands by the guard, its other rows inserted. Landed in another
+    its range): the copy is undone and the page lands by the guard, its other rows inserted. Arrivals in another
     database, the copy is a statement of its own, undone whole; written in the caller's transaction, it is undone
     to a savepoint, and what the transaction wrote before it stays."""
     with psycopg.connect(database_url) as other:

@@ -214,7 +214,7 @@ def test_work_a_pause_holds_is_said_held_and_never_overdue(monitor, scene, admin
     operations.pause("shops", "initech", "token revoked", now=clock.now)
     assert monitor.queue("shops").oldest_waiting_age == timedelta(hours=1)  # globex's waiting slice
     throttled_until = clock.now + timedelta(minutes=3)
-    operations.store.pause_lane("shops", "globex", wait=timedelta(minutes=3), now=clock.now)
+    operations.store.throttle_lane("shops", "globex", wait=timedelta(minutes=3), now=clock.now)
     operations.enqueue("shops", "globex", "products", key="while-throttled", now=clock.now)  # due, in a held lane
 
     summary = monitor.queue("shops")

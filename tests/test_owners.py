@@ -219,7 +219,7 @@ def test_a_job_taken_with_the_last_ones_finish_asks_for_no_page_once_its_owner_i
     assert (row["status"], row["cursor"], row["attempt_count"], row["leased_by"]) == ("pending", None, 0, None)
 
 
-def test_a_job_waiting_out_a_pause_on_its_lane_asks_for_no_page_once_its_owner_is_paused(
+def test_a_job_waiting_out_a_throttle_on_its_lane_asks_for_no_page_once_its_owner_is_paused(
     database_url, schema, admin, clock, store
 ):
     """A throttle holds acme's lane for two seconds; acme's job, enqueued meanwhile, is taken and waits the pause out
@@ -228,7 +228,7 @@ def test_a_job_waiting_out_a_pause_on_its_lane_asks_for_no_page_once_its_owner_i
     declaration = declare(schema, products(handler), owner_source=owners("acme"))
     database = declaration.database(database_url)
     with Operations(declaration, database) as ops, WorkerSlot(declaration, database, "shops", clock=clock) as slot:
-        store.pause_lane("shops", "acme", wait=timedelta(seconds=2), now=clock.now)
+        store.throttle_lane("shops", "acme", wait=timedelta(seconds=2), now=clock.now)
         ops.enqueue("shops", "acme", "products", key="now", now=clock.now)
         working = Background(slot.run_one, name="slot")
         running(admin, schema, "acme's job")
@@ -276,7 +276,7 @@ def test_a_page_that_wakes_too_late_for_its_turn_asks_for_no_page_once_its_owner
     handler = Revoked()
     declaration = declare(schema, products(handler), owner_source=owners("acme"), rate=Rate(2))
     database = declaration.database(database_url)
-    before_page, take_budget = LaneGate.before_page, Store.take_lane_budget
+    before_page, take_budget = LaneGate.before_page, Store.take_page_budget
     takes = []
 
     def woke_late(gate, job, **kwargs):
@@ -292,7 +292,7 @@ def test_a_page_that_wakes_too_late_for_its_turn_asks_for_no_page_once_its_owner
         return taken
 
     monkeypatch.setattr(LaneGate, "before_page", woke_late)
-    monkeypatch.setattr(Store, "take_lane_budget", pause_after_the_second_take)
+    monkeypatch.setattr(Store, "take_page_budget", pause_after_the_second_take)
     with Operations(declaration, database) as ops, WorkerSlot(declaration, database, "shops", clock=clock) as slot:
         ops.enqueue("shops", "acme", "products", key="now", now=clock.now)
         result = slot.run_one()

@@ -1,4 +1,4 @@
-"""A lane's rate budget and the pause a throttle puts on it: declared, taken in one statement, kept across processes.
+"""A lane's rate budget and the throttle a server's named wait puts on it: declared, taken in one statement, kept across processes.
 
 The API's request log is the judge: a fake API records when each request arrived, and the tests count them
 per one-second window (never more than the budget, plus its burst) and per throttle event (one 429, not one
@@ -174,7 +174,7 @@ def test_a_slot_asked_to_stop_while_it_waits_for_a_new_turn_sends_nothing_and_ha
     sent: list[Job] = []
     synclane = declare(schema, products(lambda job: sent.append(job) or Page(None, 1)), rate=Rate(2))
     database = synclane.database(database_url)
-    before_page, take_budget = LaneGate.before_page, Store.take_lane_budget
+    before_page, take_budget = LaneGate.before_page, Store.take_page_budget
     takes = []
 
     def woke_late(gate, job, **waits):
@@ -189,7 +189,7 @@ def test_a_slot_asked_to_stop_while_it_waits_for_a_new_turn_sends_nothing_and_ha
         return take_budget(store, *args, **kwargs)
 
     monkeypatch.setattr(LaneGate, "before_page", woke_late)
-    monkeypatch.setattr(Store, "take_lane_budget", stop_at_the_second_take)
+    monkeypatch.setattr(Store, "take_page_budget", stop_at_the_second_take)
     with Operations(synclane, database) as ops, WorkerSlot(synclane, database, "shops") as slot:
         ops.enqueue("shops", "acme", "products", key="now")
         result = slot.run_one()
@@ -317,7 +317,7 @@ def test_a_page_later_than_half_the_rates_lateness_gives_its_turn_up_and_one_wit
     """The other half of the lateness is the handler's way to the API: a page that starts 5.1 s after its turn
     (within the rate's 10 s of lateness, but past half of it) takes a new turn; one 4.9 s late keeps its own."""
     gate, job, watch, turns_taken = late_gate
-    turn = gate.before_page(job, paused=0.0)  # its turn is now, sent at 1000.0
+    turn = gate.before_page(job, throttle_left=0.0)  # its turn is now, sent at 1000.0
     assert turns_taken() == 1
     watch.now = 1000.0 + 4.9
     assert gate.keep_turn(job, turn) == 0.0
@@ -332,15 +332,15 @@ def test_a_turn_is_reckoned_from_when_the_take_was_sent_so_a_slow_answer_counts_
     the turn no earlier than the sending, so a page that starts 2.1 s after the answer is 5.1 s late and takes
     a new turn, and one 1.9 s after it keeps its own."""
     gate, job, watch, turns_taken = late_gate
-    take_budget = Store.take_lane_budget
+    take_budget = Store.take_page_budget
 
     def slow_answer(store, *args, **kwargs):
         wait = take_budget(store, *args, **kwargs)
         watch.now += 3.0
         return wait
 
-    monkeypatch.setattr(Store, "take_lane_budget", slow_answer)
-    turn = gate.before_page(job, paused=0.0)  # sent at 1000.0, answered at 1003.0
+    monkeypatch.setattr(Store, "take_page_budget", slow_answer)
+    turn = gate.before_page(job, throttle_left=0.0)  # sent at 1000.0, answered at 1003.0
     watch.now = 1003.0 + 1.9
     assert gate.keep_turn(job, turn) == 0.0
     assert turns_taken() == 1
@@ -375,23 +375,23 @@ def test_a_named_wait_holds_the_whole_lane_and_other_lanes_go_on(database_url, s
     api = throttled_run(database_url, schema)
     throttled = api.times(status=429)
     assert len(throttled) == 1, f"one 429 for the one throttle event, got {len(throttled)}"
-    pause_ends = throttled[0] + 1.0
+    throttle_ends = throttled[0] + 1.0
     acme = api.times("acme-us") + api.times("acme-eu")
-    assert not [t for t in acme if throttled[0] < t < pause_ends], "a job of lane acme sent during the pause"
-    assert [t for t in api.times("globex") if throttled[0] < t < pause_ends], "lane globex waited too"
+    assert not [t for t in acme if throttled[0] < t < throttle_ends], "a job of lane acme sent during the throttle"
+    assert [t for t in api.times("globex") if throttled[0] < t < throttle_ends], "lane globex waited too"
     assert len(api.times(status=200)) == 3 * 3 * 4  # every page served once: the throttled one again later
     statuses = admin.execute(sql.SQL("SELECT DISTINCT status FROM {}.jobs").format(sql.Identifier(schema))).fetchall()
     assert statuses == [{"status": "completed"}]
 
 
-def test_without_the_lane_pause_the_lanes_next_job_hits_the_same_wall(database_url, schema, monkeypatch):
+def test_without_the_lane_throttle_the_lanes_next_job_hits_the_same_wall(database_url, schema, monkeypatch):
     """The check above can fail: with the throttle delaying only its job, acme-eu runs into the same 429."""
-    monkeypatch.setattr(LaneGate, "pause", lambda self, job, wait: None)
+    monkeypatch.setattr(LaneGate, "throttle", lambda self, job, wait: None)
     api = throttled_run(database_url, schema)
     assert len(api.times(status=429)) > 1
 
 
-def test_a_pause_holds_back_the_lanes_waiting_jobs_and_tells_a_job_taken_anyway(database_url, schema, clock, admin):
+def test_a_throttle_holds_back_the_lanes_waiting_jobs_and_tells_a_job_taken_anyway(database_url, schema, clock, admin):
     synclane = declare(
         schema,
         products(),
@@ -403,7 +403,7 @@ def test_a_pause_holds_back_the_lanes_waiting_jobs_and_tells_a_job_taken_anyway(
             ops.enqueue("shops", owner, "products")
         session = Session(database)
         store = Store(session)
-        until = store.pause_lane("shops", "acme", wait=timedelta(seconds=30), now=clock())
+        until = store.throttle_lane("shops", "acme", wait=timedelta(seconds=30), now=clock())
         assert until == clock() + timedelta(seconds=30)
         waiting = {
             r["owner"]: r["next_run_at"]
@@ -412,7 +412,7 @@ def test_a_pause_holds_back_the_lanes_waiting_jobs_and_tells_a_job_taken_anyway(
             ).fetchall()
         }
         assert waiting == {"acme-eu": until, "globex": clock()}
-        late = ops.enqueue("shops", "acme-us", "products")  # inserted during the pause: due now
+        late = ops.enqueue("shops", "acme-us", "products")  # inserted during the throttle: due now
         assert late is not None
         taken = store.finish_and_take(
             queue="shops", worker="w", lease=timedelta(minutes=1), finish=None, take=True, now=clock()
@@ -422,7 +422,7 @@ def test_a_pause_holds_back_the_lanes_waiting_jobs_and_tells_a_job_taken_anyway(
         ).taken
         session.close()
     assert {taken.job.owner, other.job.owner} == {"globex", "acme-us"}
-    assert {t.job.owner: t.lane_wait for t in (taken, other)} == {"globex": 0.0, "acme-us": 30.0}
+    assert {t.job.owner: t.throttle_left for t in (taken, other)} == {"globex": 0.0, "acme-us": 30.0}
 
 
 def test_max_in_any_window_counts_half_open_windows():
@@ -431,7 +431,7 @@ def test_max_in_any_window_counts_half_open_windows():
     assert max_in_any_window([]) == 0
 
 
-# --- a pause on a lane with a budget ------------------------------------------------------------------------------
+# --- a throttle on a lane with a budget ------------------------------------------------------------------------------
 
 
 @pytest.fixture
@@ -448,19 +448,19 @@ def take(store: Store, rate: Rate, now) -> float:
 
 
 @pytest.mark.parametrize("rate", [Rate(5, headroom=0), Rate(5, burst=2, headroom=0)], ids=["no burst", "burst 2"])
-def test_takes_during_a_pause_wait_as_the_reference_arithmetic_says(lane_store, clock, rate):
-    """A pause both moves the lane's turns past its end and keeps even a burst from going before it: each take's
-    wait is what reserve() computes, taking by taking, before, during and after a 2 s pause."""
-    tat, paused_until, got, expected = None, None, [], []
+def test_takes_during_a_throttle_wait_as_the_reference_arithmetic_says(lane_store, clock, rate):
+    """A throttle both moves the lane's turns past its end and keeps even a burst from going before it: each take's
+    wait is what reserve() computes, taking by taking, before, during and after a 2 s throttle."""
+    tat, throttled_until, got, expected = None, None, [], []
     for step in range(12):
         if step == 3:
-            paused_until = lane_store.pause_lane("shops", "acme", wait=timedelta(seconds=2), now=clock())
+            throttled_until = lane_store.throttle_lane("shops", "acme", wait=timedelta(seconds=2), now=clock())
         got.append(take(lane_store, rate, clock()))
-        tat, wait = reserve(rate, tat, clock(), paused_until=paused_until)
+        tat, wait = reserve(rate, tat, clock(), throttled_until=throttled_until)
         expected.append(wait.total_seconds())
         clock.advance(timedelta(milliseconds=150))
     assert got == pytest.approx(expected)
-    assert got[3] == pytest.approx(2.0)  # the first take in the pause waits it out, burst or not
+    assert got[3] == pytest.approx(2.0)  # the first take in the throttle waits it out, burst or not
 
 
 def test_an_idle_lanes_first_take_after_a_quiet_spell_waits_nothing_and_the_next_its_turn(lane_store, clock):
@@ -472,31 +472,31 @@ def test_an_idle_lanes_first_take_after_a_quiet_spell_waits_nothing_and_the_next
     assert take(lane_store, rate, clock()) == pytest.approx(0.2)
 
 
-def test_a_later_shorter_pause_never_cuts_a_longer_one(lane_store, database_url, schema, admin, clock):
+def test_a_later_shorter_throttle_never_cuts_a_longer_one(lane_store, database_url, schema, admin, clock):
     with Operations(declare(schema, products()), lane_store.session.database, clock=clock) as ops:
         ops.enqueue("shops", "acme", "products", key="waiting")
-    longer = lane_store.pause_lane("shops", "acme", wait=timedelta(seconds=30), now=clock())
+    longer = lane_store.throttle_lane("shops", "acme", wait=timedelta(seconds=30), now=clock())
     clock.advance(timedelta(seconds=1))
-    assert lane_store.pause_lane("shops", "acme", wait=timedelta(seconds=5), now=clock()) == longer
+    assert lane_store.throttle_lane("shops", "acme", wait=timedelta(seconds=5), now=clock()) == longer
     [job] = admin.execute(sql.SQL("SELECT next_run_at FROM {}.jobs").format(sql.Identifier(schema))).fetchall()
     assert job["next_run_at"] == longer
     assert take(lane_store, Rate(5), clock()) == pytest.approx(29.0)
 
 
-def test_a_job_running_beside_a_throttled_one_in_a_wide_lane_learns_of_the_pause_at_its_next_cursor_save(
+def test_a_job_running_beside_a_throttled_one_in_a_wide_lane_learns_of_the_throttle_at_its_next_cursor_save(
     database_url, schema, clock
 ):
     """acme is 2 wide. While the second job's first page runs, the first is told to wait 1 s (a 429 naming it):
-    the second job saves its cursor, is told what is left of the pause, and waits it out before its next page."""
+    the second job saves its cursor, is told what is left of the throttle, and waits it out before its next page."""
     pages_at: list[float] = []
 
     def second(job: Job) -> Page:
         if job.cursor is None:
-            paused = Store(Session(synclane.database(database_url)))
+            throttling = Store(Session(synclane.database(database_url)))
             try:
-                paused.pause_lane("shops", "acme", wait=timedelta(seconds=1), now=clock())
+                throttling.throttle_lane("shops", "acme", wait=timedelta(seconds=1), now=clock())
             finally:
-                paused.session.close()
+                throttling.session.close()
         pages_at.append(time.monotonic())
         return paged(100, 50)(job)
 

@@ -745,7 +745,7 @@ def test_a_job_cancelled_after_its_slot_took_it_for_later_is_abandoned_without_a
     assert (row["status"], row["error"], row["stop_reason"]) == ("abandoned", "Cancelled: account disconnected", None)
 
 
-def test_a_job_cancelled_while_it_waits_out_a_pause_on_its_lane_is_abandoned_without_a_page(
+def test_a_job_cancelled_while_it_waits_out_a_throttle_on_its_lane_is_abandoned_without_a_page(
     setup, admin, schema, clock
 ):
     """A throttle holds acme's lane for two seconds; acme's job, enqueued meanwhile, is taken and waits the pause out.
@@ -753,7 +753,7 @@ def test_a_job_cancelled_while_it_waits_out_a_pause_on_its_lane_is_abandoned_wit
     handler = Recorder(paged(0))
     ops, slot = setup(products(handler), plan=False)
     worker = slot()
-    worker.store.pause_lane("shops", "acme", wait=timedelta(seconds=2), now=clock.now)
+    worker.store.throttle_lane("shops", "acme", wait=timedelta(seconds=2), now=clock.now)
     ops.enqueue("shops", "acme", "products", key="now", now=clock.now)
     working = Background(worker.run_one, name="slot")
     deadline = time.monotonic() + 30

@@ -17,8 +17,7 @@ from synclane_provider.configured import conn_id, declaration_path, open_operati
 from synclane_provider.core import DeclarationError, Operations, SyncLaneError
 from synclane_provider.core.credentials import Credentials, CredentialState
 from synclane_provider.core.durations import duration_text
-from synclane_provider.core.ops.monitor import Monitor, plain
-from synclane_provider.core.ops.monitor import OwnerState as MonitoredOwner
+from synclane_provider.core.ops.monitor import Monitor, OwnerSummary, plain
 from synclane_provider.core.records import OwnerState, ResyncProgress, ResyncRequest
 
 
@@ -210,7 +209,7 @@ PROGRESS_COLUMNS = ("owner", "condition", "first_load", "records", "fresh_until"
 """What ``progress`` prints of each owner in a terminal (``--wide``, json and yaml: every field)."""
 
 
-def _progress_row(owner: MonitoredOwner) -> dict[str, Any]:
+def _progress_row(owner: OwnerSummary) -> dict[str, Any]:
     """One owner as ``progress`` shows it in a terminal: its condition, its first load, records stored, how
     fresh, and its jobs retrying and stuck (deferred or abandoned); durations as the page writes them."""
     return {

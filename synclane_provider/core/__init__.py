@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from synclane_provider.core.clock import PinnedClock
     from synclane_provider.core.db.database import Database, Session
-    from synclane_provider.core.declare.backoff import OwnerBackoff
     from synclane_provider.core.declare.declarations import Owner, Queue, SnapshotType, SyncLane, WindowedType
     from synclane_provider.core.declare.ratelimit import Rate
     from synclane_provider.core.declare.retry import Jitter, RetryPolicy
     from synclane_provider.core.declare.retry_after import parse_retry_after
+    from synclane_provider.core.declare.stretch import OwnerBackoff, OwnerStretch
     from synclane_provider.core.errors import (
         DatabaseUnavailableError,
         DeclarationError,
@@ -71,9 +71,10 @@ _HOMES = {
     "Operations": "synclane_provider.core.ops.operations",
     "Outcome": "synclane_provider.core.run.runner",
     "Owner": "synclane_provider.core.declare.declarations",
-    "OwnerBackoff": "synclane_provider.core.declare.backoff",
+    "OwnerBackoff": "synclane_provider.core.declare.stretch",
     "OwnerPaused": "synclane_provider.core.errors",
     "OwnerSourceError": "synclane_provider.core.errors",
+    "OwnerStretch": "synclane_provider.core.declare.stretch",
     "Page": "synclane_provider.core.records",
     "PageContext": "synclane_provider.core.page_context",
     "PageJob": "synclane_provider.core.page_context",
@@ -138,6 +139,7 @@ __all__ = [
     "OwnerBackoff",
     "OwnerPaused",
     "OwnerSourceError",
+    "OwnerStretch",
     "Page",
     "PageContext",
     "PageJob",

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from synclane_provider.assets import alias, emit_landed
+from synclane_provider.assets import alias, emit_arrivals
 from synclane_provider.operators.base import QueueOperator
 
 if TYPE_CHECKING:
@@ -51,7 +51,7 @@ class SyncLaneAssetsOperator(QueueOperator):
 
     def execute(self, context: Context) -> dict[str, Any]:
         with self.operations() as (operations, queue):
-            landed = operations.announce(queue.name)
-        emitted = emit_landed(context, self.declaration, queue.name, landed, self.log)
+            arrivals = operations.announce(queue.name)
+        emitted = emit_arrivals(context, self.declaration, queue.name, arrivals, self.log)
         self.log.info("queue %s: %s asset event(s) emitted", queue.name, emitted)
-        return {type_name: landed.extra(queue.name, type_name) for type_name in sorted(landed.by_type)}
+        return {type_name: arrivals.extra(queue.name, type_name) for type_name in sorted(arrivals.by_type)}

@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import conf
 from airflow.sdk.exceptions import AirflowException
 
-from synclane_provider.assets import alias, emit_landed
+from synclane_provider.assets import alias, emit_arrivals
 from synclane_provider.core import Summary, SyncLane, WorkerSlot
 from synclane_provider.core.durations import duration_text, parse_duration
-from synclane_provider.core.run.landed import Landed
+from synclane_provider.core.run.arrivals import Arrivals
 from synclane_provider.core.run.slot import new_worker_id
 from synclane_provider.hooks.synclane import SyncLaneHook
 from synclane_provider.operators.base import QueueOperator
@@ -61,14 +61,15 @@ class WorkState:
             "started_at": self.started_at.isoformat(),
             "idle_since": self.idle_since.isoformat(),
             "summary": self.summary.as_dict(),
-            "landed": self.summary.landed.as_dict(),
+            "arrivals": self.summary.arrivals.as_dict(),
             "deferrals": self.deferrals,
         }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "WorkState":
         summary = Summary.from_dict(data["summary"])
-        summary.landed = Landed.from_dict(data.get("landed", {}))
+        # "landed": its name in a state deferred by the release before (a trigger's event outlives an upgrade)
+        summary.arrivals = Arrivals.from_dict(data.get("arrivals", data.get("landed", {})))
         return cls(
             started_at=datetime.fromisoformat(data["started_at"]),
             idle_since=datetime.fromisoformat(data["idle_since"]),
@@ -350,17 +351,17 @@ class SyncLaneWorkOperator(QueueOperator):
             totals["records"],
             state.deferrals,
         )
-        self._emit_assets(state.summary.landed)
+        self._emit_assets(state.summary.arrivals)
         return {
             "queue": self.synclane_queue,
             "slot": self.slot,
             **totals,
             "deferrals": state.deferrals,
             "ended": reason,
-            "landed": state.summary.landed.as_dict(),
+            "arrivals": state.summary.arrivals.as_dict(),
         }
 
-    def _emit_assets(self, landed: Landed) -> None:
+    def _emit_assets(self, arrivals: Arrivals) -> None:
         """One asset event per type whose jobs completed in this run, its ``extra`` naming owners and windows."""
         if self.emit_assets and self._context is not None:
-            emit_landed(self._context, self.declaration, self.synclane_queue, landed, self.log)
+            emit_arrivals(self._context, self.declaration, self.synclane_queue, arrivals, self.log)

@@ -25,7 +25,7 @@ from pydantic import BaseModel, Field
 from synclane_provider.configured import shared_operations
 from synclane_provider.core import DeclarationError, Operations, SyncLaneError, UnknownQueueError
 from synclane_provider.core.errors import UnknownJobTypeError, UnknownOwnerError
-from synclane_provider.core.ops.monitor import MAX_PAGE, Monitor, plain
+from synclane_provider.core.ops.monitor import MAX_LISTING, Monitor, plain
 
 STATIC = {"synclane.js": "text/javascript", "synclane.css": "text/css"}
 
@@ -177,7 +177,7 @@ def _reads() -> APIRouter:
             ]
 
     @router.get("/api/queues/{queue}/lanes", summary="Busy lanes by name: running job, waiting jobs, last error")
-    def lanes(queue: str, after: str | None = None, limit: int = Query(50, ge=1, le=MAX_PAGE)) -> dict[str, Any]:
+    def lanes(queue: str, after: str | None = None, limit: int = Query(50, ge=1, le=MAX_LISTING)) -> dict[str, Any]:
         with _answering() as operations:
             return plain(Monitor(operations).lanes(queue, after=after, limit=limit))
 
@@ -187,7 +187,7 @@ def _reads() -> APIRouter:
         after: str | None = None,
         owner: str | None = None,
         troubled: bool = False,
-        limit: int = Query(50, ge=1, le=MAX_PAGE),
+        limit: int = Query(50, ge=1, le=MAX_LISTING),
     ) -> dict[str, Any]:
         with _answering() as operations:
             return plain(
@@ -208,7 +208,7 @@ def _reads() -> APIRouter:
         status: str | None = None,
         mode: str | None = None,
         before: int | None = None,
-        limit: int = Query(50, ge=1, le=MAX_PAGE),
+        limit: int = Query(50, ge=1, le=MAX_LISTING),
     ) -> dict[str, Any]:
         with _answering() as operations:
             page = Monitor(operations).jobs(
@@ -231,7 +231,7 @@ def _reads() -> APIRouter:
             return plain(found)
 
     @router.get("/api/queues/{queue}/resyncs", summary="Re-sync requests, newest first: progress, who asked and why")
-    def resyncs(queue: str, limit: int = Query(50, ge=1, le=MAX_PAGE)) -> list[dict[str, Any]]:
+    def resyncs(queue: str, limit: int = Query(50, ge=1, le=MAX_LISTING)) -> list[dict[str, Any]]:
         with _answering() as operations:
             return [{**plain(p), "finished": p.finished} for p in operations.resyncs(queue, limit=limit)]
 

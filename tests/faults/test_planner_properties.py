@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from psycopg import sql
 
-from synclane_provider.core import Operations, Owner, OwnerBackoff, Queue, SnapshotType, SyncLane, WindowedType
+from synclane_provider.core import Operations, Owner, OwnerStretch, Queue, SnapshotType, SyncLane, WindowedType
 from synclane_provider.core.plan.rule import Coverage, PlannedJob, instant_key, midnight, period_start, plan_type
 from synclane_provider.core.states import JobMode
 from tests.support.helpers import owners, paged, rows
@@ -437,7 +437,7 @@ def test_the_planner_follows_an_owners_own_period_as_it_changes_without_gaps_or_
 # --- an owner in trouble: its period stretched while it fails, back at once when it heals -------------------
 
 backoffs = st.builds(
-    OwnerBackoff, degraded_after=st.integers(1, 4), failing_after=st.integers(4, 8), max_stretch=st.integers(1, 32)
+    OwnerStretch, degraded_after=st.integers(1, 4), failing_after=st.integers(4, 8), max_stretch=st.integers(1, 32)
 )
 outcomes = st.lists(
     st.tuples(advances, st.one_of(st.integers(1, 6), st.just(0))),  # that many failed attempts, or a completion
@@ -480,7 +480,7 @@ def test_the_planner_backs_off_an_owner_through_any_failures_and_recoveries_with
     stretches its period from it. Its recurring windows still follow one another; its lane-mate is untouched."""
     listed = [Owner("trouble", lane="shared"), Owner("mate", lane="shared")]
     declaration = SyncLane(
-        queues=[Queue("shops", owners=owners(*listed), types=[windowed(declared)], owner_backoff=backoff)],
+        queues=[Queue("shops", owners=owners(*listed), types=[windowed(declared)], owner_stretch=backoff)],
         schema=schema,
     )
     every = declared["every"]

@@ -58,13 +58,13 @@ def test_a_worker_run_emits_one_event_per_type_that_landed_with_owners_windows_a
     with pytest.raises(TaskDeferred) as deferred:  # the throttled job waits: the run goes on after a deferral
         operator.execute(context)
     event = first_event(deferred.value.trigger)
-    assert set(event["carry"]["landed"]) == {"orders", "products"}  # what landed so far rides in the event
+    assert set(event["carry"]["arrivals"]) == {"orders", "products"}  # what landed so far rides in the event
     with pytest.raises(TaskDeferred) as again:  # resumed: the throttled job runs, then the task waits again
         operator.execute_complete(context, event)
     carry = again.value.trigger.serialize()[1]["carry"]
     assert outlet_events[alias("shops")].asset_alias_events == []  # nothing is emitted before the run ends
     summary = operator.execute_complete(context, {**event, "status": "timeout", "carry": carry})
-    assert set(summary["landed"]) == {"orders", "products"}  # in the returned summary too
+    assert set(summary["arrivals"]) == {"orders", "products"}  # in the returned summary too
 
     events = outlet_events[alias("shops")].asset_alias_events
     assert sorted(e.dest_asset_key.uri for e in events) == [

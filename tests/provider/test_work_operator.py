@@ -107,9 +107,9 @@ def test_the_worker_drains_then_defers_and_resumes_when_a_job_becomes_due(provid
         "records": 100 * jobs,
         "deferrals": 2,
         "ended": "idle_timeout",
-        "landed": summary["landed"],
+        "arrivals": summary["arrivals"],
     }
-    assert {t: sum(o["jobs"] for o in owners.values()) for t, owners in summary["landed"].items()} == {
+    assert {t: sum(o["jobs"] for o in owners.values()) for t, owners in summary["arrivals"].items()} == {
         "orders": jobs - 4,
         "products": 4,
     }

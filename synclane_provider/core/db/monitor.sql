@@ -41,7 +41,7 @@ SELECT (SELECT count(*) FROM {schema}.jobs AS j
           AND {owner_of_j_not_paused}
           AND NOT EXISTS (
               SELECT 1 FROM {schema}.lane_budgets AS b
-              WHERE b.queue = j.queue AND b.lane = j.lane AND b.paused_until > clock.now
+              WHERE b.queue = j.queue AND b.lane = j.lane AND b.throttled_until > clock.now
           )) AS due_since,
        (SELECT count(*) FROM {schema}.owners AS o
         WHERE o.queue = %(queue)s AND o.paused_at IS NOT NULL)::bigint AS owners_paused,
@@ -102,8 +102,8 @@ CROSS JOIN LATERAL (
     WHERE j.queue = %(queue)s AND j.lane = page.lane AND j.status IN ('pending', 'failed', 'deferred')
 ) AS w
 LEFT JOIN LATERAL (
-    SELECT b.paused_until AS throttled_until FROM {schema}.lane_budgets AS b
-    WHERE b.queue = %(queue)s AND b.lane = page.lane AND b.paused_until > clock.now
+    SELECT b.throttled_until AS throttled_until FROM {schema}.lane_budgets AS b
+    WHERE b.queue = %(queue)s AND b.lane = page.lane AND b.throttled_until > clock.now
 ) AS throttle ON true
 LEFT JOIN LATERAL (
     SELECT j.id, j.error, j.status
@@ -216,14 +216,14 @@ ORDER BY owners.owner;
 
 -- name: holds
 -- Which of the jobs %(ids)s wait held by a pause, and by which: their owner paused, or their lane throttled
--- until a time to come (a server's named wait, lane_budgets.paused_until). The jobs view says so instead of
+-- until a time to come (a server's named wait, lane_budgets.throttled_until). The jobs view says so instead of
 -- showing them overdue. One probe of the owners key and of the lane budget key per job.
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now
 )
-SELECT j.id, NOT {owner_of_j_not_paused} AS owner_paused, b.paused_until AS throttled_until
+SELECT j.id, NOT {owner_of_j_not_paused} AS owner_paused, b.throttled_until AS throttled_until
 FROM {schema}.jobs AS j
 CROSS JOIN clock
-LEFT JOIN {schema}.lane_budgets AS b ON b.queue = j.queue AND b.lane = j.lane AND b.paused_until > clock.now
+LEFT JOIN {schema}.lane_budgets AS b ON b.queue = j.queue AND b.lane = j.lane AND b.throttled_until > clock.now
 WHERE j.id = ANY(%(ids)s::bigint[]) AND j.status IN ('pending', 'failed', 'deferred')
-  AND (b.paused_until IS NOT NULL OR NOT {owner_of_j_not_paused});
+  AND (b.throttled_until IS NOT NULL OR NOT {owner_of_j_not_paused});

@@ -80,6 +80,21 @@ paused AS (
     RETURNING o.*
 )
 
+-- fragment: let_go
+-- The columns (of a SET) of a job no worker holds any more, as of now: unleased, no stop asked of it. Every
+-- statement that takes a job out of a worker's hands writes them so (handed_back, abandon_job).
+next_run_at = coalesce(%(now)s::timestamptz, statement_timestamp()),
+    leased_by = NULL,
+    lease_expires_at = NULL,
+    stop_reason = NULL
+
+-- fragment: handed_back
+-- The columns (of a SET) of a job handed back to wait at its cursor, due now: the interrupted attempt does
+-- not count, and it is let go. One hand-back, whoever hands it back: its worker stopping (job_released) or an
+-- operator (release_running).
+attempt_count = greatest(attempt_count - 1, 0),
+    {let_go}
+
 -- fragment: job_released
 -- Job %(id)s handed back as pending at its cursor, the attempt not counted, fenced on the lease; abandoned
 -- instead, with the cancel's reason stamped now, when a cancel had asked it to stop. Returns the job as left. Used by
@@ -90,11 +105,7 @@ SET status = CASE WHEN stop_reason IS NOT NULL THEN 'abandoned' ELSE 'pending' E
     heartbeat_at = CASE WHEN stop_reason IS NOT NULL THEN coalesce(%(now)s::timestamptz, statement_timestamp())
                         ELSE heartbeat_at END,
     processed_count = %(processed_count)s,
-    attempt_count = greatest(attempt_count - 1, 0),
-    next_run_at = coalesce(%(now)s::timestamptz, statement_timestamp()),
-    leased_by = NULL,
-    lease_expires_at = NULL,
-    stop_reason = NULL
+    {handed_back}
 WHERE id = %(id)s AND leased_by = %(worker)s AND status = 'running'
 RETURNING *
 
@@ -198,7 +209,7 @@ finished AS (
 -- fragment: owner_health_after_the_finish
 -- finish_and_take's second part, the CTE ``owner_health``: the owner's row follows how the attempt ended.
 owner_health AS (
-    -- The owner's health follows how the attempt ended (core/declare/backoff.py): a completion resets it, an
+    -- The owner's health follows how the attempt ended (core/declare/stretch.py): a completion resets it, an
     -- attempt that failed for the owner (%(owner_failed)s: not a throttle, and not turned into a cancel's
     -- abandonment) counts one more failure in a row, degraded from %(degraded_after)s, failing from
     -- %(failing_after)s. Upserted on the owner's row, which this statement creates when it has none. A
@@ -437,7 +448,7 @@ taken AS (
 --
 -- Returns one row: finished (whether the named job was written; false means its lease was lost),
 -- finished_status and finished_error (what was written), the leased job's columns (all NULL when nothing was
--- taken), lost_worker, lane_wait: the seconds left of a pause a throttle put on the taken job's lane (NULL:
+-- taken), lost_worker, throttle_left: the seconds left of the throttle on the taken job's lane (NULL:
 -- none), which the worker waits out before its first page, and notified (how many notifications the finish
 -- sent: 0 or 1).
 WITH RECURSIVE clock AS (
@@ -462,9 +473,9 @@ candidate AS (
 SELECT EXISTS (SELECT 1 FROM finished) AS finished,
        (SELECT f.status FROM finished AS f) AS finished_status, (SELECT f.error FROM finished AS f) AS finished_error,
        taken.*,
-       (SELECT greatest(extract(epoch FROM b.paused_until - clock.now), 0)::float8
+       (SELECT greatest(extract(epoch FROM b.throttled_until - clock.now), 0)::float8
         FROM {schema}.lane_budgets AS b, clock
-        WHERE b.queue = taken.queue AND b.lane = taken.lane) AS lane_wait,
+        WHERE b.queue = taken.queue AND b.lane = taken.lane) AS throttle_left,
        (SELECT count(*) FROM first_load_news) AS notified
 FROM (SELECT) AS one
 LEFT JOIN taken ON true;
@@ -473,7 +484,7 @@ LEFT JOIN taken ON true;
 -- After a page: store the cursor and the absolute record count, and renew the lease. Fenced on the lease:
 -- zero rows means another worker holds the job now. Absolute values make a retried save harmless. Returns
 -- the stop reason a cancel may have set meanwhile: the worker then ends the job after this page; and the
--- seconds left of a pause a throttle put on the job's lane (NULL: none), to wait out before the next page; and
+-- seconds left of the throttle on the job's lane (NULL: none), to wait out before the next page; and
 -- whether the job's owner has been paused meanwhile (one probe of the owners key): the worker then hands the
 -- job back at the cursor just saved instead of asking for another page. %(landed)s, when not NULL, is what the
 -- job's pages landed so far (inserted, updated, unchanged, stale, deleted: absolute, like the count), committed
@@ -490,9 +501,9 @@ SET cursor = %(cursor)s,
     lease_expires_at = coalesce(%(now)s::timestamptz, statement_timestamp()) + %(lease)s::interval
 WHERE id = %(id)s AND leased_by = %(worker)s AND status = 'running'
 RETURNING lease_expires_at, stop_reason,
-    (SELECT greatest(extract(epoch FROM b.paused_until - coalesce(%(now)s::timestamptz, statement_timestamp())), 0)::float8
+    (SELECT greatest(extract(epoch FROM b.throttled_until - coalesce(%(now)s::timestamptz, statement_timestamp())), 0)::float8
      FROM {schema}.lane_budgets AS b
-     WHERE b.queue = jobs.queue AND b.lane = jobs.lane) AS lane_wait,
+     WHERE b.queue = jobs.queue AND b.lane = jobs.lane) AS throttle_left,
     {owner_of_jobs_paused};
 
 -- fragment: owner_of_jobs_paused
@@ -503,7 +514,7 @@ EXISTS (SELECT 1 FROM {schema}.owners AS o
 
 -- name: page_clearance
 -- Right before a page is requested, when the worker has waited since the table last told it about the job (its
--- turn in the lane's rate budget, a pause on its lane, or the time between the job's take, with the previous job's
+-- turn in the lane's rate budget, a throttle on its lane, or the time between the job's take, with the previous job's
 -- finish, and its run): whether the page may still go. A pause or a cancel that came meanwhile stops it before it
 -- is sent, not after: the worker hands the job back instead (release). Returns, while the job is still this
 -- worker's (fenced on the lease; no row: lost), the stop reason a cancel may have set and whether the owner has
@@ -516,8 +527,8 @@ WHERE id = %(id)s AND leased_by = %(worker)s AND status = 'running';
 -- Before a page (or before more requests within one, job.spend): take %(cost)s (units x the rate's interval)
 -- of the lane's rate budget, shared by every worker on every machine. GCRA: the lane's theoretical arrival
 -- time tat moves forward by the cost, from where the last taker left it, or from now if the lane has been
--- idle, or from the end of a throttle's pause; the taker may send %(tolerance)s (the burst) before its turn
--- starts and never before the pause ends. One statement, no lock held afterwards: the row lock is the
+-- idle, or from the end of a throttle; the taker may send %(tolerance)s (the burst) before its turn
+-- starts and never before the throttle ends. One statement, no lock held afterwards: the row lock is the
 -- statement's own, so concurrent takers line up in turns and each gets its own wait. Returns wait: the
 -- seconds to sleep before sending (0: at once). Before a page (%(id)s names the job, %(worker)s its worker), it
 -- also says whether the page may still go, as page_clearance does, at no extra round trip: held (the job is
@@ -527,42 +538,42 @@ WITH taken AS (
     INSERT INTO {schema}.lane_budgets AS b (queue, lane, tat)
     VALUES (%(queue)s, %(lane)s, coalesce(%(now)s::timestamptz, statement_timestamp()) + %(cost)s::interval)
     ON CONFLICT (queue, lane) DO UPDATE
-    SET tat = greatest(b.tat, excluded.tat - %(cost)s::interval, b.paused_until) + %(cost)s::interval
-    RETURNING b.tat, b.paused_until
+    SET tat = greatest(b.tat, excluded.tat - %(cost)s::interval, b.throttled_until) + %(cost)s::interval
+    RETURNING b.tat, b.throttled_until
 )
 SELECT greatest(extract(epoch FROM
-           greatest(taken.tat - %(cost)s::interval - %(tolerance)s::interval, taken.paused_until)
+           greatest(taken.tat - %(cost)s::interval - %(tolerance)s::interval, taken.throttled_until)
            - coalesce(%(now)s::timestamptz, statement_timestamp())), 0)::float8 AS wait,
        jobs.id IS NOT NULL AS held, jobs.stop_reason, {owner_of_jobs_paused}
 FROM taken
 LEFT JOIN {schema}.jobs ON jobs.id = %(id)s AND jobs.leased_by = %(worker)s AND jobs.status = 'running';
 
--- name: pause_lane
+-- name: throttle_lane
 -- A server named a wait (429 + Retry-After) for a job of this lane: the wait is the lane's, not the job's.
--- Records when the lane may send again (a later pause already recorded is kept), and moves the lane's
+-- Records when the lane may send again (a later throttle already recorded is kept), and moves the lane's
 -- waiting jobs' next_run_at to that instant, so that idle workers take other lanes' jobs meanwhile instead of
 -- taking this lane's only to wait. Runs before the throttled job's finish, whose take must not see the lane
--- free. A job that starts in the lane during the pause anyway (inserted or requeued since, or running beside)
+-- free. A job that starts in the lane during the throttle anyway (inserted or requeued since, or running beside)
 -- waits it out before its next page (save_page, finish_and_take and take_lane_budget return what is left).
--- Returns paused_until and how many waiting jobs were held back.
-WITH paused AS (
-    INSERT INTO {schema}.lane_budgets AS b (queue, lane, paused_until)
+-- Returns throttled_until and how many waiting jobs were held back.
+WITH throttled AS (
+    INSERT INTO {schema}.lane_budgets AS b (queue, lane, throttled_until)
     VALUES (%(queue)s, %(lane)s, coalesce(%(now)s::timestamptz, statement_timestamp()) + %(wait)s::interval)
     ON CONFLICT (queue, lane) DO UPDATE
-    SET paused_until = greatest(b.paused_until, excluded.paused_until)
-    RETURNING b.paused_until
+    SET throttled_until = greatest(b.throttled_until, excluded.throttled_until)
+    RETURNING b.throttled_until
 ),
 held AS (
     UPDATE {schema}.jobs AS j
-    SET next_run_at = paused.paused_until
-    FROM paused
+    SET next_run_at = throttled.throttled_until
+    FROM throttled
     WHERE j.queue = %(queue)s AND j.lane = %(lane)s
       AND j.status IN ('pending', 'failed', 'deferred')
-      AND j.next_run_at < paused.paused_until
+      AND j.next_run_at < throttled.throttled_until
     RETURNING j.id
 )
-SELECT paused.paused_until, (SELECT count(*) FROM held)::int AS held
-FROM paused;
+SELECT throttled.throttled_until, (SELECT count(*) FROM held)::int AS held
+FROM throttled;
 
 -- name: paused_owners
 -- The queue's paused owners, whom the planner gives no new jobs (found through owners_paused, however many
@@ -1030,11 +1041,7 @@ SELECT %(request_key)s::text IS NULL OR EXISTS (SELECT 1 FROM request) AS found,
 -- worker that is stuck or gone). Returns the job.
 UPDATE {schema}.jobs
 SET status = 'pending',
-    attempt_count = greatest(attempt_count - 1, 0),
-    next_run_at = coalesce(%(now)s::timestamptz, statement_timestamp()),
-    leased_by = NULL,
-    lease_expires_at = NULL,
-    stop_reason = NULL
+    {handed_back}
 WHERE id = %(id)s AND queue = %(queue)s AND status = 'running'
 RETURNING id;
 
@@ -1044,10 +1051,7 @@ RETURNING id;
 UPDATE {schema}.jobs
 SET status = 'abandoned',
     error = %(error)s,
-    next_run_at = coalesce(%(now)s::timestamptz, statement_timestamp()),
-    leased_by = NULL,
-    lease_expires_at = NULL,
-    stop_reason = NULL
+    {let_go}
 WHERE id = %(id)s AND queue = %(queue)s AND status IN ('pending', 'running', 'failed', 'deferred')
 RETURNING id;
 

@@ -13,7 +13,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, overload
+from typing import Any
 
 from synclane_provider.core.credentials import CredentialState
 from synclane_provider.core.db.database import Session
@@ -64,8 +64,8 @@ class Taken:
 
     job: Job
     lost_worker: str | None = None
-    lane_wait: float = 0.0
-    """Seconds left of a pause a throttle put on the job's lane: the worker waits them out before its first page."""
+    throttle_left: float = 0.0
+    """Seconds left of the throttle on the job's lane: the worker waits them out before its first page."""
 
 
 @dataclass(frozen=True)
@@ -85,8 +85,8 @@ class SavedPage:
     lease_expires_at: datetime
     stop_reason: str | None
     """Set when a cancel asked the job to stop: the worker ends it after this page."""
-    lane_wait: float = 0.0
-    """Seconds left of a pause a throttle put on the job's lane: the worker waits them out before its next page."""
+    throttle_left: float = 0.0
+    """Seconds left of the throttle on the job's lane: the worker waits them out before its next page."""
     owner_paused: bool = False
     """The job's owner has been paused: the worker hands the job back at this cursor instead of going on."""
 
@@ -217,7 +217,7 @@ class Store:
         """Write how the last job ended (when ``finish``), then lease the next one (when ``take``), in one statement.
 
         The finished job's owner's health follows in the same statement: ``health_after`` is the queue's
-        (degraded after, failing after) consecutive failures (``OwnerBackoff``).
+        (degraded after, failing after) consecutive failures (``OwnerStretch``).
 
         A finish that completes an initial job also wakes the queue's listeners (see queries.sql). Raises
         ``UniqueViolation`` on ``jobs_one_running_per_lane_slot`` when another worker won the lane slot; the
@@ -246,7 +246,7 @@ class Store:
             payload=payload(queue),
         )
         assert row is not None
-        taken = None if row["id"] is None else Taken(Job.from_row(row), row["lost_worker"], row["lane_wait"] or 0.0)
+        taken = None if row["id"] is None else Taken(Job.from_row(row), row["lost_worker"], row["throttle_left"] or 0.0)
         if finish is None:
             return FinishAndTake(finished=None, taken=taken)
         written = None
@@ -283,15 +283,18 @@ class Store:
         )
         if row is None:
             return None
-        return SavedPage(row["lease_expires_at"], row["stop_reason"], row["lane_wait"] or 0.0, row["owner_paused"])
+        return SavedPage(row["lease_expires_at"], row["stop_reason"], row["throttle_left"] or 0.0, row["owner_paused"])
 
-    @overload
     def take_lane_budget(
         self, queue: str, lane: str, *, cost: timedelta, tolerance: timedelta, now: datetime | None
-    ) -> float: ...
+    ) -> float:
+        """Take ``cost`` of the lane's rate budget (``tolerance``: its burst); the seconds to wait before sending."""
+        wait, _ = self._take_lane_budget(
+            queue=queue, lane=lane, cost=cost, tolerance=tolerance, now=now, id=None, worker=None
+        )
+        return wait
 
-    @overload
-    def take_lane_budget(
+    def take_page_budget(
         self,
         queue: str,
         lane: str,
@@ -301,39 +304,19 @@ class Store:
         now: datetime | None,
         job: int,
         worker: str,
-    ) -> tuple[float, Clearance | None]: ...
-
-    def take_lane_budget(
-        self,
-        queue: str,
-        lane: str,
-        *,
-        cost: timedelta,
-        tolerance: timedelta,
-        now: datetime | None,
-        job: int | None = None,
-        worker: str | None = None,
-    ) -> float | tuple[float, Clearance | None]:
-        """Take ``cost`` of the lane's rate budget (``tolerance``: its burst); the seconds to wait before sending.
-
-        Before a page (``job`` and ``worker`` given), also whether the page may go, read in the same statement:
-        ``(wait, clearance)``, the clearance None when the job is no longer the worker's.
-        """
-        row = self.session.one(
-            "take_lane_budget",
-            queue=queue,
-            lane=lane,
-            cost=cost,
-            tolerance=tolerance,
-            now=now,
-            id=job,
-            worker=worker,
+    ) -> tuple[float, Clearance | None]:
+        """:meth:`take_lane_budget` before a page, which also says whether the page may go, read in the same
+        statement: ``(wait, clearance)``, the clearance None when the job is no longer the worker's."""
+        return self._take_lane_budget(
+            queue=queue, lane=lane, cost=cost, tolerance=tolerance, now=now, id=job, worker=worker
         )
+
+    def _take_lane_budget(self, **params: Any) -> tuple[float, Clearance | None]:
+        row = self.session.one("take_lane_budget", **params)
         assert row is not None
-        wait = float(row["wait"])
-        if job is None:
-            return wait
-        return wait, Clearance(row["stop_reason"], row["owner_paused"]) if row["held"] else None
+        asked = params["id"] is not None
+        clearance = Clearance(row["stop_reason"], row["owner_paused"]) if asked and row["held"] else None
+        return float(row["wait"]), clearance
 
     def page_clearance(self, job_id: int, *, worker: str) -> Clearance | None:
         """Whether the job's next page may still go, asked right before it after a wait; None when the lease is
@@ -343,12 +326,12 @@ class Store:
             return None
         return Clearance(row["stop_reason"], row["owner_paused"])
 
-    def pause_lane(self, queue: str, lane: str, *, wait: timedelta, now: datetime | None) -> datetime:
+    def throttle_lane(self, queue: str, lane: str, *, wait: timedelta, now: datetime | None) -> datetime:
         """Hold the whole lane for ``wait`` (a wait a server named); returns until when it is held."""
-        row = self.session.one("pause_lane", queue=queue, lane=lane, wait=wait, now=now)
+        row = self.session.one("throttle_lane", queue=queue, lane=lane, wait=wait, now=now)
         assert row is not None
-        paused_until: datetime = row["paused_until"]
-        return paused_until
+        throttled_until: datetime = row["throttled_until"]
+        return throttled_until
 
     def renew_lease(self, job_id: int, *, worker: str, lease: timedelta, now: datetime | None) -> datetime | None:
         """Extend the lease while a slow page is in flight; None when the lease is lost."""

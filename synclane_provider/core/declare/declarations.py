@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 from datetime import timedelta
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Union
+from typing import TYPE_CHECKING, Any, Union
 
-from synclane_provider.core.declare.backoff import NO_STRETCH, OwnerBackoff
 from synclane_provider.core.declare.ratelimit import Rate
 from synclane_provider.core.declare.retry import RetryPolicy
+from synclane_provider.core.declare.stretch import NO_STRETCH, OwnerStretch
 from synclane_provider.core.durations import duration_text
 from synclane_provider.core.errors import DeclarationError, UnknownJobTypeError, UnknownQueueError
 from synclane_provider.core.numbers import whole
@@ -223,6 +223,14 @@ def _check_retention(retention: object, label: str) -> timedelta:
     return retention
 
 
+class _NotGiven:
+    def __repr__(self) -> str:
+        return "<not given>"
+
+
+_DEFAULT_STRETCH: Any = _NotGiven()
+"""What a queue's ``owner_stretch`` (or ``owner_backoff``) is when not given: ``OwnerStretch()`` once checked."""
+
 RETRY_SETTINGS = ("max_attempts", "retry_delay", "retry_max_delay", "throttle_delay", "throttle_max_delay")
 """The :class:`RetryPolicy` settings a queue also takes one by one."""
 
@@ -257,11 +265,13 @@ class Queue:
     """The rate budget of each lane of the queue (None: unlimited), unless its owners name their own."""
     retention: timedelta | None = None
     max_lag: timedelta | None = None
-    owner_backoff: OwnerBackoff = OwnerBackoff()
-    """How owners whose attempts keep failing are backed off: health thresholds and the stretch of their
-    recurring period (see :mod:`~synclane_provider.core.declare.backoff`); None keeps every owner at its period."""
+    owner_stretch: OwnerStretch = _DEFAULT_STRETCH  # OwnerStretch() unless given
+    """How owners whose attempts keep failing are asked less often: health thresholds and the stretch of their
+    recurring period (see :mod:`~synclane_provider.core.declare.stretch`); None keeps every owner at its period."""
+    owner_backoff: InitVar[OwnerStretch | None] = _DEFAULT_STRETCH
+    """The earlier name of ``owner_stretch``, still taken as an argument (read ``queue.owner_stretch``)."""
 
-    def __post_init__(self) -> None:
+    def __post_init__(self, owner_backoff: OwnerStretch | None) -> None:
         checked_name("queue name", self.name)
         label = f"of queue {self.name!r}"
         _checked_rate(f"queue {self.name!r}", self.rate)
@@ -287,13 +297,28 @@ class Queue:
             object.__setattr__(self, setting, getattr(self.retry, setting))
         if self.max_lag is not None:
             self._check_max_lag(self.max_lag, label)
-        if self.owner_backoff is None:
-            object.__setattr__(self, "owner_backoff", NO_STRETCH)
-        elif not isinstance(self.owner_backoff, OwnerBackoff):
+        object.__setattr__(self, "owner_stretch", self._owner_stretch(owner_backoff, label))
+
+    def _owner_stretch(self, owner_backoff: OwnerStretch | None, label: str) -> OwnerStretch:
+        """The stretch given as ``owner_stretch`` or by its earlier name ``owner_backoff`` (not both), checked."""
+        given = {
+            name: value
+            for name, value in (("owner_stretch", self.owner_stretch), ("owner_backoff", owner_backoff))
+            if value is not _DEFAULT_STRETCH
+        }
+        if len(given) > 1:
             raise DeclarationError(
-                f"owner_backoff {label} must be an OwnerBackoff (e.g. OwnerBackoff(max_stretch=8)) or None for no "
-                f"stretch, got {_clipped(self.owner_backoff)}"
+                f"queue {self.name!r} gives both owner_stretch and owner_backoff (its earlier name): give one"
             )
+        name, stretch = next(iter(given.items()), ("owner_stretch", OwnerStretch()))
+        if stretch is None:
+            return NO_STRETCH
+        if not isinstance(stretch, OwnerStretch):
+            raise DeclarationError(
+                f"{name} {label} must be an OwnerStretch (e.g. OwnerStretch(max_stretch=8)) or None for no "
+                f"stretch, got {_clipped(stretch)}"
+            )
+        return stretch
 
     def _check_max_lag(self, max_lag: timedelta, label: str) -> None:
         """A lag limit the queue can meet: positive, longer than each windowed type's period."""

@@ -96,12 +96,12 @@ class Rate:
 
 
 def reserve(
-    rate: Rate, tat: datetime | None, now: datetime, *, units: int = 1, paused_until: datetime | None = None
+    rate: Rate, tat: datetime | None, now: datetime, *, units: int = 1, throttled_until: datetime | None = None
 ) -> tuple[datetime, timedelta]:
     """Take ``units`` of a lane's budget at ``now``: the lane's new theoretical arrival time and the wait.
 
     The turn starts where the last reservation left the lane (``tat``), or now if the lane has been idle, or
-    when a throttle's pause ends; the taker may go ``tolerance`` before that start, and never before the
+    when a throttle ends; the taker may go ``tolerance`` before that start, and never before the
     pause ends.
 
     >>> from datetime import timezone
@@ -115,6 +115,6 @@ def reserve(
     datetime.timedelta(0)
     """
     cost = rate.interval * units
-    start = max(t for t in (tat, now, paused_until) if t is not None)
-    allowed = max(t for t in (start - rate.tolerance, now, paused_until) if t is not None)
+    start = max(t for t in (tat, now, throttled_until) if t is not None)
+    allowed = max(t for t in (start - rate.tolerance, now, throttled_until) if t is not None)
     return start + cost, allowed - now

@@ -27,27 +27,8 @@ SELECT (SELECT array_agg(a.attname::text ORDER BY a.attnum)
        (SELECT array_agg(CASE WHEN t.typcategory = 'S' THEN 'text'::regtype::oid ELSE t.oid END ORDER BY a.attnum)
         FROM pg_attribute AS a JOIN pg_type AS t ON t.oid = a.atttypid
         WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped) AS copied_as,
-       (SELECT coalesce(array_agg(array_to_string(ARRAY(
-                   SELECT a.attname::text FROM unnest(i.indkey) AS k(n)
-                   JOIN pg_attribute AS a ON a.attrelid = c.oid AND a.attnum = k.n
-                   ORDER BY a.attname), ',')), ARRAY[]::text[])
-        FROM pg_index AS i
-        WHERE i.indrelid = c.oid AND i.indisunique AND i.indisvalid AND i.indpred IS NULL
-          AND i.indexprs IS NULL) AS unique_keys,
-       (SELECT coalesce(array_agg(array_to_string(ARRAY(
-                   SELECT a.attname::text FROM unnest(i.indkey) AS k(n)
-                   JOIN pg_attribute AS a ON a.attrelid = c.oid AND a.attnum = k.n
-                   ORDER BY a.attname), ',')), ARRAY[]::text[])
-        FROM pg_index AS i
-        WHERE i.indrelid = c.oid AND i.indisunique AND i.indisvalid AND i.indpred IS NULL
-          AND i.indexprs IS NULL
-          AND NOT EXISTS (
-              SELECT FROM unnest(i.indkey::int2[], i.indclass::oid[], i.indcollation::oid[]) AS k(n, opclass, coll)
-              JOIN pg_attribute AS a ON a.attrelid = c.oid AND a.attnum = k.n
-              JOIN pg_type AS t ON t.oid = a.atttypid
-              JOIN pg_opclass AS o ON o.oid = k.opclass
-              WHERE NOT o.opcdefault OR k.coll <> a.attcollation OR a.attcollation <> t.typcollation
-          )) AS ordered_keys,
+       keys.unique_keys,
+       keys.ordered_keys,
        (SELECT array_agg(
                    t.oid IN ('int2'::regtype, 'int4'::regtype, 'int8'::regtype, 'uuid'::regtype, 'date'::regtype,
                              'timestamp'::regtype, 'timestamptz'::regtype)
@@ -56,6 +37,30 @@ SELECT (SELECT array_agg(a.attname::text ORDER BY a.attnum)
         FROM pg_attribute AS a JOIN pg_type AS t ON t.oid = a.atttypid
         WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped) AS bounded_as_sent
 FROM pg_class AS c,
+     -- Each unique index ON CONFLICT can infer, read once: its columns' names, sorted, joined by commas; and
+     -- whether it orders its keys as comparing their columns does (every column in its default operator class
+     -- and its type's collation, the index's collation the column's).
+     LATERAL (
+         SELECT coalesce(array_agg(idx.key), ARRAY[]::text[]) AS unique_keys,
+                coalesce(array_agg(idx.key) FILTER (WHERE idx.ordered), ARRAY[]::text[]) AS ordered_keys
+         FROM (
+             SELECT array_to_string(ARRAY(
+                        SELECT a.attname::text FROM unnest(i.indkey) AS k(n)
+                        JOIN pg_attribute AS a ON a.attrelid = c.oid AND a.attnum = k.n
+                        ORDER BY a.attname), ',') AS key,
+                    NOT EXISTS (
+                        SELECT FROM unnest(i.indkey::int2[], i.indclass::oid[], i.indcollation::oid[])
+                             AS k(n, opclass, coll)
+                        JOIN pg_attribute AS a ON a.attrelid = c.oid AND a.attnum = k.n
+                        JOIN pg_type AS t ON t.oid = a.atttypid
+                        JOIN pg_opclass AS o ON o.oid = k.opclass
+                        WHERE NOT o.opcdefault OR k.coll <> a.attcollation OR a.attcollation <> t.typcollation
+                    ) AS ordered
+             FROM pg_index AS i
+             WHERE i.indrelid = c.oid AND i.indisunique AND i.indisvalid AND i.indpred IS NULL
+               AND i.indexprs IS NULL
+         ) AS idx
+     ) AS keys,
      -- datlocprovider is read through jsonb: a server before PostgreSQL 15 has no such column (and only libc).
      (SELECT pg_encoding_to_char(d.encoding) = 'UTF8'
              AND CASE coalesce(to_jsonb(d) ->> 'datlocprovider', 'c')

@@ -3,7 +3,7 @@
 The views -- queues, lanes, owners, jobs -- each a fixed number of statements of ``monitor.sql`` (a queue: its
 counts and its recent work; the jobs view: :meth:`Operations.list_jobs` and what holds the jobs it lists), so a
 page costs the same with ten million rows as with a thousand: lanes and
-owners come a page at a time, walked in name order from after the last one shown. The actions the views
+owners come a listing at a time, walked in name order from after the last one shown. The actions the views
 offer (requeue, cancel, plan) are :class:`~synclane_provider.core.ops.operations.Operations` calls, made by the
 front ends directly: nothing here writes.
 
@@ -25,8 +25,8 @@ from synclane_provider.core.ops.operations import Operations
 from synclane_provider.core.records import Job
 from synclane_provider.core.states import WAITING, JobMode, JobStatus, OwnerCondition, owner_condition
 
-MAX_PAGE = 500
-"""The most lanes, owners or jobs one page holds."""
+MAX_LISTING = 500
+"""The most lanes, owners or jobs one listing holds."""
 COUNT_CAP = 10_000
 """Jobs of one status are counted up to this many (a bounded index read); past it a summary lists the status
 in ``more_than``: there are more. The cost of a summary then stays the same however long the history grows."""
@@ -99,7 +99,7 @@ class Lane:
 
 
 @dataclass(frozen=True)
-class OwnerState:
+class OwnerSummary:
     """One owner: its health and pause, its initial load, its freshness, and its jobs in trouble."""
 
     owner: str
@@ -144,13 +144,15 @@ class OwnerState:
 
 
 @dataclass(frozen=True)
-class Page(Generic[T]):
-    """One page of a view, and where the next one starts (None: this was the last)."""
+class Listing(Generic[T]):
+    """Part of a view's rows, walked in order, and where the next part starts (None: this was the last).
+
+    Called a listing, not a page: a page is what a handler fetches from an API in one request."""
 
     items: list[T]
     next: str | None
     held: dict[str, str] = dataclasses.field(default_factory=dict)
-    """For a page of jobs: the waiting ones a pause holds, by id, with what holds them (``owner paused``, or
+    """For a listing of jobs: the waiting ones a pause holds, by id, with what holds them (``owner paused``, or
     ``lane throttled until …``)."""
 
 
@@ -197,7 +199,7 @@ class Monitor:
 
     def lanes(
         self, queue: str, *, after: str | None = None, limit: int = 50, now: datetime | None = None
-    ) -> Page[Lane]:
+    ) -> Listing[Lane]:
         """The queue's busy lanes (a job running or waiting) by name, ``limit`` at a time after ``after``."""
         self.operations.synclane.queue(queue)
         rows = self._rows("lanes", queue=queue, after=after, limit=_limit(limit), now=self.operations.at(now))
@@ -218,7 +220,7 @@ class Monitor:
                     error_status=first["error_status"],
                 )
             )
-        return Page(lanes, lanes[-1].lane if len(lanes) == limit else None)
+        return Listing(lanes, lanes[-1].lane if len(lanes) == limit else None)
 
     def owners(
         self,
@@ -229,7 +231,7 @@ class Monitor:
         troubled: bool = False,
         limit: int = 50,
         now: datetime | None = None,
-    ) -> Page[OwnerState]:
+    ) -> Listing[OwnerSummary]:
         """The queue's owners by name, ``limit`` at a time after ``after``: just ``owner`` when given, only those
         with deferred or abandoned jobs, or paused, degraded or failing, with ``troubled``. Each owner's
         condition is behind when the health check would find it lagging (the queue's ``max_lag``)."""
@@ -246,7 +248,7 @@ class Monitor:
         )
         behind = self._behind(declared, [row["owner"] for row in rows], now=now)
         owners = [
-            OwnerState(
+            OwnerSummary(
                 owner=row["owner"],
                 initial_total=row["initial_total"],
                 initial_completed=row["initial_completed"],
@@ -279,7 +281,7 @@ class Monitor:
             for row in rows
         ]
         more = owner is None and len(owners) == limit
-        return Page(owners, owners[-1].owner if more else None)
+        return Listing(owners, owners[-1].owner if more else None)
 
     def _behind(self, declared: Queue, owners: list[str], *, now: datetime | None) -> set[str]:
         """Those of ``owners`` whose data lags more than the queue's ``max_lag``, by the health check's rule."""
@@ -305,15 +307,15 @@ class Monitor:
         mode: JobMode | str | None = None,
         before: int | None = None,
         limit: int = 50,
-    ) -> Page[Job]:
+    ) -> Listing[Job]:
         """Jobs newest first, filtered, ``limit`` at a time from before the job id ``before``."""
         jobs = self.operations.list_jobs(
             queue, owner=owner, type=type, status=status, mode=mode, before=before, limit=_limit(limit)
         )
-        return Page(jobs, str(jobs[-1].id) if len(jobs) == limit else None, self._holds(jobs))
+        return Listing(jobs, str(jobs[-1].id) if len(jobs) == limit else None, self._holds(jobs))
 
     def _holds(self, jobs: list[Job]) -> dict[str, str]:
-        """What holds each waiting job of ``jobs`` that a pause holds (see :attr:`Page.held`)."""
+        """What holds each waiting job of ``jobs`` that a pause holds (see :attr:`Listing.held`)."""
         waiting = [job.id for job in jobs if job.status in WAITING]
         if not waiting:
             return {}
@@ -347,8 +349,8 @@ def _running_job(row: dict[str, Any]) -> RunningJob:
 
 
 def _limit(limit: int) -> int:
-    if not whole(limit, 1, MAX_PAGE):
-        raise ValueError(f"limit must be an integer from 1 to {MAX_PAGE}, got {limit!r}")
+    if not whole(limit, 1, MAX_LISTING):
+        raise ValueError(f"limit must be an integer from 1 to {MAX_LISTING}, got {limit!r}")
     return limit
 
 
@@ -358,7 +360,7 @@ def plain(value: Any) -> Any:
         data = {field.name: plain(getattr(value, field.name)) for field in dataclasses.fields(value)}
         if isinstance(value, QueueSummary):
             data["abandoned"] = value.abandoned
-        if isinstance(value, OwnerState):
+        if isinstance(value, OwnerSummary):
             data["initial_complete"] = value.initial_complete
         return data
     if isinstance(value, enum.Enum):
@@ -374,4 +376,4 @@ def plain(value: Any) -> Any:
     return value
 
 
-__all__ = ["Lane", "Monitor", "OwnerState", "Page", "QueueSummary", "RunningJob", "plain"]
+__all__ = ["Lane", "Listing", "Monitor", "OwnerSummary", "QueueSummary", "RunningJob", "plain"]

@@ -23,7 +23,7 @@ from synclane_provider.core.plan.planner import PlanSummary
 from synclane_provider.core.plan.retention import Pruned
 from synclane_provider.core.plan.rule import instant_key, instant_text
 from synclane_provider.core.records import Activity, Cancelled, Job, OwnerState, Progress, ResyncProgress, ResyncRequest
-from synclane_provider.core.run.landed import Landed
+from synclane_provider.core.run.arrivals import Arrivals
 from synclane_provider.core.run.outcomes import CANCELLED, storable_text
 from synclane_provider.core.states import JobMode, JobStatus
 
@@ -314,7 +314,7 @@ class Operations:
         """Pause an owner the owner source lists: none of its jobs is taken -- not one more page is requested for
         it -- and the planner gives it no new jobs until :meth:`resume`; a job of it running now is handed back at
         its cursor after its page in flight, or before its next page when it is waiting for one (its turn in a
-        slow lane, a pause on its lane, or taken for later with the previous job's finish). Its lane-mates run on. ``by`` says who paused it (a handler that
+        slow lane, a throttle on its lane, or taken for later with the previous job's finish). Its lane-mates run on. ``by`` says who paused it (a handler that
         raises :class:`~synclane_provider.core.errors.OwnerPaused` pauses its owner ``by='handler'``). A pause
         already in place is kept as it was. Returns the owner's state.
 
@@ -539,9 +539,9 @@ class Operations:
         """Jobs waiting, running and abandoned in ``queue``, and its listed owners' largest freshness lag."""
         return health.gauges(self.store, self.synclane.queue(queue), now=self.at(now))
 
-    def announce(self, queue: str, *, now: datetime | None = None) -> Landed:
+    def announce(self, queue: str, *, now: datetime | None = None) -> Arrivals:
         """What ``queue`` completed since its last announcement, per type and owner, and the mark moved past it:
-        the ``extra`` of the asset events an assets task emits (:meth:`Landed.extra`).
+        the ``extra`` of the asset events an assets task emits (:meth:`Arrivals.extra`).
 
         Read from the table, so that what every worker completed -- a slot that runs for an hour, a slot whose
         try failed after its jobs completed, a worker outside Airflow -- is announced by the next call, once.
@@ -552,12 +552,12 @@ class Operations:
         every record reads the data).
         """
         self.synclane.queue(queue)
-        landed = Landed()
+        arrivals = Arrivals()
         for completed in self.store.announce_completed(
             queue, settle=ANNOUNCE_SETTLE, first_look=FIRST_LOOK, now=self.at(now)
         ):
-            landed.add_completed(completed)
-        return landed
+            arrivals.add_completed(completed)
+        return arrivals
 
     def tally_records(self, queue: str, *, now: datetime | None = None) -> int:
         """Add to each owner's ``records`` what its jobs completed since the last tally: all its work, counted once

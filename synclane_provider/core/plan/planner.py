@@ -56,7 +56,7 @@ def plan(
     """Plan every owner of ``queue`` (or only ``owner``) at ``now``; safe to repeat and to run concurrently.
 
     An owner's recurring jobs are planned at its own period (``Owner.every``) or the type's, stretched while
-    the owner is degraded or failing (:mod:`~synclane_provider.core.declare.backoff`; one read of the owners
+    the owner is degraded or failing (:mod:`~synclane_provider.core.declare.stretch`; one read of the owners
     in trouble per run).
 
     Each batch of owners costs one read of their coverage rows (what exists per owner and type, and the lane
@@ -220,7 +220,7 @@ def _own_period_starts(own_every: dict[tuple[str, str], timedelta], now: datetim
 
 def _stretches(store: Store, queue: Queue) -> dict[str, int]:
     """How many times its period each owner in trouble is planned at (owners not named: once)."""
-    backoff = queue.owner_backoff
+    backoff = queue.owner_stretch
     if backoff.max_stretch == 1:
         return {}
     return {

@@ -141,13 +141,20 @@ class Attempt:
     they brought, how long it waited) and the steps of one page. A step that ends the attempt returns it."""
 
     def __init__(
-        self, setting: AttemptSetting, job: Job, job_type: JobType, lease: LeaseKeeper, *, paused: float, heard: bool
+        self,
+        setting: AttemptSetting,
+        job: Job,
+        job_type: JobType,
+        lease: LeaseKeeper,
+        *,
+        throttle_left: float,
+        heard: bool,
     ) -> None:
         self.setting = setting
         self.taken = job
         self.job_type = job_type
         self.lease = lease
-        self.paused = paused
+        self.throttle_left = throttle_left
         self.heard = heard
         """Whether the table's last word on the job (its take, its last cursor save) came with no wait since."""
         self.current = job
@@ -156,7 +163,7 @@ class Attempt:
         """The job's count, with the page that just landed (saved or not)."""
         self.pages = 0
         self.waited = 0.0
-        """Seconds waited for the lane's rate budget or a pause on the lane, before pages and in them."""
+        """Seconds waited for the lane's rate budget or a throttle on the lane, before pages and in them."""
         self.tags = {"queue": setting.queue.name, "type": job.type}
         self.page_in_flight = AttemptPage(self)
 
@@ -208,15 +215,15 @@ class Attempt:
             self.release()
             raise
         self.timed(started)
-        return self.landed(page)
+        return self.page_done(page)
 
     def wait_turn(self) -> Turn:
-        """The page's turn in its lane's rate budget, and out of any pause on the lane (none when stopping); raises
+        """The page's turn in its lane's rate budget, and out of any throttle on the lane (none when stopping); raises
         PageNotSent when the page must not go any more."""
         if self.setting.stop.is_set():
             return Turn(None)
         heard, self.heard = self.heard, True  # a page's cursor save is heard right before the next page
-        turn = self.setting.gate.before_page(self.current, paused=self.paused, heard=heard)
+        turn = self.setting.gate.before_page(self.current, throttle_left=self.throttle_left, heard=heard)
         self.waited += turn.waited
         return turn
 
@@ -261,7 +268,7 @@ class Attempt:
     def timed(self, started: float) -> None:
         self.setting.metrics.timing(PAGE_DURATION, self.tags, time.monotonic() - started)
 
-    def landed(self, page: Page) -> Ended | None:
+    def page_done(self, page: Page) -> Ended | None:
         """Save the page's cursor and count: the job completes on the last page, ends abandoned when a cancel
         came meanwhile, else goes on."""
         setting = self.setting
@@ -298,7 +305,7 @@ class Attempt:
         if saved is None:
             return self.lost()
         self.lease.renewed()
-        self.paused = saved.lane_wait
+        self.throttle_left = saved.throttle_left
         self.current = dataclasses.replace(
             self.current,
             cursor=page.next_cursor,
@@ -317,7 +324,7 @@ class Attempt:
         return None
 
     def failed(self, exc: Exception) -> Ended:
-        """The page raised: a throttle pauses the lane when it names a wait, OwnerPaused pauses the owner and hands
+        """The page raised: a throttle holds the lane when it names a wait, OwnerPaused pauses the owner and hands
         the job back at its cursor; otherwise the retry policy says what next."""
         setting = self.setting
         if isinstance(exc, JobThrottled):
@@ -327,7 +334,7 @@ class Attempt:
         if self.lease.lost:
             return self.lost()
         if isinstance(exc, JobThrottled) and exc.retry_after:  # a named wait (zero is none)
-            setting.gate.pause(self.current, exc.retry_after)  # before the finish: its take must see it
+            setting.gate.throttle(self.current, exc.retry_after)  # before the finish: its take must see it
         failure = setting.queue.retry.after_failure(self.taken.attempt_count, exc)
         owner_failed = not isinstance(exc, JobThrottled)  # a throttle says "not now", not "this owner is broken"
         return self.end(failure.status, error=describe_error(exc), delay=failure.delay, owner_failed=owner_failed)

@@ -1,12 +1,13 @@
-"""What a worker does before each page: wait its turn in the lane's rate budget, and out any pause on the lane.
+"""What a worker does before each page: wait its turn in the lane's rate budget, and out any throttle on the lane.
 
 A lane is one API account. Its rate budget (:class:`~synclane_provider.core.declare.ratelimit.Rate`, from the owner
-source or the queue) and the pause a throttle puts on it are kept in ``<schema>.lane_budgets``, so every worker
-on every machine keeps to the same ones:
+source or the queue) and the throttle a server's named wait puts on it are kept in ``<schema>.lane_budgets``, so
+every worker on every machine keeps to the same ones. A lane is *throttled*; an owner is *paused* (by a person or
+its handler, until resumed): the two words are kept apart everywhere.
 
 * **Budget.** A lane with a rate takes one unit before each page in one statement (``take_lane_budget``),
   which answers how long to wait; a handler that makes more requests in a page takes more with
-  :meth:`Job.spend <synclane_provider.core.records.Job.spend>`.
+  :meth:`PageJob.spend <synclane_provider.core.page_context.PageJob.spend>`.
 * **On its turn or not at all.** Pacing the grants paces what the API sees only if each request is sent on its
   turn. On a busy machine the slot may wake late, the handler may start late, the database may answer
   late; a request sent late lands close behind the next taker's, and with the one ``requests`` before it in one
@@ -16,17 +17,17 @@ on every machine keeps to the same ones:
   takes a new one. A turn is reckoned from the instant the take was *sent*, the earliest the database can
   have placed it, so every delay on the way counts as lateness. A wasted turn slows the lane a little; it
   never lets it overrun.
-* **Pause.** When a handler raises ``JobThrottled`` with the wait the server named, the wait is the lane's:
-  :meth:`LaneGate.pause` records it on the lane's row and moves the lane's waiting jobs to its end. We chose
+* **Throttle.** When a handler raises ``JobThrottled`` with the wait the server named, the wait is the lane's:
+  :meth:`LaneGate.throttle` records it on the lane's row and moves the lane's waiting jobs to its end. We chose
   to hold the lane's *jobs* back (so idle workers take other lanes' work meanwhile, and the take statement stays
   as it is) and to have the runner wait before a page (so that a job that starts in the lane anyway -- inserted
-  or requeued during the pause, or running beside, in a wider lane -- still sends nothing before it ends). A lane
-  without a rate learns of a pause at no cost: the take and the cursor save return what is left of it.
+  or requeued during the throttle, or running beside, in a wider lane -- still sends nothing before it ends). A lane
+  without a rate learns of a throttle at no cost: the take and the cursor save return what is left of it.
 
 * **Clearance.** A wait before a page leaves time for the job's owner to be paused or for a cancel to ask the job
   to stop, and either promises that no page is requested for it from then on. So the gate asks the table right
   before the page whenever the job waited since the table last told the worker about it (``page_clearance``):
-  after a turn slept for or a pause waited out, and for a job taken with the previous job's finish and run later.
+  after a turn slept for or a throttle waited out, and for a job taken with the previous job's finish and run later.
   A lane with a rate asks in its budget statement, which it sends before each page anyway; only a page that then
   waits asks again. A page held back raises :class:`PageNotSent`, and the worker hands the job back (a cancelled
   one ends abandoned, as the cancel promised).
@@ -67,7 +68,7 @@ class PageNotSent(Exception):
     def __init__(self, message: str, *, waited: float = 0.0) -> None:
         super().__init__(message)
         self.waited = waited
-        """Seconds the page waited (its turn, a pause on its lane) before it was held back."""
+        """Seconds the page waited (its turn, a throttle on its lane) before it was held back."""
 
 
 @dataclass(frozen=True)
@@ -85,7 +86,7 @@ class Turn:
 
 
 class LaneGate:
-    """One worker slot's view of its lanes' budgets and pauses."""
+    """One worker slot's view of its lanes' budgets and throttles."""
 
     def __init__(
         self,
@@ -123,18 +124,18 @@ class LaneGate:
                 )
         return self._rates.get(job.owner, self._queue.rate)
 
-    def before_page(self, job: Job, *, paused: float, heard: bool = True) -> Turn:
+    def before_page(self, job: Job, *, throttle_left: float, heard: bool = True) -> Turn:
         """Take one unit of the lane's budget (if it has one), wait until the page may start, and make sure it still
         may: the turn, to be kept with :meth:`keep_turn` immediately before the page is sent.
 
-        ``paused`` is what the take or the last cursor save said was left of a pause on the lane; a lane with
+        ``throttle_left`` is what the take or the last cursor save said was left of a throttle on the lane; a lane with
         a rate is told afresh by its budget statement. ``heard``: whether that take or save told the worker about
         the job with no wait since (False for a job taken with the previous job's finish and run later). Raises
         :class:`PageNotSent` when the page must not go (see :meth:`_check`).
         """
         rate = self.rate_of(job)
         if rate is None:
-            waited = self._sleep(paused)
+            waited = self._sleep(throttle_left)
             if waited > 0 or not heard:
                 self._check(job, self._store.page_clearance(job.id, worker=self._worker_of(job)), waited=waited)
             return Turn(None, waited=waited)
@@ -175,12 +176,12 @@ class LaneGate:
         turn = self._wait_turn(job, rate, units)
         return timedelta(seconds=turn.waited + self.keep_turn(job, turn))
 
-    def pause(self, job: Job, wait: timedelta) -> None:
+    def throttle(self, job: Job, wait: timedelta) -> None:
         """Hold the job's whole lane for ``wait``, the wait a server named: no job of the lane starts a page before
         it ends. Written before the throttled job's finish, whose take must not find the lane free."""
-        until = self._store.pause_lane(self._queue.name, job.lane, wait=wait, now=self._clock())
+        until = self._store.throttle_lane(self._queue.name, job.lane, wait=wait, now=self._clock())
         self._log.info(
-            "lane %s of queue %s paused until %s (named by the server to %s)",
+            "lane %s of queue %s throttled until %s (named by the server to %s)",
             job.lane,
             self._queue.name,
             until.isoformat(),
@@ -197,7 +198,7 @@ class LaneGate:
         sent = time.monotonic()
         cost, now = rate.interval * units, self._clock()
         if page:
-            wait, clearance = self._store.take_lane_budget(
+            wait, clearance = self._store.take_page_budget(
                 self._queue.name,
                 job.lane,
                 cost=cost,

@@ -31,7 +31,7 @@ class RunResult:
     records: int
     error: str | None = None
     waited: timedelta = timedelta(0)
-    """How long the job waited before its pages for its lane's rate budget or a pause on its lane."""
+    """How long the job waited before its pages for its lane's rate budget or a throttle on its lane."""
     landed: LandCounts = LandCounts()
     """What the job's saved pages landed in their destination tables, all its attempts (its row's counts)."""
 

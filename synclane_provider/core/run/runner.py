@@ -75,7 +75,7 @@ class JobRunner:
         )
 
     def run(
-        self, job: Job, *, lost_worker: str | None = None, lane_wait: float = 0.0, heard: bool = True
+        self, job: Job, *, lost_worker: str | None = None, throttle_left: float = 0.0, heard: bool = True
     ) -> Work[RunResult]:
         """Run ``job`` page by page to the end of this attempt: a work for the slot's
         :class:`~synclane_provider.core.run.work_thread.WorkThread`, which runs its pages.
@@ -85,8 +85,8 @@ class JobRunner:
         its delay like any other, rather than continued at once -- a page that kills its worker every time
         must end abandoned, not be taken over forever.
 
-        Before each page the job waits its turn in its lane's rate budget and out any pause a throttle put on
-        the lane (``lane_wait``: what the take said was left of one); see :mod:`~synclane_provider.core.run.lane_gate`.
+        Before each page the job waits its turn in its lane's rate budget and out any throttle on its lane
+        (``throttle_left``: what the take said was left of one); see :mod:`~synclane_provider.core.run.lane_gate`.
         A pause of its owner or a cancel that comes meanwhile stops the page before it is requested: the job is
         handed back. ``heard`` False: the job was taken a while ago (with the previous job's finish), so whether its
         first page may go is asked again even when nothing is waited for.
@@ -98,7 +98,7 @@ class JobRunner:
         except UnknownJobTypeError as exc:
             return self.ended(_ended(job, JobStatus.ABANDONED, job.processed_count, error=describe_error(exc)))
         with self._lease.watch(job.id) as lease:
-            attempt = Attempt(self._setting, job, job_type, lease, paused=lane_wait, heard=heard)
+            attempt = Attempt(self._setting, job, job_type, lease, throttle_left=throttle_left, heard=heard)
             return self.ended((yield from attempt.run()))
 
     def after_lost_worker(self, job: Job, lost_worker: str) -> RunResult:

@@ -209,7 +209,7 @@ class WorkerSlot:
         self._busy = True
         try:
             result = yield from self.runner.run(
-                taken.job, lost_worker=taken.lost_worker, lane_wait=taken.lane_wait, heard=heard
+                taken.job, lost_worker=taken.lost_worker, throttle_left=taken.throttle_left, heard=heard
             )
         finally:
             self._busy = False

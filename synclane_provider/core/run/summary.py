@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from synclane_provider.core.run.landed import Landed
+from synclane_provider.core.run.arrivals import Arrivals
 from synclane_provider.core.run.results import Outcome, RunResult
 
 
@@ -27,8 +27,8 @@ class Summary:
     lane_races: int = 0
     repeated: int = 0
     completed_jobs: set[int] = field(default_factory=set, repr=False)
-    landed: Landed = field(default_factory=Landed)
-    """The completed jobs by type and owner: what an asset event tells downstream work (see landed.py)."""
+    arrivals: Arrivals = field(default_factory=Arrivals)
+    """The completed jobs by type and owner: what an asset event tells downstream work (see arrivals.py)."""
 
     def add(self, result: RunResult) -> None:
         self.pages += result.pages
@@ -38,7 +38,7 @@ class Summary:
                 self.repeated += 1
                 return
             self.completed_jobs.add(result.job.id)
-            self.landed.add(result.job, result.records, result.landed)
+            self.arrivals.add(result.job, result.records, result.landed)
         self.outcomes[result.outcome.value] += 1
 
     def merge(self, other: "Summary") -> None:
@@ -52,7 +52,7 @@ class Summary:
         self.empty_takes += other.empty_takes
         self.lane_races += other.lane_races
         self.repeated += other.repeated + len(twice)
-        self.landed.merge(other.landed)
+        self.arrivals.merge(other.arrivals)
 
     @property
     def jobs(self) -> int:

@@ -59,7 +59,7 @@ class Taking:
             worker=self.worker,
             lease=self.queue.lease,
             now=self.clock(),
-            health_after=self.queue.owner_backoff.health_after,
+            health_after=self.queue.owner_stretch.health_after,
         )
 
     def finish_and_take_next(self, finish: Finish) -> Finish | None:
@@ -104,7 +104,7 @@ class Taking:
             finish=finish,
             take=take,
             now=self.clock(),
-            health_after=self.queue.owner_backoff.health_after,
+            health_after=self.queue.owner_stretch.health_after,
         )
         if take and done.taken is None:
             self.summary.empty_takes += 1

@@ -31,22 +31,22 @@ MAX_STRETCH = 1024
 
 
 @dataclass(frozen=True)
-class OwnerBackoff:
-    """How a queue backs off from an owner in trouble: ``Queue(owner_backoff=OwnerBackoff(...))``.
+class OwnerStretch:
+    """How a queue asks an owner in trouble less often: ``Queue(owner_stretch=OwnerStretch(...))``.
 
     :param degraded_after: consecutive failed attempts that make an owner ``degraded`` (its period doubles).
     :param failing_after: consecutive failed attempts that make it ``failing`` (its period at the cap).
     :param max_stretch: the cap of the stretch; 1 keeps every owner at its period (health is still kept).
 
-    >>> backoff = OwnerBackoff(degraded_after=3, failing_after=10, max_stretch=16)
-    >>> [backoff.stretch(backoff.health(failures), failures) for failures in range(9)]
+    >>> stretch = OwnerStretch(degraded_after=3, failing_after=10, max_stretch=16)
+    >>> [stretch.stretch(stretch.health(failures), failures) for failures in range(9)]
     [1, 1, 1, 2, 4, 8, 16, 16, 16]
-    >>> backoff.health(2), backoff.health(3), backoff.health(10)
+    >>> stretch.health(2), stretch.health(3), stretch.health(10)
     (<OwnerHealth.HEALTHY: 'healthy'>, <OwnerHealth.DEGRADED: 'degraded'>, <OwnerHealth.FAILING: 'failing'>)
-    >>> OwnerBackoff(max_stretch=0)
+    >>> OwnerStretch(max_stretch=0)
     Traceback (most recent call last):
     ...
-    synclane_provider.core.errors.DeclarationError: max_stretch of owner_backoff must be a whole number from 1 (no stretch) to 1024, got 0
+    synclane_provider.core.errors.DeclarationError: max_stretch of owner_stretch must be a whole number from 1 (no stretch) to 1024, got 0
     """
 
     degraded_after: int = 3
@@ -56,16 +56,16 @@ class OwnerBackoff:
     def __post_init__(self) -> None:
         if not whole(self.degraded_after, 1):
             raise DeclarationError(
-                f"degraded_after of owner_backoff must be a whole number of at least 1, got {self.degraded_after!r}"
+                f"degraded_after of owner_stretch must be a whole number of at least 1, got {self.degraded_after!r}"
             )
         if not whole(self.failing_after, 1) or self.failing_after < self.degraded_after:
             raise DeclarationError(
-                f"failing_after of owner_backoff must be a whole number of at least degraded_after "
+                f"failing_after of owner_stretch must be a whole number of at least degraded_after "
                 f"({self.degraded_after!r}), got {self.failing_after!r}"
             )
         if not whole(self.max_stretch, 1) or self.max_stretch > MAX_STRETCH:
             raise DeclarationError(
-                f"max_stretch of owner_backoff must be a whole number from 1 (no stretch) to {MAX_STRETCH}, "
+                f"max_stretch of owner_stretch must be a whole number from 1 (no stretch) to {MAX_STRETCH}, "
                 f"got {self.max_stretch!r}"
             )
 
@@ -93,5 +93,9 @@ class OwnerBackoff:
         return min(self.max_stretch, 1 << min(doublings, MAX_STRETCH.bit_length()))
 
 
-NO_STRETCH = OwnerBackoff(max_stretch=1)
-"""``Queue(owner_backoff=None)``: every owner at its period whatever its health (health is still kept)."""
+NO_STRETCH = OwnerStretch(max_stretch=1)
+"""``Queue(owner_stretch=None)``: every owner at its period whatever its health (health is still kept)."""
+
+OwnerBackoff = OwnerStretch
+"""The earlier name of :class:`OwnerStretch`, still importable: "backoff" now means only the growing wait
+between tries (of a job, a connection, a token request); an owner in trouble has its period stretched."""

@@ -18,7 +18,7 @@ from synclane_provider.core.records import Completed, Job, LandCounts
 
 
 @dataclass
-class OwnerLanding:
+class OwnerArrivals:
     """One owner's completed jobs of one type: count, records, and the earliest start and latest end of their windows.
 
     A re-sync's jobs fetched an old range again: they are kept apart (``resyncs``: per request key, each window
@@ -51,7 +51,7 @@ class OwnerLanding:
             self.window_end = job.window_end
 
     @classmethod
-    def of(cls, completed: Completed) -> "OwnerLanding":
+    def of(cls, completed: Completed) -> "OwnerArrivals":
         """The landing of jobs completed together (an announcement's row): a re-sync's job as its window."""
         if completed.request_key is not None:
             window = [_text(completed.window_start), _text(completed.window_end), completed.records]
@@ -64,7 +64,7 @@ class OwnerLanding:
             landed=completed.landed,
         )
 
-    def merge(self, other: "OwnerLanding") -> None:
+    def merge(self, other: "OwnerArrivals") -> None:
         self.landed += other.landed
         self.jobs += other.jobs
         self.records += other.records
@@ -88,7 +88,7 @@ class OwnerLanding:
         return data
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "OwnerLanding":
+    def from_dict(cls, data: dict[str, Any]) -> "OwnerArrivals":
         return cls(
             jobs=int(data["jobs"]),
             records=int(data["records"]),
@@ -104,10 +104,10 @@ def _text(instant: datetime | None) -> str | None:
 
 
 @dataclass
-class Landed:
+class Arrivals:
     """Completed jobs by type, then by owner."""
 
-    by_type: dict[str, dict[str, OwnerLanding]] = field(default_factory=dict)
+    by_type: dict[str, dict[str, OwnerArrivals]] = field(default_factory=dict)
 
     def add(self, job: Job, records: int, landed: LandCounts = LandCounts()) -> None:
         owners = self.by_type.get(job.type)
@@ -115,19 +115,19 @@ class Landed:
             owners = self.by_type[job.type] = {}
         landing = owners.get(job.owner)
         if landing is None:
-            landing = owners[job.owner] = OwnerLanding()
+            landing = owners[job.owner] = OwnerArrivals()
         landing.add(job, records, landed)
 
     def add_completed(self, completed: Completed) -> None:
         """Fold in jobs completed together, as an announcement reads them from the table."""
         owners = self.by_type.setdefault(completed.type, {})
-        owners.setdefault(completed.owner, OwnerLanding()).merge(OwnerLanding.of(completed))
+        owners.setdefault(completed.owner, OwnerArrivals()).merge(OwnerArrivals.of(completed))
 
-    def merge(self, other: "Landed") -> None:
+    def merge(self, other: "Arrivals") -> None:
         for type_name, owners in other.by_type.items():
             mine = self.by_type.setdefault(type_name, {})
             for owner, landing in owners.items():
-                mine.setdefault(owner, OwnerLanding()).merge(landing)
+                mine.setdefault(owner, OwnerArrivals()).merge(landing)
 
     def extra(self, queue: str, type_name: str) -> dict[str, Any]:
         """The asset event's ``extra`` for one type: totals, per owner its jobs, records, window span and ``landed``
@@ -135,13 +135,13 @@ class Landed:
         re-sync work completed -- ``resyncs``: per request key, per owner, the windows fetched again.
 
         >>> from datetime import timezone
-        >>> landed = Landed()
-        >>> landed.by_type["orders"] = {"acme": OwnerLanding(2, 150, datetime(2026, 11, 1, tzinfo=timezone.utc),
+        >>> arrivals = Arrivals()
+        >>> arrivals.by_type["orders"] = {"acme": OwnerArrivals(2, 150, datetime(2026, 11, 1, tzinfo=timezone.utc),
         ...                                                  datetime(2026, 11, 30, tzinfo=timezone.utc))}
-        >>> landed.extra("shops", "orders")["owners"]["acme"]["records"]
+        >>> arrivals.extra("shops", "orders")["owners"]["acme"]["records"]
         150
-        >>> landed.by_type["orders"]["acme"].resyncs["march"] = [["2026-03-01T00:00:00+00:00", "2026-03-02T00:00:00+00:00", 7]]
-        >>> landed.extra("shops", "orders")["resyncs"]
+        >>> arrivals.by_type["orders"]["acme"].resyncs["march"] = [["2026-03-01T00:00:00+00:00", "2026-03-02T00:00:00+00:00", 7]]
+        >>> arrivals.extra("shops", "orders")["resyncs"]
         {'march': {'acme': [{'window_start': '2026-03-01T00:00:00+00:00', 'window_end': '2026-03-02T00:00:00+00:00', 'records': 7}]}}
         """
         owners = self.by_type.get(type_name, {})
@@ -172,5 +172,5 @@ class Landed:
         return {t: {o: landing.as_dict() for o, landing in owners.items()} for t, owners in self.by_type.items()}
 
     @classmethod
-    def from_dict(cls, data: dict[str, dict[str, dict[str, Any]]]) -> "Landed":
-        return cls({t: {o: OwnerLanding.from_dict(v) for o, v in owners.items()} for t, owners in data.items()})
+    def from_dict(cls, data: dict[str, dict[str, dict[str, Any]]]) -> "Arrivals":
+        return cls({t: {o: OwnerArrivals.from_dict(v) for o, v in owners.items()} for t, owners in data.items()})

@@ -11,6 +11,7 @@ from synclane_provider.core import (
     JobThrottled,
     Operations,
     OwnerBackoff,
+    OwnerStretch,
     Page,
     Queue,
     WorkerSlot,
@@ -67,7 +68,7 @@ def test_failed_attempts_of_an_owner_across_its_types_make_it_degraded_then_fail
         owner_source=owners("acme", "globex"),
         retry_delay=timedelta(seconds=1),
         retry_max_delay=timedelta(seconds=1),
-        owner_backoff=OwnerBackoff(degraded_after=2, failing_after=4, max_stretch=8),
+        owner_stretch=OwnerStretch(degraded_after=2, failing_after=4, max_stretch=8),
     )
     ops.plan("shops", now=clock.now)
     seen = []
@@ -103,16 +104,16 @@ def test_failed_attempts_of_an_owner_across_its_types_make_it_degraded_then_fail
 
 
 def test_a_throttle_is_not_a_failure_of_the_owner(queue_of, admin, schema, clock):
-    ops, slot = queue_of(products(Switch("acme", throttle=True)), owner_backoff=OwnerBackoff(degraded_after=1))
+    ops, slot = queue_of(products(Switch("acme", throttle=True)), owner_stretch=OwnerStretch(degraded_after=1))
     ops.plan("shops", now=clock.now)
     assert slot.run_one().outcome.value == "failed"
     assert owner_row(admin, schema, "acme") is None
 
 
 def test_the_health_rule_in_the_table_is_the_declared_one(queue_of, admin, schema, clock):
-    backoff = OwnerBackoff(degraded_after=3, failing_after=5)
+    backoff = OwnerStretch(degraded_after=3, failing_after=5)
     ops, slot = queue_of(
-        products(Switch("acme")), max_attempts=20, retry_delay=timedelta(seconds=1), owner_backoff=backoff
+        products(Switch("acme")), max_attempts=20, retry_delay=timedelta(seconds=1), owner_stretch=backoff
     )
     ops.plan("shops", now=clock.now)
     for failures in range(1, 8):
@@ -131,7 +132,7 @@ def test_a_failing_owner_is_planned_at_its_stretched_period_and_catches_up_at_on
     ops, slot = queue_of(
         orders(horizon=timedelta(days=1), slice=timedelta(days=1), every=every, overlap=timedelta(0)),
         owner_source=owners("acme", "globex"),
-        owner_backoff=OwnerBackoff(degraded_after=1, failing_after=1, max_stretch=4),
+        owner_stretch=OwnerStretch(degraded_after=1, failing_after=1, max_stretch=4),
     )
     admin.execute(
         f'INSERT INTO "{schema}".owners (queue, owner, health, consecutive_failures) VALUES '
@@ -159,7 +160,7 @@ def test_a_failing_owner_is_planned_at_its_stretched_period_and_catches_up_at_on
 
 def test_no_stretch_when_the_queue_turns_it_off(queue_of, admin, schema, clock):
     ops, _ = queue_of(
-        orders(horizon=timedelta(days=1), slice=timedelta(days=1)), owner_source=owners("acme"), owner_backoff=None
+        orders(horizon=timedelta(days=1), slice=timedelta(days=1)), owner_source=owners("acme"), owner_stretch=None
     )
     admin.execute(
         f'INSERT INTO "{schema}".owners (queue, owner, health, consecutive_failures) VALUES '
@@ -172,22 +173,36 @@ def test_no_stretch_when_the_queue_turns_it_off(queue_of, admin, schema, clock):
 @pytest.mark.parametrize(
     ("settings", "message"),
     [
-        ({"degraded_after": 0}, "degraded_after of owner_backoff must be a whole number of at least 1, got 0"),
-        ({"degraded_after": 5, "failing_after": 4}, r"failing_after of owner_backoff must be .* \(5\), got 4"),
-        ({"max_stretch": 2.0}, r"max_stretch of owner_backoff must be a whole number from 1 \(no stretch\)"),
+        ({"degraded_after": 0}, "degraded_after of owner_stretch must be a whole number of at least 1, got 0"),
+        ({"degraded_after": 5, "failing_after": 4}, r"failing_after of owner_stretch must be .* \(5\), got 4"),
+        ({"max_stretch": 2.0}, r"max_stretch of owner_stretch must be a whole number from 1 \(no stretch\)"),
         ({"max_stretch": 4096}, r"max_stretch .* to 1024, got 4096"),
     ],
 )
-def test_a_bad_owner_backoff_is_refused_naming_the_value(settings, message):
+def test_a_bad_owner_stretch_is_refused_naming_the_value(settings, message):
     with pytest.raises(DeclarationError, match=message):
-        OwnerBackoff(**settings)
+        OwnerStretch(**settings)
 
 
-def test_a_queue_takes_an_owner_backoff_or_none(clock):
-    assert Queue("shops", owners=owners(), types=[products()]).owner_backoff == OwnerBackoff(3, 10, 16)
-    assert Queue("shops", owners=owners(), types=[products()], owner_backoff=None).owner_backoff.max_stretch == 1
-    with pytest.raises(DeclarationError, match=r"owner_backoff of queue 'shops' must be an OwnerBackoff .* got 16"):
+def test_a_queue_takes_an_owner_stretch_or_none(clock):
+    assert Queue("shops", owners=owners(), types=[products()]).owner_stretch == OwnerStretch(3, 10, 16)
+    assert Queue("shops", owners=owners(), types=[products()], owner_stretch=None).owner_stretch.max_stretch == 1
+    with pytest.raises(DeclarationError, match=r"owner_stretch of queue 'shops' must be an OwnerStretch .* got 16"):
+        Queue("shops", owners=owners(), types=[products()], owner_stretch=16)
+
+
+def test_the_earlier_names_owner_backoff_and_OwnerBackoff_still_declare_the_stretch():
+    """Declarations written before the rename keep working: ``OwnerBackoff`` is ``OwnerStretch``, and
+    ``Queue(owner_backoff=...)`` sets ``owner_stretch``; giving both is refused rather than one silently winning."""
+    assert OwnerBackoff is OwnerStretch
+    assert Queue(
+        "shops", owners=owners(), types=[products()], owner_backoff=OwnerBackoff(max_stretch=8)
+    ).owner_stretch == (OwnerStretch(max_stretch=8))
+    assert Queue("shops", owners=owners(), types=[products()], owner_backoff=None).owner_stretch.max_stretch == 1
+    with pytest.raises(DeclarationError, match=r"owner_backoff of queue 'shops' must be an OwnerStretch .* got 16"):
         Queue("shops", owners=owners(), types=[products()], owner_backoff=16)
+    with pytest.raises(DeclarationError, match="gives both owner_stretch and owner_backoff"):
+        Queue("shops", owners=owners(), types=[products()], owner_stretch=None, owner_backoff=OwnerStretch())
 
 
 class TypeSwitch:
@@ -212,7 +227,7 @@ def test_with_degraded_after_one_an_owners_first_failure_makes_its_row_unhealthy
     """The owner has no row until its first attempt ends: the row that attempt makes follows the declared rule
     as a row already there would."""
     ops, slot = queue_of(
-        products(Switch("acme")), owner_backoff=OwnerBackoff(degraded_after=1, failing_after=failing_after)
+        products(Switch("acme")), owner_stretch=OwnerStretch(degraded_after=1, failing_after=failing_after)
     )
     ops.plan("shops", now=clock.now)
     assert owner_row(admin, schema, "acme") is None
@@ -232,7 +247,7 @@ def test_failing_since_is_when_the_owner_turned_failing_not_its_latest_failure(q
         max_attempts=20,
         retry_delay=timedelta(seconds=1),
         retry_max_delay=timedelta(seconds=1),
-        owner_backoff=OwnerBackoff(degraded_after=1, failing_after=2),
+        owner_stretch=OwnerStretch(degraded_after=1, failing_after=2),
     )
     ops.plan("shops", now=clock.now)
     seen = []
@@ -254,7 +269,7 @@ def test_a_page_that_fails_after_a_cancel_is_not_a_failure_of_the_owner(queue_of
         cancels.append(ops.cancel("shops", job.owner, "account disconnected", now=clock.now))
         raise PermissionError("401 token revoked")
 
-    ops, slot = queue_of(products(disconnected_mid_page), owner_backoff=OwnerBackoff(degraded_after=1))
+    ops, slot = queue_of(products(disconnected_mid_page), owner_stretch=OwnerStretch(degraded_after=1))
     ops.plan("shops", now=clock.now)
     assert slot.run_one().outcome.value == "abandoned"
     assert [c.stopping for c in cancels] == [1]
@@ -272,7 +287,7 @@ def test_a_completion_heals_a_degraded_owner_even_within_a_minute_of_its_last_cl
         orders(handler, horizon=timedelta(days=1), slice=timedelta(days=1)),
         retry_delay=timedelta(seconds=1),
         retry_max_delay=timedelta(seconds=1),
-        owner_backoff=OwnerBackoff(degraded_after=1, failing_after=5),
+        owner_stretch=OwnerStretch(degraded_after=1, failing_after=5),
     )
     ops.plan("shops", now=clock.now)
     assert slot.run_one().job.type == "products"
@@ -298,7 +313,7 @@ def test_a_second_spell_of_failing_after_a_recovery_is_alerted_again(queue_of, a
         max_attempts=20,
         retry_delay=timedelta(seconds=1),
         retry_max_delay=timedelta(seconds=1),
-        owner_backoff=OwnerBackoff(degraded_after=1, failing_after=1),
+        owner_stretch=OwnerStretch(degraded_after=1, failing_after=1),
     )
 
     def alerted() -> list[tuple[str, str]]:

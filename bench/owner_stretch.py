@@ -1,10 +1,10 @@
-"""What an owner whose access is gone costs in API calls over a simulated day, with and without owner backoff.
+"""What an owner whose access is gone costs in API calls over a simulated day, with and without the owner stretch.
 
 One queue, a 5-minute `orders` type, the default retry policy (5 attempts, 1 minute doubling, seeded jitter):
 an owner whose every page fails (access revoked), 50 healthy owners beside it, and one healthy owner paused by
 ``Operations.pause`` for six hours of the day. The clock is pinned and moved a minute at a time through the
 day; each minute the planner runs and a real WorkerPool drains what is due, against a real PostgreSQL. The
-handler counts the calls each owner costs. The day is run twice: ``Queue(owner_backoff=None)`` (every owner at
+handler counts the calls each owner costs. The day is run twice: ``Queue(owner_stretch=None)`` (every owner at
 its period: the failing one gets a new window, and its attempts, every period) and the default backoff.
 
 Printed last: ``calls_failing_owner_plain`` and ``calls_failing_owner_backoff`` (the failing owner's calls in
@@ -12,8 +12,8 @@ the day), their ``ratio``, ``calls_while_paused`` (the paused owner's calls whil
 ``healthy_max_lag_periods`` (the most any healthy owner's newest completed window fell behind the clock,
 looked at after each minute's drain, in periods, in the backoff run).
 
-    .venv/bin/python bench/owner_backoff.py --quick   # one day, 2 worker slots
-    .venv/bin/python bench/owner_backoff.py           # three days, 4 worker slots
+    .venv/bin/python bench/owner_stretch.py --quick   # one day, 2 worker slots
+    .venv/bin/python bench/owner_stretch.py           # three days, 4 worker slots
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from synclane_provider.core import (
     Job,
     Operations,
     Owner,
-    OwnerBackoff,
+    OwnerStretch,
     Page,
     PinnedClock,
     Queue,
@@ -75,7 +75,7 @@ class Day:
     seconds: float
 
 
-def simulate(url: str, schema: str, *, healthy: int, days: int, slots: int, backoff: OwnerBackoff | None) -> Day:
+def simulate(url: str, schema: str, *, healthy: int, days: int, slots: int, backoff: OwnerStretch | None) -> Day:
     shop = CountingShop()
     accounts = [Owner(FAILING), Owner(PAUSED), *(Owner(f"healthy-{i:03d}") for i in range(healthy))]
     orders = WindowedType("orders", shop, horizon=timedelta(days=1), slice=timedelta(days=1), every=EVERY)
@@ -87,7 +87,7 @@ def simulate(url: str, schema: str, *, healthy: int, days: int, slots: int, back
                 types=[orders],
                 concurrency=slots,
                 retry=RetryPolicy(seed=7),
-                owner_backoff=backoff,
+                owner_stretch=backoff,
             )
         ],
         schema=schema,
@@ -131,7 +131,7 @@ def main() -> None:
     url = database_url()
     runs = {}
     print(f"{'owner backoff':<14} {'days':>4} {'failing calls':>13} {'paused calls':>12} {'healthy lag':>11} {'s':>7}")
-    for label, backoff in (("plain", None), ("backoff", OwnerBackoff())):
+    for label, backoff in (("plain", None), ("backoff", OwnerStretch())):
         schema = schema_name(f"owner_backoff_{label}")
         try:
             day = simulate(url, schema, healthy=args.healthy, days=args.days, slots=args.slots, backoff=backoff)
