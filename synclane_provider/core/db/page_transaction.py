@@ -8,7 +8,8 @@ lease was lost.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 import psycopg
@@ -49,20 +50,28 @@ class PageTransaction:
 
     def save_page(self, job_id: int, **values: Any) -> SavedPage | None:
         """Save the cursor in the page's transaction and commit it; None (nothing committed) when the lease is lost."""
-        return self._ended(lambda: self.store().save_page(job_id, **values))
+        with self._undone_on_error():
+            return self._committed(self.store().save_page(job_id, **values))
 
     def finish(self, finish: Finish, **values: Any) -> Finish | None:
         """Write how the job ended in the page's transaction and commit it; None (nothing committed) when the lease
         is lost. Takes no next job: a lost race for a lane slot would undo the page."""
-        return self._ended(lambda: self.store().finish_and_take(finish=finish, take=False, **values).written)
+        with self._undone_on_error():
+            return self._committed(self.store().finish_and_take(finish=finish, take=False, **values).written)
 
-    def _ended(self, write: Callable[[], T | None]) -> T | None:
-        assert self._conn is not None
+    @contextmanager
+    def _undone_on_error(self) -> Iterator[None]:
+        """A write that raised leaves nothing of the page: its rows are rolled back with it."""
         try:
-            written = write()
+            yield
         except BaseException:
             self.rollback()
             raise
+
+    def _committed(self, written: T | None) -> T | None:
+        """Commit the page with what was written, which found the lease still this worker's; roll it back when the
+        write found the lease lost (None)."""
+        assert self._conn is not None
         if written is None:
             self.rollback()
         else:
