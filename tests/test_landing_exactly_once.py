@@ -110,6 +110,55 @@ def test_each_page_commits_with_its_cursor_and_a_failed_page_lands_nothing(datab
     assert (job["status"], job["processed_count"]) == ("completed", 50)
 
 
+def test_a_cursor_save_that_fails_in_the_page_transaction_lands_nothing_and_the_retry_lands_the_page(
+    database_url, with_records, admin
+):
+    """The statement that saves the cursor fails (here a trigger on the jobs table refuses it in the first attempt): the page's
+    rows, written in the same transaction, are undone with it, and the slot's next page starts a clean
+    transaction -- the retry lands the page once, and nothing of the failed try commits with it."""
+    schema = with_records
+    admin.execute(
+        sql.SQL(
+            """
+            CREATE FUNCTION {schema}.refuse_once() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN
+                IF NEW.cursor = '20' AND NEW.cursor IS DISTINCT FROM OLD.cursor AND NEW.attempt_count = 1 THEN
+                    RAISE EXCEPTION 'the cursor save is refused once';
+                END IF;
+                RETURN NEW;
+            END $$;
+            """
+        )
+        .format(schema=sql.Identifier(schema))
+        .as_string(admin)
+        .encode()
+    )
+    declaration = landing_declaration(schema, total=30, size=10)
+    database = declaration.database(database_url)
+    planned(declaration, database)
+    execute(
+        admin,
+        schema,
+        sql.SQL("CREATE TRIGGER refuse_once BEFORE UPDATE ON {{jobs}} FOR EACH ROW EXECUTE FUNCTION {}.refuse_once()")
+        .format(sql.Identifier(schema))
+        .as_string(admin),
+    )
+    slot = WorkerSlot(declaration, database, "shops")
+    try:
+        first = slot.run_one(then_continue=False)
+        assert (first.outcome, first.pages) == (Outcome.FAILED, 2), first.describe()
+        assert "the cursor save is refused once" in (first.error or "")
+        assert sorted(writes_per_record(admin, schema)) == list(range(10))  # the second page undone with its save
+        second = None
+        while second is None:
+            time.sleep(0.01)
+            second = slot.run_one(then_continue=False)
+        assert second.outcome is Outcome.COMPLETED, second.describe()
+    finally:
+        slot.close()
+    assert writes_per_record(admin, schema) == {i: 1 for i in range(30)}
+
+
 def test_a_worker_whose_job_was_taken_over_commits_nothing_of_its_page(database_url, with_records, admin):
     schema = with_records
     landed, go_on = threading.Event(), threading.Event()
