@@ -102,7 +102,7 @@ def reserve(
 
     The turn starts where the last reservation left the lane (``tat``), or now if the lane has been idle, or
     when a throttle ends; the taker may go ``tolerance`` before that start, and never before the
-    pause ends.
+    throttle ends.
 
     >>> from datetime import timezone
     >>> rate, t0 = Rate(5, headroom=0), datetime(2026, 12, 1, tzinfo=timezone.utc)
