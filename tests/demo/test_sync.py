@@ -308,10 +308,10 @@ def test_the_shop_never_refuses_acme_for_its_rate_and_each_random_429_holds_acme
     assert counters.get("429_ignored_wait", 0) == 0, counters
 
 
-def test_without_the_budget_and_the_lane_pause_the_shop_refuses_acme(demo, monkeypatch):
+def test_without_the_budget_and_the_lane_throttle_the_shop_refuses_acme(demo, monkeypatch):
     """The check above can fail: a worker that neither takes budget nor holds the lane runs into both walls
     (and keeps running into them: the run is stopped once the shop has counted both)."""
-    monkeypatch.setattr(LaneGate, "pause", lambda self, job, wait: None)
+    monkeypatch.setattr(LaneGate, "throttle", lambda self, job, wait: None)
     monkeypatch.setattr(LaneGate, "rate_of", lambda self, job: None)
     shop, config, synclane, database = rate_limited_demo(demo)
     pool = WorkerPool(synclane, database, "shops", slots=3)
