@@ -312,7 +312,7 @@ def test_without_the_budget_and_the_lane_throttle_the_shop_refuses_acme(demo, mo
     """The check above can fail: a worker that neither takes budget nor holds the lane runs into both walls
     (and keeps running into them: the run is stopped once the shop has counted both)."""
     monkeypatch.setattr(LaneGate, "throttle", lambda self, job, wait: None)
-    monkeypatch.setattr(LaneGate, "rate_of", lambda self, job: None)
+    monkeypatch.setattr(LaneGate, "limits_of", lambda self, job: None)
     shop, config, synclane, database = rate_limited_demo(demo)
     pool = WorkerPool(synclane, database, "shops", slots=3)
     running = Background(pool.run, name="unguarded")

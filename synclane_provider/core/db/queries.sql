@@ -506,6 +506,11 @@ RETURNING lease_expires_at, stop_reason,
      WHERE b.queue = jobs.queue AND b.lane = jobs.lane) AS throttle_left,
     {owner_of_jobs_paused};
 
+-- fragment: turn_of_b
+-- When a take from the lane budget row b may send (take_lane_budget): the latest of now, the end of a throttle,
+-- and each window's theoretical arrival time less what it allows ahead of it.
+greatest((SELECT now FROM clock), b.throttled_until, (SELECT max(b.tats[w.i] - w.allowance) FROM windows AS w))
+
 -- fragment: owner_of_jobs_paused
 -- Whether the owner of the row ``jobs`` is paused (one probe of the owners key), as owner_paused: not one more page
 -- is asked for it. Used by save_page, page_clearance and take_lane_budget.
@@ -524,28 +529,38 @@ FROM {schema}.jobs
 WHERE id = %(id)s AND leased_by = %(worker)s AND status = 'running';
 
 -- name: take_lane_budget
--- Before a page (or before more requests within one, job.spend): take %(cost)s (units x the rate's interval)
--- of the lane's rate budget, shared by every worker on every machine. GCRA: the lane's theoretical arrival
--- time tat moves forward by the cost, from where the last taker left it, or from now if the lane has been
--- idle, or from the end of a throttle; the taker may send %(tolerance)s (the burst) before its turn
--- starts and never before the throttle ends. One statement, no lock held afterwards: the row lock is the
--- statement's own, so concurrent takers line up in turns and each gets its own wait. Returns wait: the
--- seconds to sleep before sending (0: at once). Before a page (%(id)s names the job, %(worker)s its worker), it
--- also says whether the page may still go, as page_clearance does, at no extra round trip: held (the job is
--- still the worker's), its stop reason and owner_paused; a page that waits for its turn asks page_clearance
--- again once it has waited.
-WITH taken AS (
-    INSERT INTO {schema}.lane_budgets AS b (queue, lane, tat)
-    VALUES (%(queue)s, %(lane)s, coalesce(%(now)s::timestamptz, statement_timestamp()) + %(cost)s::interval)
+-- Before a page (or before more requests within one, job.spend): take units of the lane's rate budget, shared
+-- by every worker on every machine, in each of its windows, shortest first (usually one): %(costs)s is the
+-- units x each rate's interval, %(allowances)s how far ahead of its turn each window lets them go (its burst,
+-- less the room the units after the first need). GCRA per window (see ratelimit.reserve_all): the requests go
+-- at turn_at, when every window allows them -- never before now or the end of a throttle -- and each window's
+-- tats[i] moves forward by its cost from then (or from where the last taker left it, if later), so no window
+-- is ever exceeded. One statement, no lock held afterwards: the row lock is the statement's own, so concurrent
+-- takers line up in turns and each gets its own wait. Returns wait: the seconds to sleep before sending (0: at
+-- once). Before a page (%(id)s names the job, %(worker)s its worker), it also says whether the page may still
+-- go, as page_clearance does, at no extra round trip: held (the job is still the worker's), its stop reason
+-- and owner_paused; a page that waits for its turn asks page_clearance again once it has waited.
+WITH clock AS (
+    SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now
+),
+windows AS (
+    SELECT w.cost, w.allowance, w.i
+    FROM unnest(%(costs)s::interval[], %(allowances)s::interval[]) WITH ORDINALITY AS w(cost, allowance, i)
+),
+taken AS (
+    INSERT INTO {schema}.lane_budgets AS b (queue, lane, tats, turn_at)
+    SELECT %(queue)s, %(lane)s, array_agg(clock.now + w.cost ORDER BY w.i), clock.now
+    FROM windows AS w, clock
+    GROUP BY clock.now
     ON CONFLICT (queue, lane) DO UPDATE
-    SET tat = greatest(b.tat, excluded.tat - %(cost)s::interval, b.throttled_until) + %(cost)s::interval
-    RETURNING b.tat, b.throttled_until
+    SET turn_at = {turn_of_b},
+        tats = (SELECT array_agg(greatest(b.tats[w.i], {turn_of_b}) + w.cost ORDER BY w.i) FROM windows AS w)
+    RETURNING b.turn_at
 )
-SELECT greatest(extract(epoch FROM
-           greatest(taken.tat - %(cost)s::interval - %(tolerance)s::interval, taken.throttled_until)
-           - coalesce(%(now)s::timestamptz, statement_timestamp())), 0)::float8 AS wait,
+SELECT greatest(extract(epoch FROM taken.turn_at - clock.now), 0)::float8 AS wait,
        jobs.id IS NOT NULL AS held, jobs.stop_reason, {owner_of_jobs_paused}
 FROM taken
+CROSS JOIN clock
 LEFT JOIN {schema}.jobs ON jobs.id = %(id)s AND jobs.leased_by = %(worker)s AND jobs.status = 'running';
 
 -- name: throttle_lane

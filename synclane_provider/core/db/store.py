@@ -58,6 +58,14 @@ class Finish:
     """What the job's pages landed, all its attempts (the completing page's counts too); None: as last saved."""
 
 
+Windows = timedelta | Sequence[timedelta]
+"""One value for a lane of one window, else one per window (shortest first)."""
+
+
+def _windows(value: Windows) -> list[timedelta]:
+    return [value] if isinstance(value, timedelta) else list(value)
+
+
 @dataclass(frozen=True)
 class Taken:
     """A job a worker has just leased, and the worker it was taken over from (None: it was waiting)."""
@@ -286,11 +294,20 @@ class Store:
         return SavedPage(row["lease_expires_at"], row["stop_reason"], row["throttle_left"] or 0.0, row["owner_paused"])
 
     def take_lane_budget(
-        self, queue: str, lane: str, *, cost: timedelta, tolerance: timedelta, now: datetime | None
+        self,
+        queue: str,
+        lane: str,
+        *,
+        cost: Windows,
+        tolerance: Windows,
+        now: datetime | None,
+        interval: Windows | None = None,
     ) -> float:
-        """Take ``cost`` of the lane's rate budget (``tolerance``: its burst); the seconds to wait before sending."""
+        """Take ``cost`` of the lane's rate budget (``tolerance``: its burst); the seconds to wait before sending.
+        A lane of several windows gives each window's cost and burst, shortest window first. ``interval``, one
+        unit's cost, when ``cost`` is of several units sent at once (default: one unit)."""
         wait, _ = self._take_lane_budget(
-            queue=queue, lane=lane, cost=cost, tolerance=tolerance, now=now, id=None, worker=None
+            queue=queue, lane=lane, cost=cost, tolerance=tolerance, interval=interval, now=now, id=None, worker=None
         )
         return wait
 
@@ -299,20 +316,28 @@ class Store:
         queue: str,
         lane: str,
         *,
-        cost: timedelta,
-        tolerance: timedelta,
+        cost: Windows,
+        tolerance: Windows,
         now: datetime | None,
         job: int,
         worker: str,
     ) -> tuple[float, Clearance | None]:
-        """:meth:`take_lane_budget` before a page, which also says whether the page may go, read in the same
-        statement: ``(wait, clearance)``, the clearance None when the job is no longer the worker's."""
+        """:meth:`take_lane_budget` of one unit before a page, which also says whether the page may go, read in
+        the same statement: ``(wait, clearance)``, the clearance None when the job is no longer the worker's."""
         return self._take_lane_budget(
             queue=queue, lane=lane, cost=cost, tolerance=tolerance, now=now, id=job, worker=worker
         )
 
-    def _take_lane_budget(self, **params: Any) -> tuple[float, Clearance | None]:
-        row = self.session.one("take_lane_budget", **params)
+    def _take_lane_budget(
+        self, *, cost: Windows, tolerance: Windows, interval: Windows | None = None, **params: Any
+    ) -> tuple[float, Clearance | None]:
+        costs, tolerances = _windows(cost), _windows(tolerance)
+        intervals = costs if interval is None else _windows(interval)
+        if not costs or len(costs) != len(tolerances) or len(costs) != len(intervals):
+            raise ValueError(f"a take needs a cost, a burst and an interval for each window, got {cost!r}")
+        # the units after the first need room too: a window lets them go its burst less that room ahead of its turn
+        allowances = [t - (c - i) for c, t, i in zip(costs, tolerances, intervals)]
+        row = self.session.one("take_lane_budget", costs=costs, allowances=allowances, **params)
         assert row is not None
         asked = params["id"] is not None
         clearance = Clearance(row["stop_reason"], row["owner_paused"]) if asked and row["held"] else None

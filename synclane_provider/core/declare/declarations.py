@@ -14,7 +14,7 @@ from datetime import timedelta
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Union
 
-from synclane_provider.core.declare.ratelimit import Rate
+from synclane_provider.core.declare.ratelimit import Rate, checked_limits
 from synclane_provider.core.declare.retry import RetryPolicy
 from synclane_provider.core.declare.stretch import NO_STRETCH, OwnerStretch
 from synclane_provider.core.durations import duration_text
@@ -76,19 +76,13 @@ def _clipped(value: object, limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _checked_rate(where: str, rate: object) -> None:
-    if rate is not None and not isinstance(rate, Rate):
-        raise DeclarationError(
-            f"rate of {where} must be a Rate (e.g. Rate(10, per=timedelta(seconds=1))), got {rate!r}"
-        )
-
-
 @dataclass(frozen=True)
 class Owner:
     """An account to sync for. Owners that share a rate limit share a ``lane``.
 
     ``rate``: the rate budget of the owner's lane, when it differs from the queue's (``Queue(rate=…)``), e.g.
-    an account on a bigger plan. Owners sharing a lane must name the same rate (or none).
+    an account on a bigger plan; several rates for an API that limits several windows at once (see
+    ``Queue.rate``). Owners sharing a lane must name the same rate (or none).
     ``lane_width`` is how many jobs of the lane may run at once (an API that allows k concurrent requests per
     account); 1, the default, is one job at a time. It is the lane's, so owners sharing a lane must name the
     same width (the owner source is refused otherwise). The width travels with every job of the lane into the
@@ -102,7 +96,7 @@ class Owner:
 
     id: str
     lane: str | None = None
-    rate: Rate | None = None
+    rate: Rate | Sequence[Rate] | None = None
     lane_width: int = 1
     every: Mapping[str, timedelta] = field(default_factory=dict, hash=False)
 
@@ -110,7 +104,7 @@ class Owner:
         checked_name("owner id", self.id)
         if self.lane is not None:
             checked_name("owner lane", self.lane)
-        _checked_rate(f"owner {self.id!r}", self.rate)
+        object.__setattr__(self, "rate", checked_limits(f"owner {self.id!r}", self.rate))  # several: a tuple
         if not whole(self.lane_width, 1):
             raise DeclarationError(
                 f"lane_width of owner {self.id!r} must be a whole number of at least 1 (how many of its lane's jobs "
@@ -261,8 +255,10 @@ class Queue:
     retry_max_delay: timedelta = None  # type: ignore[assignment]
     throttle_delay: timedelta = None  # type: ignore[assignment]
     throttle_max_delay: timedelta = None  # type: ignore[assignment]
-    rate: Rate | None = None
-    """The rate budget of each lane of the queue (None: unlimited), unless its owners name their own."""
+    rate: Rate | Sequence[Rate] | None = None
+    """The rate budget of each lane of the queue (None: unlimited), unless its owners name their own: a
+    :class:`Rate`, or several for an API that limits several windows at once (``[Rate(100,
+    per=timedelta(seconds=10)), Rate(250_000, per=timedelta(days=1))]``), every one of which is kept."""
     retention: timedelta | None = None
     max_lag: timedelta | None = None
     owner_stretch: OwnerStretch = _DEFAULT_STRETCH  # OwnerStretch() unless given
@@ -274,7 +270,7 @@ class Queue:
     def __post_init__(self, owner_backoff: OwnerStretch | None) -> None:
         checked_name("queue name", self.name)
         label = f"of queue {self.name!r}"
-        _checked_rate(f"queue {self.name!r}", self.rate)
+        object.__setattr__(self, "rate", checked_limits(f"queue {self.name!r}", self.rate))
         if not callable(self.owners):
             raise DeclarationError(f"owners {label} must be callable (queue name -> owners), got {self.owners!r}")
         object.__setattr__(self, "types", tuple(self.types))

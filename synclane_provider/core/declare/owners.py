@@ -8,6 +8,7 @@ owner source; a caller may name a lane only for an owner the source does not lis
 from __future__ import annotations
 
 from synclane_provider.core.declare.declarations import Owner, Queue
+from synclane_provider.core.declare.ratelimit import describe_limits, limits
 from synclane_provider.core.errors import DeclarationError, OwnerSourceError, UnknownOwnerError
 
 
@@ -55,7 +56,7 @@ def owners_of(queue: Queue) -> list[Owner]:
 
 
 def _rate(owner: Owner) -> str:
-    return owner.rate.describe() if owner.rate is not None else "none"
+    return describe_limits(limits(owner.rate))
 
 
 def resolve_owner(queue: Queue, owner: str | Owner, *, lane: str | None = None) -> Owner:

@@ -7,12 +7,18 @@ been paid for at the declared rate. Taking ``n`` units is one statement that mov
 emission intervals and returns how long the taker must wait before it may send; workers reserve their turn
 instead of retrying, so the waits queue up in order and nobody polls.
 
+APIs often set several limits at once (HubSpot: 100 requests per 10 seconds and 250,000 a day): a lane may
+declare several rates, one per window length (:func:`limits`), and keeps a ``tat`` for each (``tats``, shortest
+window first). A request is sent when *every* window allows it, and each window counts it from that instant,
+so no window is ever exceeded and a long window's quota is never spent faster than its own rate allows.
+
 :func:`reserve` is the same arithmetic in Python, for the docs and the tests; the statement
 ``take_lane_budget`` in ``queries.sql`` is what runs.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -95,6 +101,108 @@ class Rate:
         return f"{text} (burst {self.burst})" if self.burst else text
 
 
+Limits = tuple[Rate, ...]
+"""The rates a lane keeps at once, shortest window first (one, usually; none: no budget)."""
+
+
+def limits(rate: Rate | Sequence[Rate] | None) -> Limits:
+    """The rates declared as ``rate=`` (one :class:`Rate`, several, or None), shortest window first.
+
+    >>> limits(None), limits(Rate(5))
+    ((), (Rate(requests=5, per=datetime.timedelta(seconds=1), burst=0, headroom=0.05),))
+    >>> [r.describe() for r in limits([Rate(250_000, per=timedelta(days=1)), Rate(100, per=timedelta(seconds=10))])]
+    ['100/10 s', '250000/1 day']
+    """
+    if rate is None:
+        return ()
+    if isinstance(rate, Rate):
+        return (rate,)
+    return tuple(sorted(rate, key=lambda r: r.per))
+
+
+def checked_limits(where: str, rate: object) -> Rate | Limits | None:
+    """``rate`` as a declaration may keep it (a Rate, a tuple of Rates, or None), or a DeclarationError naming the
+    bad value: something else than Rates, none at all, or two rates of the same window length."""
+    if rate is None or isinstance(rate, Rate):
+        return rate
+    example = "(e.g. Rate(10, per=timedelta(seconds=1)), or [Rate(100, per=timedelta(seconds=10)), Rate(250_000, per=timedelta(days=1))])"
+    if isinstance(rate, (str, bytes)) or not isinstance(rate, Sequence) or not rate:
+        raise DeclarationError(f"rate of {where} must be a Rate or a list of Rates {example}, got {rate!r}")
+    for one in rate:
+        if not isinstance(one, Rate):
+            raise DeclarationError(f"rate of {where} must be a Rate or a list of Rates {example}, got {one!r} in it")
+    pers = [one.per for one in rate]
+    twice = sorted({per for per in pers if pers.count(per) > 1})
+    if twice:
+        raise DeclarationError(
+            f"rate of {where} declares two rates per {duration_text(twice[0])}: one rate per window length"
+        )
+    return tuple(sorted(rate, key=lambda one: one.per))
+
+
+def describe_limits(rates: Limits) -> str:
+    """``100/10 s, 250000/1 day``; ``none`` for no budget."""
+    return ", ".join(rate.describe() for rate in rates) or "none"
+
+
+def lateness(rates: Limits) -> timedelta:
+    """How late after its turn a request may reach the API and every window still keep to its rate: the least
+    of the rates' :attr:`Rate.lateness`."""
+    return min(rate.lateness for rate in rates)
+
+
+def reserve_all(
+    rates: Limits,
+    tats: Sequence[datetime | None],
+    now: datetime,
+    *,
+    units: int = 1,
+    throttled_until: datetime | None = None,
+) -> tuple[list[datetime], timedelta]:
+    """Take ``units`` of a lane's budget of several windows at ``now``: each window's new theoretical arrival
+    time and the wait, as ``take_lane_budget`` computes them.
+
+    The requests go when every window allows them, and each window counts them from then: a window whose own
+    turn came earlier still reserves from the instant they are sent, so the quiet time another window imposed is
+    not lost to it. ``units`` requests sent at once need room for all of them: a window allows them once its turn
+    less its burst has come for the last of them (``tat + (units - 1) x interval - tolerance``), which keeps
+    every window of ``per`` at ``requests + burst`` however the units come (see :func:`most_units`).
+
+    >>> from datetime import timezone
+    >>> t0 = datetime(2026, 12, 1, tzinfo=timezone.utc)
+    >>> fast, slow = Rate(10, headroom=0), Rate(4, per=timedelta(seconds=2), headroom=0)
+    >>> tats, waits = [None, None], []
+    >>> for _ in range(4):
+    ...     tats, wait = reserve_all((fast, slow), tats, t0)
+    ...     waits.append(wait.total_seconds())
+    >>> waits  # the slower window sets the pace: 4 per 2 s
+    [0.0, 0.5, 1.0, 1.5]
+    >>> [tats, wait] = reserve_all((fast,), [None], t0)
+    >>> reserve_all((fast,), tats, t0, units=3)[1]  # three more at once: room for the third is 0.3 s away
+    datetime.timedelta(microseconds=300000)
+    """
+    if len(tats) != len(rates):
+        raise ValueError(f"{len(rates)} rates and {len(tats)} tats")
+    sent = max(
+        t
+        for t in (
+            now,
+            throttled_until,
+            *(tat + rate.interval * (units - 1) - rate.tolerance for rate, tat in zip(rates, tats) if tat is not None),
+        )
+        if t is not None
+    )
+    return [
+        (max(tat, sent) if tat is not None else sent) + rate.interval * units for rate, tat in zip(rates, tats)
+    ], sent - now
+
+
+def most_units(rates: Limits) -> int:
+    """The most units one take may ask for: what the tightest window allows in any period (``requests +
+    burst``); more could never be sent at once without going over it."""
+    return min(rate.requests + rate.burst for rate in rates)
+
+
 def reserve(
     rate: Rate, tat: datetime | None, now: datetime, *, units: int = 1, throttled_until: datetime | None = None
 ) -> tuple[datetime, timedelta]:
@@ -114,7 +222,5 @@ def reserve(
     >>> reserve(Rate(5, burst=1, headroom=0), tat, t0)[1]  # unless the burst allows it
     datetime.timedelta(0)
     """
-    cost = rate.interval * units
-    start = max(t for t in (tat, now, throttled_until) if t is not None)
-    allowed = max(t for t in (start - rate.tolerance, now, throttled_until) if t is not None)
-    return start + cost, allowed - now
+    [taken], wait = reserve_all((rate,), (tat,), now, units=units, throttled_until=throttled_until)
+    return taken, wait

@@ -221,7 +221,7 @@ class Attempt:
         """The page's turn in its lane's rate budget, and out of any throttle on the lane (none when stopping); raises
         PageNotSent when the page must not go any more."""
         if self.setting.stop.is_set():
-            return Turn(None)
+            return Turn(())
         heard, self.heard = self.heard, True  # a page's cursor save is heard right before the next page
         turn = self.setting.gate.before_page(self.current, throttle_left=self.throttle_left, heard=heard)
         self.waited += turn.waited
@@ -242,7 +242,7 @@ class Attempt:
     def on_turn(self, handler: Callable[[PageJob], object], turn: Turn) -> Callable[[PageJob], object]:
         """The handler, run on the work thread once the page is sure to go on its turn (see LaneGate.keep_turn);
         a lane without a rate has no turn to keep."""
-        if turn.rate is None:
+        if not turn.rates:
             return handler
 
         def page(job: PageJob) -> object:

@@ -53,7 +53,7 @@ from synclane_provider.core.clock import Clock
 from synclane_provider.core.db.store import Clearance, Store
 from synclane_provider.core.declare.declarations import Queue
 from synclane_provider.core.declare.owners import owners_of
-from synclane_provider.core.declare.ratelimit import Rate
+from synclane_provider.core.declare.ratelimit import Limits, describe_limits, lateness, limits, most_units
 from synclane_provider.core.numbers import whole
 from synclane_provider.core.records import Job
 
@@ -75,7 +75,8 @@ class PageNotSent(Exception):
 class Turn:
     """A lane's turn a page (or a ``spend``) holds: the units taken, and the latest instant to send on it."""
 
-    rate: Rate | None
+    rates: Limits
+    """The lane's rates (none: a lane without a budget, whose page has no turn to keep)."""
     units: int = 1
     latest: float = math.inf
     """time.monotonic() after which the turn is missed (infinite: a lane without a rate, or without headroom)."""
@@ -104,11 +105,12 @@ class LaneGate:
         self._stop = stop
         self._refresh = refresh.total_seconds()
         self._log = log or logging.getLogger(__name__)
-        self._rates: dict[str, Rate] = {}
+        self._rates: dict[str, Limits] = {}
         self._read_at: float | None = None
 
-    def rate_of(self, job: Job) -> Rate | None:
-        """The rate budget of the job's lane: its owner's, as the owner source lists it, else the queue's.
+    def limits_of(self, job: Job) -> Limits:
+        """The rates of the job's lane (none, one, or several windows): its owner's, as the owner source lists
+        them, else the queue's.
 
         The owner source is asked at most once per ``refresh`` (the plan interval) per slot; when it fails, the
         rates it gave last are kept, and the queue's rate holds for owners it does not list.
@@ -117,12 +119,12 @@ class LaneGate:
         if self._read_at is None or now - self._read_at >= self._refresh:
             self._read_at = now
             try:
-                self._rates = {o.id: o.rate for o in owners_of(self._queue) if o.rate is not None}
+                self._rates = {o.id: limits(o.rate) for o in owners_of(self._queue) if o.rate is not None}
             except Exception as exc:  # noqa: BLE001 - a budget lookup must not fail the job; the last rates stay
                 self._log.warning(
                     "queue %s: the owner source failed (%s); keeping the rates it gave last", self._queue.name, exc
                 )
-        return self._rates.get(job.owner, self._queue.rate)
+        return self._rates.get(job.owner) or limits(self._queue.rate)
 
     def before_page(self, job: Job, *, throttle_left: float, heard: bool = True) -> Turn:
         """Take one unit of the lane's budget (if it has one), wait until the page may start, and make sure it still
@@ -133,20 +135,20 @@ class LaneGate:
         the job with no wait since (False for a job taken with the previous job's finish and run later). Raises
         :class:`PageNotSent` when the page must not go (see :meth:`_check`).
         """
-        rate = self.rate_of(job)
-        if rate is None:
+        rates = self.limits_of(job)
+        if not rates:
             waited = self._sleep(throttle_left)
             if waited > 0 or not heard:
                 self._check(job, self._store.page_clearance(job.id, worker=self._worker_of(job)), waited=waited)
-            return Turn(None, waited=waited)
-        return self._wait_turn(job, rate, 1, page=True)
+            return Turn((), waited=waited)
+        return self._wait_turn(job, rates, 1, page=True)
 
     def keep_turn(self, job: Job, turn: Turn) -> float:
         """Called immediately before sending: while the turn has been missed, give it up and take (and wait for)
         a new one; seconds waited. Raises :class:`PageNotSent` when the slot is asked to stop meanwhile, and, for a
         page's turn, when the page must not go any more (its new take and its wait are checked as before_page's)."""
         waited = 0.0
-        while turn.rate is not None and time.monotonic() > turn.latest:
+        while turn.rates and time.monotonic() > turn.latest:
             self._log.info(
                 "%s: %.3f s late for its turn in lane %s; taking a new one",
                 job.describe(),
@@ -154,7 +156,7 @@ class LaneGate:
                 job.lane,
             )
             try:
-                turn = self._wait_turn(job, turn.rate, turn.units, page=turn.page)
+                turn = self._wait_turn(job, turn.rates, turn.units, page=turn.page)
             except PageNotSent as held:
                 held.waited += waited
                 raise
@@ -170,10 +172,15 @@ class LaneGate:
         missed meanwhile is taken again, see :meth:`keep_turn`)."""
         if not whole(units, 1):
             raise ValueError(f"spend() takes a positive number of units, got {units!r}")
-        rate = self.rate_of(job)
-        if rate is None:
+        rates = self.limits_of(job)
+        if not rates:
             return timedelta(0)
-        turn = self._wait_turn(job, rate, units)
+        if units > most_units(rates):
+            raise ValueError(
+                f"spend({units}) asks for more than lane {job.lane} may send in any period "
+                f"({describe_limits(rates)}: at most {most_units(rates)} at once)"
+            )
+        turn = self._wait_turn(job, rates, units)
         return timedelta(seconds=turn.waited + self.keep_turn(job, turn))
 
     def throttle(self, job: Job, wait: timedelta) -> None:
@@ -188,7 +195,7 @@ class LaneGate:
             job.describe(),
         )
 
-    def _wait_turn(self, job: Job, rate: Rate, units: int, *, page: bool = False) -> Turn:
+    def _wait_turn(self, job: Job, rates: Limits, units: int, *, page: bool = False) -> Turn:
         """Take ``units`` of the lane's budget and sleep until their turn. The turn is reckoned from the instant
         the take was sent: the database placed it no earlier, so what the answer took to come back counts as
         lateness, never as time in hand.
@@ -196,28 +203,30 @@ class LaneGate:
         A page's turn (``page``) also says whether the page may still go, in the take's own statement; a page
         that then sleeps for its turn asks again once it has slept (see :meth:`_check`)."""
         sent = time.monotonic()
-        cost, now = rate.interval * units, self._clock()
+        costs, now = [rate.interval * units for rate in rates], self._clock()
+        tolerances = [rate.tolerance for rate in rates]
         if page:
             wait, clearance = self._store.take_page_budget(
                 self._queue.name,
                 job.lane,
-                cost=cost,
-                tolerance=rate.tolerance,
+                cost=costs,
+                tolerance=tolerances,
                 now=now,
                 job=job.id,
                 worker=self._worker_of(job),
             )
             self._check(job, clearance, waited=0.0)
         else:
+            intervals = [rate.interval for rate in rates]
             wait = self._store.take_lane_budget(
-                self._queue.name, job.lane, cost=cost, tolerance=rate.tolerance, now=now
+                self._queue.name, job.lane, cost=costs, tolerance=tolerances, interval=intervals, now=now
             )
-        room = rate.lateness.total_seconds() / 2
+        room = lateness(rates).total_seconds() / 2
         latest = sent + wait + room if room > 0 else math.inf
         slept = self._sleep(wait)
         if page and slept > 0:
             self._check(job, self._store.page_clearance(job.id, worker=self._worker_of(job)), waited=slept)
-        return Turn(rate, units, latest, slept, page)
+        return Turn(rates, units, latest, slept, page)
 
     def _check(self, job: Job, clearance: Clearance | None, *, waited: float) -> None:
         """Raise :class:`PageNotSent` when the page must not go: the job's owner was paused or a cancel asked it to

@@ -1,0 +1,221 @@
+"""A lane's budget of several windows (100 per 10 s and 250,000 a day), and takes of several units at once.
+
+Whatever the takes -- their times, their units, how many sessions race for the lane -- no declared window of
+length ``per`` ever holds more than ``requests + burst`` units. The guarantee is checked on the reference
+arithmetic over random schedules (a property test), on the statement against it take by take, and on the
+statement raced by sessions of their own.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Sequence
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from synclane_provider.core import DeclarationError, Job, Operations, Owner, Page, Queue, Rate, WorkerPool
+from synclane_provider.core.db.database import Session
+from synclane_provider.core.db.store import Store
+from synclane_provider.core.declare.ratelimit import Limits, limits, most_units, reserve_all
+from synclane_provider.core.run.lane_gate import LaneGate
+from tests.support.budget_race import max_in_any_window
+from tests.support.helpers import Background, declare, owners, products
+
+T0 = datetime(2026, 12, 1, tzinfo=timezone.utc)
+SECOND = timedelta(seconds=1)
+
+
+def most_in_any_window(sends: Sequence[tuple[datetime, int]], per: timedelta) -> int:
+    """The most units sent within any half-open period of length ``per`` (it suffices to start one at each send)."""
+    ordered = sorted(sends)
+    return max(sum(u for t, u in ordered if start <= t < start + per) for start, _ in ordered)
+
+
+def assert_no_window_exceeded(rates: Limits, sends: Sequence[tuple[datetime, int]]) -> None:
+    for rate in rates:
+        assert most_in_any_window(sends, rate.per) <= rate.requests + rate.burst, (rate, sorted(sends))
+
+
+# --- declared ------------------------------------------------------------------------------------------------------
+
+
+def test_a_lane_may_declare_several_windows_kept_shortest_first():
+    daily, burst = Rate(250_000, per=timedelta(days=1)), Rate(100, per=timedelta(seconds=10))
+    queue = Queue("shops", owners=owners(), types=[products()], rate=[daily, burst])
+    assert queue.rate == (burst, daily)
+    assert limits(queue.rate) == (burst, daily) and limits(Rate(5)) == (Rate(5),) and limits(None) == ()
+    assert Owner("acme", rate=(burst, daily)) == Owner("acme", rate=[daily, burst])  # the same budget
+
+
+@pytest.mark.parametrize(
+    ("rate", "message"),
+    [
+        ([], r"rate of queue 'shops' must be a Rate or a list of Rates .* got \[\]"),
+        ([Rate(5), 10], r"rate of queue 'shops' must be a Rate or a list of Rates .* got 10 in it"),
+        ("10/s", r"rate of queue 'shops' must be a Rate or a list of Rates .* got '10/s'"),
+        ([Rate(5), Rate(8)], r"rate of queue 'shops' declares two rates per 1 s: one rate per window length"),
+    ],
+)
+def test_a_bad_list_of_rates_is_refused_naming_the_value(rate, message):
+    with pytest.raises(DeclarationError, match=message):
+        Queue("shops", owners=owners(), types=[products()], rate=rate)
+
+
+# --- the arithmetic -----------------------------------------------------------------------------------------------
+
+windows = st.lists(
+    st.builds(
+        lambda per_ms, requests, burst, headroom: Rate(
+            requests, per=timedelta(milliseconds=per_ms * requests), burst=burst, headroom=headroom
+        ),
+        per_ms=st.integers(10, 400),
+        requests=st.integers(1, 12),
+        burst=st.integers(0, 4),
+        headroom=st.sampled_from([0, 0.05, 0.2]),
+    ),
+    min_size=1,
+    max_size=3,
+    unique_by=lambda rate: rate.per,
+).map(limits)
+
+
+@settings(max_examples=300, deadline=None)
+@given(rates=windows, schedule=st.lists(st.tuples(st.integers(0, 800), st.integers(1, 1_000)), max_size=60))
+def test_property_no_window_is_exceeded_whatever_the_takes(rates, schedule):
+    """Takes at random instants (several at one instant: sessions racing), each of random units up to what the
+    tightest window allows at once; each sends when its wait says. Every window keeps to requests + burst."""
+    tats: list[datetime | None] = [None] * len(rates)
+    now, sends = T0, []
+    for gap_ms, units_seed in schedule:
+        now += timedelta(milliseconds=gap_ms)
+        units = 1 + units_seed % most_units(rates)
+        tats, wait = reserve_all(rates, tats, now, units=units)
+        sends.append((now + wait, units))
+    if sends:
+        assert_no_window_exceeded(rates, sends)
+
+
+def test_without_room_for_the_units_after_the_first_a_window_would_be_exceeded():
+    """What the property stands on: a take of three units right after one unit must wait until there is room for
+    the third. Reckoned from the first unit's turn alone it goes at 0.1 s, and 11 units land in the first second."""
+    rate = Rate(10, headroom=0)
+    tats, _ = reserve_all((rate,), [None], T0)
+    assert reserve_all((rate,), tats, T0, units=3)[1] == timedelta(milliseconds=300)
+    naive = [(T0, 1), (T0 + timedelta(milliseconds=100), 10)]  # the first unit's turn only, ten units
+    assert most_in_any_window(naive, SECOND) == 11
+
+
+# --- the statement --------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def lane_store(database_url, schema):
+    synclane = declare(schema, products())
+    session = Session(synclane.database(database_url))
+    yield Store(session)
+    session.close()
+
+
+def take(store: Store, rates: Limits, now: datetime, units: int = 1) -> float:
+    return store.take_lane_budget(
+        "shops",
+        "acme",
+        cost=[rate.interval * units for rate in rates],
+        tolerance=[rate.tolerance for rate in rates],
+        interval=[rate.interval for rate in rates],
+        now=now,
+    )
+
+
+def test_the_statement_takes_as_the_reference_arithmetic_says_in_every_window(lane_store, clock):
+    """Two windows, takes of one to three units, a throttle in the middle: each wait is what reserve_all computes."""
+    rates = limits([Rate(10, headroom=0, burst=2), Rate(12, per=timedelta(seconds=3), headroom=0)])
+    rng = random.Random(7)
+    tats: list[datetime | None] = [None, None]
+    throttled_until, got, expected = None, [], []
+    for step in range(30):
+        if step == 12:
+            throttled_until = lane_store.throttle_lane("shops", "acme", wait=timedelta(seconds=2), now=clock())
+        units = rng.randint(1, 3)
+        got.append(take(lane_store, rates, clock(), units))
+        tats, wait = reserve_all(rates, tats, clock(), units=units, throttled_until=throttled_until)
+        expected.append(wait.total_seconds())
+        clock.advance(timedelta(milliseconds=rng.choice([0, 50, 400])))
+    assert got == pytest.approx(expected)
+
+
+def test_sessions_racing_for_a_lane_of_two_windows_never_exceed_either(database_url, schema):
+    """Four sessions take from one lane as fast as they can, units of one to four, each with its own clock
+    reading: what they were told to send never puts more than a window allows in it."""
+    rates = limits([Rate(20, per=SECOND, burst=3), Rate(30, per=timedelta(seconds=4))])
+    synclane = declare(schema, products())
+    sends: list[tuple[datetime, int]] = []
+    lock = threading.Lock()
+
+    def session(seed: int) -> None:
+        rng, store = random.Random(seed), Store(Session(synclane.database(database_url)))
+        try:
+            for _ in range(40):
+                units = rng.randint(1, 4)
+                now = datetime.now(timezone.utc)
+                wait = take(store, rates, now, units)
+                with lock:
+                    sends.append((now + timedelta(seconds=wait), units))
+        finally:
+            store.session.close()
+
+    racers = [Background(lambda seed=seed: session(seed), name=f"session {seed}") for seed in range(4)]
+    for racer in racers:
+        racer.result()
+    assert len(sends) == 160
+    assert_no_window_exceeded(rates, sends)
+
+
+def test_a_spend_of_more_than_the_tightest_window_allows_at_once_is_refused_naming_it(database_url, schema):
+    synclane = declare(schema, products(), rate=[Rate(5, burst=1), Rate(100, per=timedelta(minutes=1))])
+    database = synclane.database(database_url)
+    with Operations(synclane, database) as ops:
+        job = ops.enqueue("shops", "acme", "products")
+    store = Store(Session(database))
+    try:
+        gate = LaneGate(
+            store, synclane.queue("shops"), clock=lambda: None, stop=threading.Event(), refresh=timedelta(minutes=1)
+        )
+        with pytest.raises(ValueError, match=r"spend\(7\) asks for more than lane acme .* at most 6 at once"):
+            gate.spend(job, 7)
+        assert gate.spend(job, 6) == timedelta(0)  # as many as the tightest window allows, at once
+    finally:
+        store.session.close()
+
+
+def test_workers_keep_to_every_window_of_their_lane(database_url, schema):
+    """A lane of 10 a second and 6 per 2 seconds, three slots on two owners of it: the pages start at the longer
+    window's pace, and neither window ever holds more than it allows."""
+    started: list[float] = []
+
+    def page(job: Job) -> Page:
+        started.append(time.monotonic())
+        following = int(job.cursor or 0) + 1
+        return Page(str(following) if following < 3 else None, 1)
+
+    synclane = declare(
+        schema,
+        products(page),
+        owner_source=lambda queue: [Owner("acme-us", lane="acme"), Owner("acme-eu", lane="acme")],
+        rate=[Rate(10), Rate(6, per=timedelta(seconds=2))],
+        concurrency=3,
+    )
+    database = synclane.database(database_url)
+    with Operations(synclane, database) as ops:
+        for owner in ("acme-us", "acme-eu"):
+            for n in range(2):
+                ops.enqueue("shops", owner, "products", key=f"run-{n}")
+    WorkerPool(synclane, database, "shops", slots=3).drain()
+    assert len(started) == 12
+    assert max_in_any_window(started, 2.0) <= 6 and max_in_any_window(started, 1.0) <= 10
+    assert started[-1] - started[0] >= 3.0  # 12 pages at 6 per 2 s (the first 6 at once would be a burst)
