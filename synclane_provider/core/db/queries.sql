@@ -554,7 +554,8 @@ taken AS (
     GROUP BY clock.now
     ON CONFLICT (queue, lane) DO UPDATE
     SET turn_at = {turn_of_b},
-        tats = (SELECT array_agg(greatest(b.tats[w.i], {turn_of_b}) + w.cost ORDER BY w.i) FROM windows AS w)
+        tats = (SELECT array_agg(greatest(b.tats[w.i], turn.at) + w.cost ORDER BY w.i)
+                FROM windows AS w, (SELECT {turn_of_b} AS at) AS turn)
     RETURNING b.turn_at
 )
 SELECT greatest(extract(epoch FROM taken.turn_at - clock.now), 0)::float8 AS wait,
