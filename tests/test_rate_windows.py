@@ -18,7 +18,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from synclane_provider.core import DeclarationError, Job, Operations, Owner, Page, Queue, Rate, WorkerPool
+from synclane_provider.core import (
+    DeclarationError,
+    Job,
+    Operations,
+    Owner,
+    Page,
+    Queue,
+    Rate,
+    UnknownOwnerError,
+    WorkerPool,
+)
 from synclane_provider.core.db.database import Session
 from synclane_provider.core.db.store import Store
 from synclane_provider.core.declare.ratelimit import Limits, limits, most_units, reserve_all
@@ -70,13 +80,14 @@ def test_a_bad_list_of_rates_is_refused_naming_the_value(rate, message):
 
 windows = st.lists(
     st.builds(
-        lambda per_ms, requests, burst, headroom: Rate(
-            requests, per=timedelta(milliseconds=per_ms * requests), burst=burst, headroom=headroom
+        lambda per_ms, requests, burst, headroom, share: Rate(
+            requests, per=timedelta(milliseconds=per_ms * requests), burst=burst, headroom=headroom, share=share
         ),
         per_ms=st.integers(10, 400),
         requests=st.integers(1, 12),
         burst=st.integers(0, 4),
         headroom=st.sampled_from([0, 0.05, 0.2]),
+        share=st.sampled_from([1.0, 0.8, 0.5]),
     ),
     min_size=1,
     max_size=3,
@@ -85,16 +96,21 @@ windows = st.lists(
 
 
 @settings(max_examples=300, deadline=None)
-@given(rates=windows, schedule=st.lists(st.tuples(st.integers(0, 800), st.integers(1, 1_000)), max_size=60))
+@given(
+    rates=windows,
+    schedule=st.lists(st.tuples(st.integers(0, 800), st.integers(1, 1_000), st.booleans()), max_size=60),
+)
 def test_property_no_window_is_exceeded_whatever_the_takes(rates, schedule):
     """Takes at random instants (several at one instant: sessions racing), each of random units up to what the
-    tightest window allows at once; each sends when its wait says. Every window keeps to requests + burst."""
+    tightest window allows at once, by the workers (at their share of the rate) or by the app's own calls (at
+    the whole rate); each sends when its wait says. Every window keeps to requests + burst."""
     tats: list[datetime | None] = [None] * len(rates)
     now, sends = T0, []
-    for gap_ms, units_seed in schedule:
+    for gap_ms, units_seed, by_the_app in schedule:
         now += timedelta(milliseconds=gap_ms)
         units = 1 + units_seed % most_units(rates)
-        tats, wait = reserve_all(rates, tats, now, units=units)
+        taking = tuple(rate.whole for rate in rates) if by_the_app else rates
+        tats, wait = reserve_all(taking, tats, now, units=units)
         sends.append((now + wait, units))
     if sends:
         assert_no_window_exceeded(rates, sends)
@@ -193,21 +209,23 @@ def test_a_spend_of_more_than_the_tightest_window_allows_at_once_is_refused_nami
         store.session.close()
 
 
-def test_workers_keep_to_every_window_of_their_lane(database_url, schema):
-    """A lane of 10 a second and 6 per 2 seconds, three slots on two owners of it: the pages start at the longer
-    window's pace, and neither window ever holds more than it allows."""
+def pages_started(database_url: str, schema: str, rate: object, *, pages: int = 3) -> list[float]:
+    """When each page started, run by three slots: two jobs of ``pages`` pages for each of two owners of lane
+    acme, whose budget is ``rate``."""
     started: list[float] = []
+    lock = threading.Lock()
 
     def page(job: Job) -> Page:
-        started.append(time.monotonic())
+        with lock:
+            started.append(time.monotonic())
         following = int(job.cursor or 0) + 1
-        return Page(str(following) if following < 3 else None, 1)
+        return Page(str(following) if following < pages else None, 1)
 
     synclane = declare(
         schema,
         products(page),
         owner_source=lambda queue: [Owner("acme-us", lane="acme"), Owner("acme-eu", lane="acme")],
-        rate=[Rate(10), Rate(6, per=timedelta(seconds=2))],
+        rate=rate,
         concurrency=3,
     )
     database = synclane.database(database_url)
@@ -216,6 +234,82 @@ def test_workers_keep_to_every_window_of_their_lane(database_url, schema):
             for n in range(2):
                 ops.enqueue("shops", owner, "products", key=f"run-{n}")
     WorkerPool(synclane, database, "shops", slots=3).drain()
+    return sorted(started)
+
+
+def test_workers_keep_to_every_window_of_their_lane(database_url, schema):
+    """A lane of 10 a second and 6 per 2 seconds, three slots on two owners of it: the pages start at the longer
+    window's pace, and neither window ever holds more than it allows."""
+    started = pages_started(database_url, schema, [Rate(10), Rate(6, per=timedelta(seconds=2))])
     assert len(started) == 12
     assert max_in_any_window(started, 2.0) <= 6 and max_in_any_window(started, 1.0) <= 10
     assert started[-1] - started[0] >= 3.0  # 12 pages at 6 per 2 s (the first 6 at once would be a burst)
+
+
+# --- room for the app ----------------------------------------------------------------------------------------------
+
+
+def test_a_share_paces_the_workers_below_the_rate_and_is_checked_when_declared():
+    assert Rate(10, headroom=0, share=0.5).interval == timedelta(milliseconds=200)
+    assert Rate(10, headroom=0, share=0.5).whole == Rate(10, headroom=0)
+    assert Rate(10, share=0.8, burst=2).describe() == "10/1 s (burst 2, share 0.8)"
+    for share in (0, 1.5, True, "half"):
+        with pytest.raises(
+            DeclarationError, match=f"Rate share must be a fraction above 0 and at most 1, got {share!r}"
+        ):
+            Rate(10, share=share)
+
+
+def test_workers_keep_to_their_share_of_the_rate_leaving_the_rest_to_the_app(database_url, schema):
+    """10 a second with a share of a half: twelve pages on three slots never start more than 5 in a second."""
+    started = pages_started(database_url, schema, Rate(10, share=0.5))
+    assert len(started) == 12
+    assert max_in_any_window(started, 1.0) <= 5, started
+
+
+def test_the_apps_own_calls_and_the_workers_together_keep_to_the_lanes_rate(database_url, schema):
+    """Lane acme allows 10 a second; the workers keep to half of it. While two slots run 12 pages, the app makes
+    its own calls through Operations.consume as fast as it is let: together they never put more than 10 in a
+    second, and the app is not starved by the workers."""
+    started: list[float] = []
+    lock = threading.Lock()
+
+    def page(job: Job) -> Page:
+        with lock:
+            started.append(time.monotonic())
+        following = int(job.cursor or 0) + 1
+        return Page(str(following) if following < 6 else None, 1)
+
+    synclane = declare(
+        schema,
+        products(page),
+        owner_source=lambda queue: [Owner("acme-us", lane="acme"), Owner("acme-eu", lane="acme")],
+        rate=Rate(10, share=0.5),
+        concurrency=2,
+    )
+    database = synclane.database(database_url)
+    with Operations(synclane, database) as ops:
+        for owner in ("acme-us", "acme-eu"):
+            ops.enqueue("shops", owner, "products", key="run")
+        workers = Background(WorkerPool(synclane, database, "shops", slots=2).drain, name="workers")
+        app: list[float] = []
+        while len(app) < 12:
+            ops.consume("shops", "acme")
+            app.append(time.monotonic())
+        workers.result()
+    assert len(started) == 12
+    assert max_in_any_window(started + app, 1.0) <= 10, sorted(started + app)
+
+
+def test_consume_refuses_what_it_cannot_take_naming_it(database_url, schema):
+    synclane = declare(schema, products(), rate=[Rate(5, burst=1), Rate(100, per=timedelta(minutes=1))])
+    with Operations(synclane, synclane.database(database_url)) as ops:
+        with pytest.raises(UnknownOwnerError, match="no owner the source of queue 'shops' lists is in lane 'nobody'"):
+            ops.consume("shops", "nobody")
+        with pytest.raises(ValueError, match=r"consume\(7\) asks for more than lane acme .* at most 6 at once"):
+            ops.consume("shops", "acme", 7)
+        with pytest.raises(ValueError, match="consume\\(\\) takes a positive number of units, got 0"):
+            ops.consume("shops", "acme", 0)
+        assert ops.consume("shops", "acme", 6) == timedelta(0)  # an idle lane: at once
+    with Operations(declare(schema, products()), synclane.database(database_url)) as ops:
+        assert ops.consume("shops", "acme", 1_000) == timedelta(0)  # no rate, nothing to wait for

@@ -8,7 +8,7 @@ owner source; a caller may name a lane only for an owner the source does not lis
 from __future__ import annotations
 
 from synclane_provider.core.declare.declarations import Owner, Queue
-from synclane_provider.core.declare.ratelimit import describe_limits, limits
+from synclane_provider.core.declare.ratelimit import Limits, describe_limits, limits
 from synclane_provider.core.errors import DeclarationError, OwnerSourceError, UnknownOwnerError
 
 
@@ -53,6 +53,15 @@ def owners_of(queue: Queue) -> list[Owner]:
                 f"owner {owner.id!r}; owners sharing a lane share its width"
             )
     return list(owners.values())
+
+
+def lane_limits(queue: Queue, lane: str) -> Limits:
+    """The rates of ``lane``: those its owners name (the owner source is asked), else the queue's. Refused with
+    :class:`UnknownOwnerError` naming it when the source lists no owner in the lane."""
+    in_lane = [owner for owner in owners_of(queue) if (owner.lane if owner.lane is not None else owner.id) == lane]
+    if not in_lane:
+        raise UnknownOwnerError(f"no owner the source of queue {queue.name!r} lists is in lane {lane!r}")
+    return limits(in_lane[0].rate) or limits(queue.rate)
 
 
 def _rate(owner: Owner) -> str:

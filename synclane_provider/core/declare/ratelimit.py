@@ -19,7 +19,7 @@ so no window is ever exceeded and a long window's quota is never spent faster th
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from synclane_provider.core.durations import duration_text
@@ -54,6 +54,11 @@ class Rate:
     per: timedelta = timedelta(seconds=1)
     burst: int = 0
     headroom: float = 0.05
+    share: float = 1.0
+    """The share of the rate the workers use (default all of it); the rest is left for the app's own calls to
+    the same API, which take from the same budget with
+    :meth:`Operations.consume <synclane_provider.core.ops.operations.Operations.consume>` at the whole rate, so
+    that both together keep to it."""
 
     def __post_init__(self) -> None:
         if not whole(self.requests, 1):
@@ -68,6 +73,8 @@ class Rate:
             raise DeclarationError(
                 f"Rate headroom must be a fraction from 0 up to (not including) 1, got {self.headroom!r}"
             )
+        if isinstance(self.share, bool) or not isinstance(self.share, (int, float)) or not 0 < self.share <= 1:
+            raise DeclarationError(f"Rate share must be a fraction above 0 and at most 1, got {self.share!r}")
         if self.interval < timedelta(microseconds=1):
             raise DeclarationError(
                 f"Rate of {self.requests} per {duration_text(self.per)} is finer than a microsecond a request, "
@@ -76,8 +83,9 @@ class Rate:
 
     @property
     def interval(self) -> timedelta:
-        """The emission interval: the time one request costs on the lane's clock (``per / requests``, plus headroom)."""
-        return self.per / (self.requests * (1 - self.headroom))
+        """The emission interval: the time one request costs on the lane's clock (``per / requests``, plus headroom,
+        and stretched to the workers' :attr:`share`)."""
+        return self.per / (self.requests * self.share * (1 - self.headroom))
 
     @property
     def lateness(self) -> timedelta:
@@ -86,19 +94,28 @@ class Rate:
         without headroom). A page that would start later than half of it gives its turn up and takes a new one
         (the other half is for the handler's way to the API).
 
-        >>> Rate(2).lateness
-        datetime.timedelta(microseconds=52632)
+        The share left to the app is not room for lateness: the app's own calls may be using it.
+
+        >>> Rate(2).lateness, Rate(2, share=0.5).lateness
+        (datetime.timedelta(microseconds=52632), datetime.timedelta(microseconds=52632))
         """
-        return self.interval * self.requests - self.per
+        return self.whole.interval * self.requests - self.per
+
+    @property
+    def whole(self) -> Rate:
+        """The rate without its share: what the app's own calls take at (see :attr:`share`)."""
+        return replace(self, share=1.0)
 
     @property
     def tolerance(self) -> timedelta:
-        """How far ahead of the rate the lane may run: ``burst`` intervals."""
-        return self.interval * self.burst
+        """How far ahead of the rate the lane may run: ``burst`` intervals of the whole rate (a share paces the
+        workers, it does not widen their burst beyond what the app's calls leave room for)."""
+        return self.whole.interval * self.burst
 
     def describe(self) -> str:
         text = f"{self.requests}/{duration_text(self.per)}"
-        return f"{text} (burst {self.burst})" if self.burst else text
+        extras = [f"burst {self.burst}"] * bool(self.burst) + [f"share {self.share:g}"] * (self.share < 1)
+        return f"{text} ({', '.join(extras)})" if extras else text
 
 
 Limits = tuple[Rate, ...]
@@ -109,7 +126,7 @@ def limits(rate: Rate | Sequence[Rate] | None) -> Limits:
     """The rates declared as ``rate=`` (one :class:`Rate`, several, or None), shortest window first.
 
     >>> limits(None), limits(Rate(5))
-    ((), (Rate(requests=5, per=datetime.timedelta(seconds=1), burst=0, headroom=0.05),))
+    ((), (Rate(requests=5, per=datetime.timedelta(seconds=1), burst=0, headroom=0.05, share=1.0),))
     >>> [r.describe() for r in limits([Rate(250_000, per=timedelta(days=1)), Rate(100, per=timedelta(seconds=10))])]
     ['100/10 s', '250000/1 day']
     """

@@ -13,7 +13,8 @@ from synclane_provider.core.db.database import Database, Session
 from synclane_provider.core.db.store import Store
 from synclane_provider.core.db.transient import Backoff, passes_from_anywhere
 from synclane_provider.core.declare.declarations import Owner, SyncLane, WindowedType, checked_name
-from synclane_provider.core.declare.owners import owners_of, resolve_owner
+from synclane_provider.core.declare.owners import lane_limits, owners_of, resolve_owner
+from synclane_provider.core.declare.ratelimit import describe_limits, most_units
 from synclane_provider.core.errors import DeclarationError, UnknownOwnerError
 from synclane_provider.core.numbers import whole
 from synclane_provider.core.ops import health, resync
@@ -307,6 +308,37 @@ class Operations:
                 cancelled.stopping,
             )
         return cancelled
+
+    def consume(self, queue: str, lane: str, units: int = 1, *, wait: bool = True) -> timedelta:
+        """Take ``units`` of ``lane``'s rate budget for the app's own calls to the same API, at the lane's whole
+        rate: the workers keep to their :attr:`~synclane_provider.core.declare.ratelimit.Rate.share` of it, and
+        both together to the rate, in every window. With ``wait`` (the default) it sleeps until the calls may go;
+        either way it returns how long that was (zero for a lane without a rate). Make the calls right after.
+
+        Refused with the bad value named: an unknown queue, a lane no listed owner is in, ``units`` that are not a
+        positive whole number or more than the lane's tightest window allows at once (``requests + burst``).
+        """
+        rates = tuple(rate.whole for rate in lane_limits(self.synclane.queue(queue), checked_name("lane", lane)))
+        if not whole(units, 1):
+            raise ValueError(f"consume() takes a positive number of units, got {units!r}")
+        if not rates:
+            return timedelta(0)
+        if units > most_units(rates):
+            raise ValueError(
+                f"consume({units}) asks for more than lane {lane} may send in any period "
+                f"({describe_limits(rates)}: at most {most_units(rates)} at once)"
+            )
+        seconds = self.store.take_lane_budget(
+            queue,
+            lane,
+            cost=[rate.interval * units for rate in rates],
+            tolerance=[rate.tolerance for rate in rates],
+            interval=[rate.interval for rate in rates],
+            now=None,
+        )
+        if wait and seconds > 0:
+            time.sleep(seconds)
+        return timedelta(seconds=seconds)
 
     def pause(
         self, queue: str, owner: str, reason: str, *, by: str = "operator", now: datetime | None = None
