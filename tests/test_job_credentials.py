@@ -215,3 +215,26 @@ def test_a_queue_names_its_oauth_connection_and_skew_and_bad_ones_are_refused(sc
         declare(schema, products(), credentials_skew=timedelta(0))
     with pytest.raises(DeclarationError, match="credentials_skew of queue 'shops' must be a timedelta, got 120"):
         declare(schema, products(), credentials_skew=120)
+
+
+def test_a_token_endpoint_that_does_not_answer_fails_the_attempt_for_a_retry_without_counting_against_the_owner(
+    ops, server, slot, handler, clock, admin, schema
+):
+    """Four attempts in a row fail on a token endpoint answering 503 (four tries each): the job waits out the
+    queue's retry backoff each time, and the owner stays healthy, with no failure counted, where four failures
+    of its own would have made it degraded."""
+    connect(ops, server)
+    ops.plan("shops", owner="acme", now=clock.now)
+    for attempt in range(1, 5):
+        server.fail_next(4)
+        result = slot.run_one()
+        assert result is not None and result.outcome is Outcome.FAILED
+        [job] = rows(admin, schema, "owner = 'acme'")
+        assert job["attempt_count"] == attempt and "TokenEndpointUnavailable" in job["error"]
+        assert job["next_run_at"] - clock.now == ops.synclane.queue("shops").retry.retry_delay * 2 ** (attempt - 1)
+        state = ops.owner("shops", "acme")
+        assert (state.health.value, state.consecutive_failures, state.paused) == ("healthy", 0, False)
+        clock.advance(job["next_run_at"] - clock.now)
+    result = slot.run_one()  # the endpoint answers again: the job goes on from where it was
+    assert result is not None and result.outcome is Outcome.COMPLETED
+    assert [cursor for _, cursor, _ in handler.sent] == [None, "50"]

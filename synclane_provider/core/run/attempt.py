@@ -23,6 +23,7 @@ from typing import Any
 import psycopg
 
 from synclane_provider.core.clock import Clock
+from synclane_provider.core.credentials import TokenEndpointUnavailable
 from synclane_provider.core.db.page_transaction import PageTransaction
 from synclane_provider.core.db.store import Finish, Store
 from synclane_provider.core.declare.declarations import JobType, Queue
@@ -138,6 +139,10 @@ class AttemptPage:
     def credentials(self) -> str:
         return self._attempt.setting.tokens.credential(self._job.queue, self._job.owner)
 
+
+NOT_THE_OWNERS_FAULT = (JobThrottled, TokenEndpointUnavailable)
+"""Failures retried without counting against the owner's health: a throttle says "not now", and a token endpoint
+that did not answer is the provider's passing trouble, not "this owner is broken"."""
 
 Ended = RunResult | EndOfAttempt
 """What a step that ends the attempt returns: a result already written (a hand-back, a lost lease), or an end
@@ -337,7 +342,7 @@ class Attempt:
         if isinstance(exc, JobThrottled) and exc.retry_after:  # a named wait (zero is none)
             setting.gate.pause(self.current, exc.retry_after)  # before the finish: its take must see it
         failure = setting.queue.retry.after_failure(self.taken.attempt_count, exc)
-        owner_failed = not isinstance(exc, JobThrottled)  # a throttle says "not now", not "this owner is broken"
+        owner_failed = not isinstance(exc, NOT_THE_OWNERS_FAULT)
         return self.end(failure.status, error=describe_error(exc), delay=failure.delay, owner_failed=owner_failed)
 
     def left_behind(self, why: str) -> RunResult:
