@@ -26,6 +26,7 @@ from synclane_provider.core.metrics import JOBS_FINISHED, NO_METRICS, Metrics
 from synclane_provider.core.records import Job
 from synclane_provider.core.run.lane_gate import LaneGate
 from synclane_provider.core.run.lease import LeaseKeeper
+from synclane_provider.core.run.log_redaction import redact_logs
 from synclane_provider.core.run.runner import (
     DEFAULT_STOP_GRACE,
     INTERRUPT_GRACE,
@@ -89,6 +90,7 @@ class WorkerSlot:
         tokens: TokenSource | None = None,
     ) -> None:
         self.queue = synclane.queue(queue)
+        redact_logs(logger or log)  # a handler logging its credential by mistake shows ***
         self._own_tokens = tokens is None
         self.tokens = tokens or TokenSource(database, Sealer(None), None, skew=self.queue.credentials_skew)
         """Where its pages' ``job.credentials()`` come from: the worker process's, shared by its slots (the pool's,
