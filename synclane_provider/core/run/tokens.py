@@ -16,7 +16,11 @@ process and machine, under a PostgreSQL advisory lock per owner held by a transa
    retried with backoff and, if it lasts, raised as
    :class:`~synclane_provider.core.credentials.TokenEndpointUnavailable`, marking nothing.
 
-Not wired to jobs yet: ``job.credentials()`` will call :meth:`TokenSource.credential`.
+A handler's ``job.credentials()`` calls :meth:`TokenSource.credential` of its worker process's one source (the
+pool's, the worker operator's), built with the queue's OAuth client (``Queue(oauth_conn_id=...)``, read from
+Airflow by ``synclane_provider.hooks.oauth``) and its ``credentials_skew``. Raised out of the handler,
+``CredentialsNeedReconnecting`` pauses the owner (``paused_by='credentials'``) and ``TokenEndpointUnavailable``
+fails the attempt without counting against the owner (``core/run/attempt.py``).
 """
 
 from __future__ import annotations
