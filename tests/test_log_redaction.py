@@ -53,6 +53,14 @@ def test_a_secret_logged_by_any_logger_below_the_worker_s_is_written_as_stars(wr
     assert "at_kept-secret-123" not in log and "abcdef.ghijkl" not in log and "sk_live_abcdef" not in log
 
 
+def test_beside_a_structlog_logger_as_airflow_gives_a_task_the_root_logger_is_redacted(written):
+    structlog = pytest.importorskip("structlog")
+    remember_secret("at_structlog-case-456")
+    redact_logs(structlog.get_logger("airflow.task"))
+    logging.getLogger("a_handler_s_own.client").warning("token at_structlog-case-456")
+    assert "token ***" in written.getvalue() and "at_structlog-case-456" not in written.getvalue()
+
+
 def test_redacting_twice_installs_one_filter(written):
     redact_logs(logging.getLogger("tests.worker"))
     redact_logs(logging.LoggerAdapter(logging.getLogger("tests.worker")))

@@ -35,10 +35,15 @@ REDACTING_FILTER = RedactingFilter()
 """The one filter installed everywhere (so that installing it again adds nothing)."""
 
 
-def redact_logs(logger: logging.Logger | logging.LoggerAdapter[logging.Logger]) -> None:
+def redact_logs(logger: object) -> None:
     """Redact every record written through ``logger``, the loggers it propagates to, and their handlers: the
-    records of any logger below them included (idempotent)."""
-    current: logging.Logger | None = logger.logger if isinstance(logger, logging.LoggerAdapter) else logger
+    records of any logger below them included (idempotent).
+
+    A logger that is not the standard library's (Airflow 3 gives a task a structlog logger, whose output its own
+    secrets masker redacts) is left alone, and the root logger is redacted instead: a handler's own loggers
+    write through it."""
+    given = logger.logger if isinstance(logger, logging.LoggerAdapter) else logger
+    current: logging.Logger | None = given if isinstance(given, logging.Logger) else logging.getLogger()
     while current is not None:
         for filtered in (current, *current.handlers):
             if REDACTING_FILTER not in filtered.filters:
