@@ -5,12 +5,21 @@ from __future__ import annotations
 
 import json
 import re
+from datetime import datetime, timedelta, timezone
 
 import pytest
+from airflow.sdk.exceptions import TaskDeferred
+from cryptography.fernet import Fernet
 
+from synclane_provider.core import Operations
+from synclane_provider.core.credentials import Credentials, Sealer
 from synclane_provider.core.errors import DeclarationError
 from synclane_provider.hooks.oauth import oauth_client
-from tests.support.helpers import declare, products
+from synclane_provider.hooks.synclane import SyncLaneHook
+from synclane_provider.operators.work import SyncLaneWorkOperator
+from tests.support import oauth_declaration
+from tests.support.helpers import declare, products, rows
+from tests.support.oauth_server import OAuthServer
 
 
 def queue(schema, conn_id):
@@ -67,3 +76,38 @@ def test_a_connection_missing_what_a_refresh_needs_is_refused_naming_it(schema, 
     connection(monkeypatch, "shop_oauth", **fields)
     with pytest.raises(DeclarationError, match=re.escape(error)):
         oauth_client(queue(schema, "shop_oauth"))
+
+
+@pytest.mark.airflow
+def test_the_worker_operator_refreshes_an_owners_token_with_the_queues_oauth_connection(
+    provider_schema, admin, monkeypatch
+):
+    key = Fernet.generate_key().decode()
+    monkeypatch.setenv("AIRFLOW__SYNCLANE__CREDENTIALS_KEY", key)
+    declaration = oauth_declaration.synclane
+    oauth_declaration.SENT.clear()
+    with OAuthServer(lifetime=600) as server:
+        connection(
+            monkeypatch, "shop_oauth", host=server.token_url, login=server.client_id, password=server.client_secret
+        )
+        access, refresh = server.grant()
+        expired = datetime.now(timezone.utc) - timedelta(minutes=1)
+        with Operations(declaration, SyncLaneHook().get_database(declaration), sealer=Sealer(key)) as ops:
+            ops.set_credentials(
+                "tokens", "acme", Credentials("oauth", access_token=access, refresh_token=refresh, expires_at=expired)
+            )
+            ops.plan("tokens")
+            worker = SyncLaneWorkOperator(
+                task_id="work",
+                declaration="tests.support.oauth_declaration:synclane",
+                synclane_queue="tokens",
+                idle_timeout=30,
+                deferrable=True,
+                linger=0,
+            )
+            with pytest.raises(TaskDeferred):  # done, nothing more due: it waits for the next job
+                worker.execute({})
+        assert [job["status"] for job in rows(admin, provider_schema, "queue = 'tokens'")] == ["completed"]
+        [first, second] = oauth_declaration.SENT
+        assert first == second and first != access and server.valid(first)
+        assert (server.token_requests, server.invalid_grants) == (1, 0)
