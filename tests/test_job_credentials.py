@@ -9,7 +9,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from cryptography.fernet import Fernet
 
-from synclane_provider.core import Job, Operations, Page, WorkerSlot
+from synclane_provider.core import Job, Operations, Page, WorkerPool, WorkerSlot
 from synclane_provider.core.credentials import Credentials, Sealer
 from synclane_provider.core.errors import DeclarationError
 from synclane_provider.core.page_context import NoPageCredentialsError, PageJob
@@ -238,3 +238,17 @@ def test_a_token_endpoint_that_does_not_answer_fails_the_attempt_for_a_retry_wit
     result = slot.run_one()  # the endpoint answers again: the job goes on from where it was
     assert result is not None and result.outcome is Outcome.COMPLETED
     assert [cursor for _, cursor, _ in handler.sent] == [None, "50"]
+
+
+def test_the_slots_of_a_pool_share_one_token_source_and_refresh_each_owner_once(
+    ops, server, declaration, database, client, handler, clock
+):
+    for owner in ("acme", "globex"):
+        connect(ops, server, owner)
+    ops.plan("shops", now=clock.now)
+    pool = WorkerPool(declaration, database, "shops", slots=2, clock=clock, sealer=Sealer(KEY), oauth=client)
+    summary = pool.drain()
+    assert summary.outcomes["completed"] == 2
+    assert server.token_requests == 2 and server.invalid_grants == 0  # one refresh per owner, for both slots
+    assert {owner for owner, _, _ in handler.sent} == {"acme", "globex"}
+    assert all(server.valid(credential) for _, _, credential in handler.sent)
