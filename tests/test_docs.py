@@ -47,6 +47,7 @@ PAGES: dict[str, tuple[str, ...]] = {
     JOBS_FROM_CODE: (DECLARE,),
     "docs/how-to/resync.md": (DECLARE, JOBS_FROM_CODE),
     "docs/how-to/retention.md": (),
+    "docs/how-to/credentials.md": (),
 }
 """Each page whose python blocks run, and the pages it continues (their blocks run first, in that order)."""
 

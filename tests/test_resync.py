@@ -316,7 +316,7 @@ def test_what_a_run_landed_names_the_windows_each_request_fetched_again(declarat
     ops.plan("shops", owner="globex", now=clock.now)
     with WorkerSlot(declaration, declaration.database(database_url), "shops", clock=clock) as slot:
         summary = slot.drain()
-    extra = summary.landed.extra("shops", "orders")
+    extra = summary.arrivals.extra("shops", "orders")
     assert list(extra["owners"]) == ["globex"]  # where new data landed: the planned jobs alone
     assert extra["jobs"] == len(ops.list_jobs("shops", owner="globex", type="orders"))
     assert extra["resyncs"] == {
@@ -327,7 +327,7 @@ def test_what_a_run_landed_names_the_windows_each_request_fetched_again(declarat
             ]
         }
     }
-    again = type(summary.landed).from_dict(summary.landed.as_dict())  # through XCom and a deferral
+    again = type(summary.arrivals).from_dict(summary.arrivals.as_dict())  # through XCom and a deferral
     assert again.extra("shops", "orders") == extra
 
 

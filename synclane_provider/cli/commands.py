@@ -18,7 +18,7 @@ from synclane_provider.core import DeclarationError, Operations, SyncLaneError
 from synclane_provider.core.credentials import Credentials, CredentialState
 from synclane_provider.core.durations import duration_text
 from synclane_provider.core.ops.monitor import Monitor, OwnerSummary, plain
-from synclane_provider.core.records import OwnerState, ResyncProgress, ResyncRequest
+from synclane_provider.core.records import PAUSED_BY_CREDENTIALS, OwnerState, ResyncProgress, ResyncRequest
 
 
 def _connections_as_airflow_commands_find_them() -> None:
@@ -209,12 +209,18 @@ PROGRESS_COLUMNS = ("owner", "condition", "first_load", "records", "fresh_until"
 """What ``progress`` prints of each owner in a terminal (``--wide``, json and yaml: every field)."""
 
 
+def _condition(condition: str, paused_by: str | None) -> str:
+    """An owner's condition in words: a pause because its credentials need reconnecting says so (the page says
+    it too); ``credentials set`` resumes it."""
+    return "needs reconnecting" if condition == "paused" and paused_by == PAUSED_BY_CREDENTIALS else condition
+
+
 def _progress_row(owner: OwnerSummary) -> dict[str, Any]:
     """One owner as ``progress`` shows it in a terminal: its condition, its first load, records stored, how
     fresh, and its jobs retrying and stuck (deferred or abandoned); durations as the page writes them."""
     return {
         "owner": owner.owner,
-        "condition": owner.condition,
+        "condition": _condition(owner.condition, owner.paused_by),
         "first_load": f"{owner.initial_completed}/{owner.initial_total}{' done' if owner.initial_complete else ''}",
         "records": owner.records,
         "fresh_until": f"{owner.fresh_until:%Y-%m-%d %H:%M}" if owner.fresh_until else "-",
@@ -239,7 +245,7 @@ def _owner_row(state: OwnerState) -> dict[str, Any]:
     reason = state.paused_reason or ""
     return {
         "owner": state.owner,
-        "state": "paused" if state.paused_at else str(state.health),
+        "state": _condition("paused", state.paused_by) if state.paused_at else str(state.health),
         "failures": state.consecutive_failures,
         "paused": f"{state.paused_at:%Y-%m-%d %H:%M} by {state.paused_by or '?'}" if state.paused_at else "",
         "reason": reason if len(reason) <= REASON_WIDTH else reason[: REASON_WIDTH - 1] + "…",

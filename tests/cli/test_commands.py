@@ -271,6 +271,16 @@ def test_a_declaration_in_the_dag_folder_and_a_connection_in_the_metadata_databa
     assert "0008_freshness_index" in synclane("schema", "status", env=user_env)
 
 
+def test_an_owner_whose_credentials_need_reconnecting_is_shown_so_by_owners_and_progress(scene, env):
+    reason = "needs reconnecting: the token endpoint answered invalid_grant"
+    synclane("pause", "globex", "--reason", reason, "--by", "credentials", env=env)
+    [owners_row] = [line for line in synclane("owners", "-o", "plain", env=env).splitlines() if "globex" in line]
+    [progress_row] = [line for line in synclane("progress", "-o", "plain", env=env).splitlines() if "globex" in line]
+    synclane("resume", "globex", env=env)
+    assert owners_row.split()[1:3] == ["needs", "reconnecting"] and "by credentials" in owners_row
+    assert progress_row.split()[1:3] == ["needs", "reconnecting"]
+
+
 def test_a_declaration_found_nowhere_is_an_error_naming_every_place_searched(user_env):
     done = airflow("synclane", "queues", "--declaration", "nowhere_sync:synclane", env=user_env)
     home = Path(user_env["AIRFLOW_HOME"])

@@ -424,3 +424,29 @@ def test_an_operator_requeues_a_refused_snapshot_with_force_from_its_row(
     requeued = job(database_url, operate_schema, scene["abandoned"])
     assert (requeued["status"], requeued["cursor"], requeued["force_deletions"]) == ("pending", "50", True)
     expect(detail.get_by_role("button", name="Requeue with force_deletions")).to_have_count(0)
+
+
+def test_an_owner_whose_credentials_need_reconnecting_reads_so_in_the_owners_view(
+    api_server, scene, browser_page, database_url, operate_schema
+):
+    import psycopg
+    from playwright.sync_api import expect
+    from psycopg import sql
+
+    reason = "needs reconnecting: owner 'initech' of queue 'shops': the token endpoint answered invalid_grant"
+    with psycopg.connect(database_url, autocommit=True) as conn:  # as a worker leaves it (tests/test_job_credentials)
+        conn.execute(
+            sql.SQL(
+                "INSERT INTO {}.owners (queue, owner, paused_at, paused_reason, paused_by) "
+                "VALUES ('shops', 'initech', now(), %s, 'credentials')"
+            ).format(sql.Identifier(operate_schema)),
+            [reason],
+        )
+    expect.set_options(timeout=30_000)
+    frame = _synclane_as_admin(browser_page, api_server)
+    frame.get_by_role("button", name="Owners", exact=True).click()
+    initech = frame.locator("#owners-table tr[data-owner=initech]")
+    expect(initech).to_have_attribute("data-condition", "paused")
+    expect(initech.locator("td.condition")).to_contain_text("needs reconnecting since")
+    expect(initech.locator("td.condition")).to_contain_text(reason)
+    _shot(browser_page, "owners-needs-reconnecting")

@@ -14,6 +14,7 @@ from datetime import timedelta
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Union
 
+from synclane_provider.core.credentials import DEFAULT_SKEW
 from synclane_provider.core.declare.ratelimit import Rate, checked_limits
 from synclane_provider.core.declare.retry import RetryPolicy
 from synclane_provider.core.declare.stretch import NO_STRETCH, OwnerStretch
@@ -266,6 +267,13 @@ class Queue:
     recurring period (see :mod:`~synclane_provider.core.declare.stretch`); None keeps every owner at its period."""
     owner_backoff: InitVar[OwnerStretch | None] = _DEFAULT_STRETCH
     """The earlier name of ``owner_stretch``, still taken as an argument (read ``queue.owner_stretch``)."""
+    oauth_conn_id: str | None = None
+    """The Airflow connection of the app's OAuth client, with which owners' access tokens are refreshed (its host
+    the token URL, login the client id, password the client secret, extra ``{"scopes": "..."}``); None: the
+    queue's owners have API keys, or tokens that are never refreshed."""
+    credentials_skew: timedelta = DEFAULT_SKEW
+    """How long before it expires an owner's access token is refreshed by ``job.credentials()``: longer than a
+    page takes, so that no page outlives the token it started with."""
 
     def __post_init__(self, owner_backoff: OwnerStretch | None) -> None:
         checked_name("queue name", self.name)
@@ -293,6 +301,9 @@ class Queue:
             object.__setattr__(self, setting, getattr(self.retry, setting))
         if self.max_lag is not None:
             self._check_max_lag(self.max_lag, label)
+        if self.oauth_conn_id is not None:
+            checked_name(f"oauth_conn_id {label}", self.oauth_conn_id)
+        _positive(f"credentials_skew {label}", self.credentials_skew)
         object.__setattr__(self, "owner_stretch", self._owner_stretch(owner_backoff, label))
 
     def _owner_stretch(self, owner_backoff: OwnerStretch | None, label: str) -> OwnerStretch:

@@ -239,6 +239,9 @@ function renderLanes(page) {
 }
 
 function conditionText(o) {  // the one answer a person reads, with what makes it so
+  if (o.condition === "paused" && o.paused_by === "credentials") {  // resumed when its credentials are set
+    return `needs reconnecting <span class="muted">since ${when(o.paused_at)}</span><br><span class="error-text">${esc(o.paused_reason)}</span>`;
+  }
   if (o.condition === "paused") {
     return `paused ${when(o.paused_at)} <span class="muted">by ${esc(o.paused_by)}</span><br><span class="error-text">${esc(o.paused_reason)}</span>`;
   }
