@@ -82,6 +82,12 @@ class OAuth:
                     return grant.account if expires > now else None
         return None
 
+    def account_of_refresh(self, refresh_token: str | None) -> str | None:
+        """The account whose grant ``refresh_token`` is (or was) of, or None: for the shop's request log."""
+        with self._lock:
+            grant = self._grants.get(refresh_token or "")
+            return grant.account if grant is not None else None
+
     def refresh(self, form: dict[str, str]) -> tuple[int, dict[str, object]]:
         """The token endpoint's answer to ``form``: (status, JSON body) as RFC 6749 section 5 says."""
         if form.get("client_id") != self.client_id or form.get("client_secret") != self.client_secret:

@@ -7,7 +7,8 @@
     GET  /control/status                                             fault settings, whether healed, rate limits,
                                                                      and counters (200, 429_random, 429_over_limit,
                                                                      429_ignored_wait, 503, unreadable)
-    GET  /control/requests[?after=SEQ]                               what was asked and answered
+    GET  /control/requests[?after=SEQ]                               what was asked and answered (the token
+                                                                     endpoint's answers too, ``resource`` token)
     POST /control/heal                                               the broken page works from now on
     POST /control/break                                              it is broken again (no automatic heal)
     POST /control/settings  {"latency": .., "rate_429": .., "rate_503": ..}
@@ -163,7 +164,7 @@ class ShopRequestHandler(BaseHTTPRequestHandler):
             if method == "GET" and len(parts) == 3 and parts[0] == "accounts" and parts[2] in ("orders", "products"):
                 return self._data(parts[1], parts[2], query)
             if method == "POST" and parts == ["oauth", "token"]:
-                return self._json(*self.server.shop.oauth.refresh(self._form()))
+                return self._token()
             if parts[:1] == ["control"]:
                 return self._control(method, parts[1:], query)
             self._json(404, {"error": f"no such endpoint: {method} {url.path}"})
@@ -224,6 +225,15 @@ class ShopRequestHandler(BaseHTTPRequestHandler):
             shop.oauth.revoke(account)
             log.info("the grant of account %s is revoked after %d page(s)", account, shop.faults.revoke_after_pages)
         self._json(200, {"items": chunk, "next_cursor": next_cursor})
+
+    def _token(self) -> None:
+        """The token endpoint; each answer is in the request log (``resource`` ``token``), never a token."""
+        shop, form = self.server.shop, self._form()
+        status, answer = shop.oauth.refresh(form)
+        entry = {"at": datetime.now(timezone.utc).isoformat(), "resource": "token", "status": status}
+        account = shop.oauth.account_of_refresh(form.get("refresh_token"))
+        shop.record({**entry, "account": account, **({"fault": answer["error"]} if "error" in answer else {})})
+        self._json(status, answer)
 
     def _control(self, method: str, parts: list[str], query: dict) -> None:
         faults = self.server.shop.faults

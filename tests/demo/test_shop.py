@@ -306,6 +306,11 @@ def test_each_refresh_rotates_the_refresh_token_and_a_spent_one_sent_again_revok
     assert refresh(shop, second["refresh_token"])[1]["error"] == "invalid_grant"  # the whole grant is gone
     assert refresh(shop, second["refresh_token"], secret="wrong")[1]["error"] == "invalid_client"
     assert json.loads(get(f"{shop.url}/control/status")[2])["revoked"] == ["initech"]
+    logged = [(e["account"], e["status"], e.get("fault")) for e in shop.shop.requests_after(0)]
+    assert logged == [("initech", 200, None)] * 3 + [("initech", 400, "invalid_grant")] * 2 + [
+        ("initech", 401, "invalid_client")
+    ]
+    assert "access_token" not in json.dumps(list(shop.shop.requests_after(0)))
 
 
 def test_a_revoked_grant_ends_at_its_refresh_and_connecting_again_gives_a_new_one(start_shop):
