@@ -242,7 +242,8 @@ def test_a_revoked_grant_marks_the_owner_needs_reconnecting_until_new_credential
     server.revoke(refresh)
     source = sources()
     with pytest.raises(
-        CredentialsNeedReconnecting, match="acme.*needs reconnecting: the token endpoint answered invalid_grant"
+        CredentialsNeedReconnecting,
+        match="^needs reconnecting: owner 'acme' of queue 'shops': the token endpoint answered invalid_grant",
     ):
         source.credential("shops", "acme")
     [state] = ops.credentials("shops", "acme")

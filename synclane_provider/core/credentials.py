@@ -21,17 +21,33 @@ from typing import Any
 from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 
 from synclane_provider.core.durations import duration_text
-from synclane_provider.core.errors import SyncLaneError
+from synclane_provider.core.errors import OwnerPaused, SyncLaneError
+from synclane_provider.core.records import PAUSED_BY_CREDENTIALS
 from synclane_provider.core.redact import remember_secret
+
+DEFAULT_SKEW = timedelta(minutes=2)
+"""How long before its expiry an access token is refreshed: a page started with it must not outlive it."""
 
 
 class CredentialKeyError(SyncLaneError):
     """No key to seal credentials with, a key that is not a Fernet key, or a table sealed with another key."""
 
 
-class CredentialsNeedReconnecting(SyncLaneError):
-    """The provider refused the owner's grant itself (``invalid_grant``: revoked, or a refresh token used twice):
-    no retry helps, only new credentials from a person (``airflow synclane credentials set OWNER``)."""
+class CredentialsNeedReconnecting(OwnerPaused):
+    """The owner has no credentials a page can use: none set, or the provider refused its grant itself
+    (``invalid_grant``: revoked, or a refresh token used twice). No retry helps, only new credentials from a
+    person (``airflow synclane credentials set OWNER``).
+
+    Raised out of a handler (``job.credentials()`` raises it), it pauses the owner as :class:`OwnerPaused` does,
+    ``paused_by='credentials'`` with the reason ``needs reconnecting: <why>``; setting the owner's credentials
+    resumes it.
+    """
+
+    paused_by = PAUSED_BY_CREDENTIALS
+
+    def __init__(self, why: str) -> None:
+        super().__init__(f"needs reconnecting: {why}")
+        self.why = why
 
 
 class TokenEndpointError(SyncLaneError):

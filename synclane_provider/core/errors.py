@@ -102,9 +102,12 @@ class OwnerPaused(SyncLaneError):
     -- until it is resumed (``Operations.resume``). Its lane-mates run on.
     """
 
+    paused_by = "handler"
+    """``owners.paused_by`` of the pause it makes."""
+
     def __init__(self, reason: str) -> None:
         if not isinstance(reason, str) or not reason.strip():
-            raise ValueError(f"OwnerPaused needs a reason that says why, got {reason!r}")
+            raise ValueError(f"{type(self).__name__} needs a reason that says why, got {reason!r}")
         super().__init__(reason)
         self.reason = reason
 

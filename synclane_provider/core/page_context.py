@@ -5,8 +5,8 @@ handler with a :class:`PageJob`: the same row (every attribute of the job, ``dat
 the :class:`PageContext` of the page it runs, which takes the lane's rate units the page spends, holds the
 transaction its rows land in when their table is in the jobs database, and counts what they did to the table.
 A worker's attempt provides the context (``core/run/attempt.py``); landing (``core/land/``) uses nothing else of
-the worker. Outside a worker a job has no page: :data:`NO_PAGE` spends nothing, has no transaction and counts
-nothing. The page's credentials, when there are some, belong here too.
+the worker. Outside a worker a job has no page: :data:`NO_PAGE` spends nothing, has no transaction, counts
+nothing and has no credentials.
 """
 
 from __future__ import annotations
@@ -15,10 +15,15 @@ from dataclasses import dataclass, field, fields
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
+from synclane_provider.core.errors import SyncLaneError
 from synclane_provider.core.records import Job, LandCounts
 
 if TYPE_CHECKING:
     import psycopg
+
+
+class NoPageCredentialsError(SyncLaneError):
+    """``job.credentials()`` of a job that is not in a worker's page: no worker, no owner's credentials."""
 
 
 class PageContext(Protocol):
@@ -37,6 +42,11 @@ class PageContext(Protocol):
         """Add what one landing did to the page's counts, written to the job's row with its cursor."""
         ...
 
+    def credentials(self) -> str:
+        """The job's owner's current credential: its API key, or an OAuth access token good for at least the
+        queue's ``credentials_skew`` (refreshed first when it is not, once across every process)."""
+        ...
+
 
 class _NoPage:
     """The context of a job outside a worker's page: no budget to take, no transaction, nowhere to count."""
@@ -49,6 +59,12 @@ class _NoPage:
 
     def count_landed(self, counts: LandCounts) -> None:
         return None
+
+    def credentials(self) -> str:
+        raise NoPageCredentialsError(
+            "a job outside a worker's page has no credentials: job.credentials() works in a handler that a worker "
+            "calls (to try a handler by hand, pass it the credential some other way)"
+        )
 
     def __repr__(self) -> str:
         return "NO_PAGE"
@@ -81,6 +97,20 @@ class PageJob(Job):
         budget allows them and returns how long it waited (zero when the lane has no rate).
         """
         return self.context.spend(units)
+
+    def credentials(self) -> str:
+        """The owner's current credential, to send with this page's requests: its API key, or an OAuth access
+        token good for at least the queue's ``credentials_skew`` (refreshed first when it is not: by one caller
+        at a time across every worker, so a rotating refresh token is never sent twice).
+
+        Call it for each page rather than keeping the value: a token kept from an earlier page may have expired.
+        Raises :class:`~synclane_provider.core.credentials.CredentialsNeedReconnecting` when the owner has none
+        that works (none set, or its grant refused): let it out of the handler, and the owner is paused as
+        needing reconnecting until its credentials are set again. Raises
+        :class:`~synclane_provider.core.credentials.TokenEndpointUnavailable` when the token endpoint does not
+        answer: the attempt is retried, and the owner's health is not marked.
+        """
+        return self.context.credentials()
 
 
 _ROW = fields(Job)

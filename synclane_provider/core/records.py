@@ -456,6 +456,10 @@ class Freshness:
 PAUSED_BY_HANDLER = "handler"
 """``owners.paused_by`` of an owner whose handler paused it (raised ``OwnerPaused``)."""
 
+PAUSED_BY_CREDENTIALS = "credentials"
+"""``owners.paused_by`` of an owner whose credentials need reconnecting (a handler raised
+``CredentialsNeedReconnecting``): setting its credentials resumes it."""
+
 
 @dataclass(frozen=True)
 class OwnerState:
@@ -474,7 +478,8 @@ class OwnerState:
     """When it was paused; None: it is not paused. No job of a paused owner is taken."""
     paused_reason: str | None = None
     paused_by: str | None = None
-    """Who paused it: ``handler`` (its handler raised ``OwnerPaused``) or the name an operator gave."""
+    """Who paused it: ``handler`` (its handler raised ``OwnerPaused``), ``credentials`` (they need reconnecting) or
+    the name an operator gave."""
     last_clean_at: datetime | None = None
     """When a job of the owner last completed (a completion also makes it healthy again)."""
     alerted_at: datetime | None = None

@@ -13,10 +13,13 @@ from airflow.sdk import conf
 from airflow.sdk.exceptions import AirflowException
 
 from synclane_provider.assets import alias, emit_landed
+from synclane_provider.configured import credentials_sealer
 from synclane_provider.core import Summary, SyncLane, WorkerSlot
 from synclane_provider.core.durations import duration_text, parse_duration
 from synclane_provider.core.run.landed import Landed
 from synclane_provider.core.run.slot import new_worker_id
+from synclane_provider.core.run.tokens import TokenSource
+from synclane_provider.hooks.oauth import oauth_client
 from synclane_provider.hooks.synclane import SyncLaneHook
 from synclane_provider.operators.base import QueueOperator
 from synclane_provider.stats import AirflowStats
@@ -223,14 +226,18 @@ class SyncLaneWorkOperator(QueueOperator):
         settle = parse_duration("settle", self.settle, positive=False)
         run_until = state.started_at + parse_duration("max_run_time", self.max_run_time)
         resumed_at = _utcnow()
+        database = SyncLaneHook(synclane_conn_id=self.synclane_conn_id).get_database(declaration)
+        # The process's one source of owners' credentials: the key they are sealed with, the queue's OAuth client.
+        tokens = TokenSource(database, credentials_sealer(), oauth_client(queue), skew=queue.credentials_skew)
         worker = WorkerSlot(
             declaration,
-            SyncLaneHook(synclane_conn_id=self.synclane_conn_id).get_database(declaration),
+            database,
             queue.name,
             worker_id=new_worker_id(f"{queue.name}-{self.slot}"),
             logger=self.log,
             give_up_after=self.give_up_after,
             metrics=AirflowStats(),
+            tokens=tokens,
         )
         self._worker = worker
         if self._stop_requested:
@@ -284,6 +291,7 @@ class SyncLaneWorkOperator(QueueOperator):
         finally:
             timer.cancel()
             worker.close()
+            tokens.close()
             self._worker = None
 
     def _trigger(

@@ -1465,8 +1465,8 @@ JOIN unnest(%(owners)s::text[]) AS listed(owner) ON listed.owner = noted.owner
 LEFT JOIN {schema}.owners AS state ON state.queue = %(queue)s AND state.owner = noted.owner;
 
 -- name: claim_owner_alerts
--- The owners of a queue to alert about now, each claimed once: an owner paused by its handler (the event
--- 'paused:<when>') or, failing that, one whose health is failing ('failing:<since>'), whose alerted_for is not
+-- The owners of a queue to alert about now, each claimed once: an owner paused by its handler, or because its
+-- credentials need reconnecting (the event 'paused:<when>') or, failing that, one whose health is failing ('failing:<since>'), whose alerted_for is not
 -- already that event. The claim writes alerted_at and alerted_for in the same statement, so that however many
 -- checks run, and however often, each event is alerted once; a new pause or a new spell of failing is a new
 -- event. A check that names itself (%(claimant)s, e.g. an Airflow task instance's run) writes its name in
@@ -1478,11 +1478,12 @@ LEFT JOIN {schema}.owners AS state ON state.queue = %(queue)s AND state.owner = 
 WITH trouble AS (
     SELECT t.queue, t.owner, t.event FROM (
         SELECT o.queue, o.owner, o.alerted_for, o.alerted_by,
-               CASE WHEN o.paused_at IS NOT NULL AND o.paused_by = 'handler' THEN 'paused:' || o.paused_at::text
+               CASE WHEN o.paused_at IS NOT NULL AND o.paused_by IN ('handler', 'credentials')
+                    THEN 'paused:' || o.paused_at::text
                     ELSE 'failing:' || coalesce(o.failing_since::text, '') END AS event
         FROM {schema}.owners AS o
         WHERE o.queue = %(queue)s
-          AND ((o.paused_at IS NOT NULL AND o.paused_by = 'handler') OR o.health = 'failing')
+          AND ((o.paused_at IS NOT NULL AND o.paused_by IN ('handler', 'credentials')) OR o.health = 'failing')
     ) AS t
     WHERE t.alerted_for IS DISTINCT FROM t.event OR t.alerted_by = %(claimant)s::text
 ),

@@ -364,10 +364,19 @@ class Store:
         return Job.from_row(row) if row else None
 
     def pause_owner_and_release(
-        self, job: Job, *, worker: str, processed_count: int, reason: str, error: str, now: datetime | None
+        self,
+        job: Job,
+        *,
+        worker: str,
+        processed_count: int,
+        reason: str,
+        error: str,
+        now: datetime | None,
+        by: str = PAUSED_BY_HANDLER,
     ) -> Job | None:
-        """Pause the job's owner (by its handler, ``error`` its last error) and hand the job back at its cursor,
-        the attempt not counted, in one statement; None when the lease is lost (the owner is paused all the same)."""
+        """Pause the job's owner (by its handler, or ``by`` what else its handler raised for: ``credentials``;
+        ``error`` its last error) and hand the job back at its cursor, the attempt not counted, in one statement;
+        None when the lease is lost (the owner is paused all the same)."""
         row = self.session.one(
             "pause_owner_and_release",
             id=job.id,
@@ -376,7 +385,7 @@ class Store:
             queue=job.queue,
             owner=job.owner,
             paused_reason=redact(reason),  # a handler's own words, which may quote what it was refused with
-            paused_by=PAUSED_BY_HANDLER,
+            paused_by=by,
             last_error=error,
             now=now,
         )

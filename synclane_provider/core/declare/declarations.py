@@ -14,6 +14,7 @@ from datetime import timedelta
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Union
 
+from synclane_provider.core.credentials import DEFAULT_SKEW
 from synclane_provider.core.declare.backoff import NO_STRETCH, OwnerBackoff
 from synclane_provider.core.declare.ratelimit import Rate
 from synclane_provider.core.declare.retry import RetryPolicy
@@ -260,6 +261,13 @@ class Queue:
     owner_backoff: OwnerBackoff = OwnerBackoff()
     """How owners whose attempts keep failing are backed off: health thresholds and the stretch of their
     recurring period (see :mod:`~synclane_provider.core.declare.backoff`); None keeps every owner at its period."""
+    oauth_conn_id: str | None = None
+    """The Airflow connection of the app's OAuth client, with which owners' access tokens are refreshed (its host
+    the token URL, login the client id, password the client secret, extra ``{"scopes": "..."}``); None: the
+    queue's owners have API keys, or tokens that are never refreshed."""
+    credentials_skew: timedelta = DEFAULT_SKEW
+    """How long before it expires an owner's access token is refreshed by ``job.credentials()``: longer than a
+    page takes, so that no page outlives the token it started with."""
 
     def __post_init__(self) -> None:
         checked_name("queue name", self.name)
@@ -287,6 +295,9 @@ class Queue:
             object.__setattr__(self, setting, getattr(self.retry, setting))
         if self.max_lag is not None:
             self._check_max_lag(self.max_lag, label)
+        if self.oauth_conn_id is not None:
+            checked_name(f"oauth_conn_id {label}", self.oauth_conn_id)
+        _positive(f"credentials_skew {label}", self.credentials_skew)
         if self.owner_backoff is None:
             object.__setattr__(self, "owner_backoff", NO_STRETCH)
         elif not isinstance(self.owner_backoff, OwnerBackoff):

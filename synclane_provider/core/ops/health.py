@@ -9,7 +9,8 @@ What a person must hear about, because nothing in the engine will fix it by itse
   never counts, see ``Operations.freshness``) is further behind now than the queue's ``max_lag``;
 * a **stuck window**: a job abandoned again after ``STUCK_AFTER_REQUEUES`` requeues (said once, instead of
   its abandonment, by the check that sees it);
-* an owner **paused** by its handler (it raised ``OwnerPaused``: its token is gone) or turned **failing** (its
+* an owner **paused** by its handler (it raised ``OwnerPaused``: its token is gone) or because its credentials
+  need reconnecting (``CredentialsNeedReconnecting``), or turned **failing** (its
   attempts kept failing): reported once per event, not on every check while it lasts -- the check claims the
   event on the owner's row (``alerted_at``, ``alerted_for``) in the statement that finds it. A check claims at
   most ``MAX_FINDINGS`` of them, among those not alerted yet, says that more are left, and leaves them to the
@@ -48,7 +49,7 @@ from synclane_provider.core.metrics import (
     QUEUE_WAITING,
     Metrics,
 )
-from synclane_provider.core.records import Freshness, Job, OwnerState
+from synclane_provider.core.records import PAUSED_BY_CREDENTIALS, PAUSED_BY_HANDLER, Freshness, Job, OwnerState
 from synclane_provider.core.states import OwnerCondition, owner_condition
 
 STUCK_AFTER_REQUEUES = 3
@@ -148,7 +149,15 @@ def _lagging(row: Freshness, max_lag: timedelta) -> Finding:
 
 def _owner_in_trouble(state: OwnerState) -> Finding:
     last_error = state.last_error or "no error recorded"
-    if state.paused and state.paused_by == "handler":
+    if state.paused and state.paused_by == PAUSED_BY_CREDENTIALS:
+        return Finding(
+            Problem.PAUSED,
+            state.owner,
+            f"paused: owner {state.owner} {state.paused_reason} (paused at {state.paused_at:%Y-%m-%d %H:%M} UTC); "
+            f"last error: {last_error}; none of its jobs runs until its credentials are set again "
+            f"(airflow synclane credentials set {state.owner})",
+        )
+    if state.paused and state.paused_by == PAUSED_BY_HANDLER:
         return Finding(
             Problem.PAUSED,
             state.owner,

@@ -22,7 +22,16 @@ from synclane_provider.core.plan import planner, retention
 from synclane_provider.core.plan.planner import PlanSummary
 from synclane_provider.core.plan.retention import Pruned
 from synclane_provider.core.plan.rule import instant_key, instant_text
-from synclane_provider.core.records import Activity, Cancelled, Job, OwnerState, Progress, ResyncProgress, ResyncRequest
+from synclane_provider.core.records import (
+    PAUSED_BY_CREDENTIALS,
+    Activity,
+    Cancelled,
+    Job,
+    OwnerState,
+    Progress,
+    ResyncProgress,
+    ResyncRequest,
+)
 from synclane_provider.core.run.landed import Landed
 from synclane_provider.core.run.outcomes import CANCELLED, storable_text
 from synclane_provider.core.states import JobMode, JobStatus
@@ -356,7 +365,9 @@ class Operations:
         self, queue: str, owner: str, credentials: Credentials, *, now: datetime | None = None
     ) -> CredentialState:
         """Keep ``credentials`` as the owner's, encrypted: they replace any set before, and an owner that needed
-        reconnecting no longer does. Returns their state, never a value.
+        reconnecting no longer does. An owner paused because its credentials needed reconnecting (``paused_by``
+        ``credentials``) is resumed, as :meth:`resume` resumes it (what the pause skipped is planned now); a pause
+        by anyone else stays. Returns their state, never a value.
 
         Refused with the bad value named: an unknown queue, an owner the source does not list; and with what is
         missing named when there is no key (``sealer``).
@@ -372,6 +383,8 @@ class Operations:
             now=self.at(now),
         )
         log.info("queue %s: owner %s's credentials set (%s)", queue, listed.id, credentials.kind.value)
+        if self.store.owner(queue, listed.id).paused_by == PAUSED_BY_CREDENTIALS:
+            self.resume(queue, listed.id, now=now)
         return state
 
     def credentials(self, queue: str, owner: str | None = None) -> list[CredentialState]:

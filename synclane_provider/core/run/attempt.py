@@ -35,6 +35,7 @@ from synclane_provider.core.run.lane_gate import LaneGate, PageNotSent, Turn
 from synclane_provider.core.run.lease import LeaseKeeper, why_lost
 from synclane_provider.core.run.outcomes import CANCELLED, describe_error
 from synclane_provider.core.run.results import Outcome, RunResult
+from synclane_provider.core.run.tokens import TokenSource
 from synclane_provider.core.run.work_thread import PageCall, PageLeftBehind, Work, WorkLeft
 from synclane_provider.core.states import JobStatus
 
@@ -42,7 +43,8 @@ from synclane_provider.core.states import JobStatus
 @dataclass(frozen=True)
 class AttemptSetting:
     """What every attempt of one worker slot works with: its store, queue, name, clock, lane gate, transaction
-    for pages landed in the jobs database, metrics and log, and the slot's stop and interrupt flags."""
+    for pages landed in the jobs database, metrics, log and owners' credentials, and the slot's stop and interrupt
+    flags."""
 
     store: Store
     queue: Queue
@@ -52,6 +54,8 @@ class AttemptSetting:
     gate: LaneGate
     metrics: Metrics
     log: logging.Logger | logging.LoggerAdapter[logging.Logger]
+    tokens: TokenSource
+    """Where a page's ``job.credentials()`` come from: the worker process's one TokenSource."""
     interrupted: threading.Event | None = None
     page_transaction: PageTransaction | None = None
     """Where pages land in the jobs database, committed with their cursor (see core.db.page_transaction)."""
@@ -110,7 +114,8 @@ class EndOfAttempt:
 class AttemptPage:
     """The context of one page of an attempt (a :class:`~synclane_provider.core.page_context.PageContext`): the
     units its handler spends are taken from the lane's budget and counted as the attempt's wait, its rows land
-    in the slot's page transaction, and what they did is counted for the page's cursor save."""
+    in the slot's page transaction, what they did is counted for the page's cursor save, and its owner's
+    credentials come from the worker's TokenSource."""
 
     def __init__(self, attempt: Attempt) -> None:
         self._attempt = attempt
@@ -129,6 +134,9 @@ class AttemptPage:
 
     def count_landed(self, counts: LandCounts) -> None:
         self.counts.append(counts)
+
+    def credentials(self) -> str:
+        return self._attempt.setting.tokens.credential(self._job.queue, self._job.owner)
 
 
 Ended = RunResult | EndOfAttempt
@@ -379,6 +387,7 @@ class Attempt:
                 reason=pausing.reason,
                 error=describe_error(pausing.__cause__ or pausing),  # the 401 behind it, when the handler chained it
                 now=setting.clock(),
+                by=pausing.paused_by,  # 'credentials' for CredentialsNeedReconnecting
             )
         if released is None:
             released = setting.read_back(
@@ -394,7 +403,7 @@ class Attempt:
         if pausing is not None:
             result = RunResult(job, Outcome.PAUSED, self.pages, self.records, redact(pausing.reason), waited)
             setting.log.warning(
-                "%s: owner %s paused by its handler (handed back at cursor %s)", result, job.owner, job.cursor
+                "%s: owner %s paused by %s (handed back at cursor %s)", result, job.owner, pausing.paused_by, job.cursor
             )
             return result
         setting.store.notify(setting.queue.name)  # the job is due again: wake an idle worker to take it over

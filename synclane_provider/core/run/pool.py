@@ -8,6 +8,7 @@ from collections.abc import Callable
 from datetime import timedelta
 
 from synclane_provider.core.clock import Clock, database_clock
+from synclane_provider.core.credentials import Sealer
 from synclane_provider.core.db.database import Database
 from synclane_provider.core.declare.declarations import SyncLane
 from synclane_provider.core.errors import DatabaseUnavailableError
@@ -16,6 +17,7 @@ from synclane_provider.core.records import Wakeup
 from synclane_provider.core.run.runner import DEFAULT_STOP_GRACE
 from synclane_provider.core.run.slot import WorkerSlot, new_worker_id
 from synclane_provider.core.run.summary import Summary
+from synclane_provider.core.run.tokens import OAuthClient, TokenSource
 from synclane_provider.core.run.work_thread import Work
 
 log = logging.getLogger("synclane_provider.core.run.worker")
@@ -53,8 +55,13 @@ class WorkerPool:
         poll_interval: timedelta | None = None,
         stop_grace: timedelta = DEFAULT_STOP_GRACE,
         metrics: Metrics = NO_METRICS,
+        sealer: Sealer | None = None,
+        oauth: OAuthClient | None = None,
     ) -> None:
         self.queue = synclane.queue(queue)
+        self.tokens = TokenSource(database, sealer or Sealer(None), oauth, skew=self.queue.credentials_skew)
+        """The owners' credentials of every slot's pages, refreshed once for all of them (``sealer`` opens them;
+        ``oauth`` is the app's OAuth client, None for a queue whose owners have API keys)."""
         self.slots = slots if slots is not None else self.queue.concurrency
         if self.slots < 1:
             raise ValueError(f"slots must be at least 1, got {self.slots}")
@@ -79,6 +86,7 @@ class WorkerPool:
                 stop_grace=stop_grace,
                 let_go=self._finished.is_set,
                 metrics=metrics,
+                tokens=self.tokens,
             )
             for i in range(self.slots)
         ]
@@ -237,6 +245,7 @@ class WorkerPool:
         """Close every slot's connection and lease thread (done by :meth:`drain` and :meth:`run` as they return)."""
         for slot in self._slots:
             slot.close()
+        self.tokens.close()
 
     def __enter__(self) -> "WorkerPool":
         return self

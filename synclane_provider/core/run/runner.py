@@ -20,6 +20,7 @@ from synclane_provider.core.run.lease import LeaseKeeper
 from synclane_provider.core.run.outcomes import describe_error, lost_attempt
 from synclane_provider.core.run.results import Outcome, RunResult
 from synclane_provider.core.run.taking import Taking
+from synclane_provider.core.run.tokens import TokenSource
 from synclane_provider.core.run.work_thread import Work
 from synclane_provider.core.states import JobStatus
 
@@ -54,6 +55,7 @@ class JobRunner:
         lease: LeaseKeeper,
         gate: LaneGate,
         ends: Taking,
+        tokens: TokenSource,
         log: logging.Logger | logging.LoggerAdapter[logging.Logger] | None = None,
         metrics: Metrics = NO_METRICS,
         interrupted: threading.Event | None = None,
@@ -70,6 +72,7 @@ class JobRunner:
             gate,
             metrics,
             log or logging.getLogger(__name__),
+            tokens,
             interrupted,
             page_transaction,
         )

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from datetime import timedelta
 
 from synclane_provider.core.clock import Clock, database_clock
+from synclane_provider.core.credentials import Sealer
 from synclane_provider.core.db.database import Database, Session
 from synclane_provider.core.db.page_transaction import PageTransaction
 from synclane_provider.core.db.store import Store
@@ -34,6 +35,7 @@ from synclane_provider.core.run.runner import (
 )
 from synclane_provider.core.run.summary import Summary
 from synclane_provider.core.run.taking import Taking
+from synclane_provider.core.run.tokens import TokenSource
 from synclane_provider.core.run.work_thread import Work, WorkThread
 from synclane_provider.core.states import JobStatus
 
@@ -84,8 +86,13 @@ class WorkerSlot:
         stop_grace: timedelta = DEFAULT_STOP_GRACE,
         let_go: Callable[[], bool] | None = None,
         metrics: Metrics = NO_METRICS,
+        tokens: TokenSource | None = None,
     ) -> None:
         self.queue = synclane.queue(queue)
+        self._own_tokens = tokens is None
+        self.tokens = tokens or TokenSource(database, Sealer(None), None, skew=self.queue.credentials_skew)
+        """Where its pages' ``job.credentials()`` come from: the worker process's, shared by its slots (the pool's,
+        the worker operator's); a slot given none has one of its own without a key, for queues that use none."""
         self.metrics = metrics
         self.worker_id = worker_id or new_worker_id(queue)
         self.clock = clock
@@ -132,6 +139,7 @@ class WorkerSlot:
             lease=self.lease,
             gate=self.gate,
             ends=self.taking,
+            tokens=self.tokens,
             log=logger or log,
             metrics=metrics,
             interrupted=self.interrupted,
@@ -274,6 +282,8 @@ class WorkerSlot:
             self.lease.close()
             self.session.close()
             self.landing.close()
+            if self._own_tokens:
+                self.tokens.close()
 
     def __enter__(self) -> "WorkerSlot":
         return self

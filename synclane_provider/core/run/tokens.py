@@ -33,6 +33,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from synclane_provider.core.credentials import (
+    DEFAULT_SKEW,
     CredentialKind,
     Credentials,
     CredentialsNeedReconnecting,
@@ -44,9 +45,6 @@ from synclane_provider.core.db.database import Database, Session
 from synclane_provider.core.db.store import Store
 from synclane_provider.core.redact import redact, remember_secret
 
-DEFAULT_SKEW = timedelta(minutes=2)
-"""How long before its expiry an access token is refreshed: a page started with it must not outlive it."""
-
 
 @dataclass(frozen=True, repr=False)
 class OAuthClient:
@@ -55,6 +53,8 @@ class OAuthClient:
     token_url: str
     client_id: str
     client_secret: str | None = None
+    scopes: str | None = None
+    """Asked for with each refresh (``scope``, space-separated), when the provider wants them named again."""
     timeout: float = 10.0
     tries: int = 4
     """Tries of the token endpoint for one refresh while it answers 5xx or 429 or does not answer."""
@@ -66,7 +66,8 @@ class OAuthClient:
 class TokenSource:
     """Hands out each owner's current credential, refreshing OAuth tokens as the module's docstring says.
 
-    ``clock`` gives the time expiry is compared with (the machine's; the token endpoint's ``expires_in`` is
+    ``client`` is None for a queue without ``oauth_conn_id``: its owners' API keys are handed out, an OAuth
+    token that needs refreshing is an error naming that setting. ``clock`` gives the time expiry is compared with (the machine's; the token endpoint's ``expires_in`` is
     counted from it too). Thread-safe; one per process is enough.
     """
 
@@ -74,7 +75,7 @@ class TokenSource:
         self,
         database: Database,
         sealer: Sealer,
-        client: OAuthClient,
+        client: OAuthClient | None,
         *,
         skew: timedelta = DEFAULT_SKEW,
         clock: Callable[[], datetime] = lambda: datetime.now(timezone.utc),
@@ -126,9 +127,7 @@ class TokenSource:
         if row is None:
             raise CredentialsNeedReconnecting(f"owner {owner!r} of queue {queue!r} has no credentials set")
         if row["needs_reconnecting_at"] is not None:
-            raise CredentialsNeedReconnecting(
-                f"owner {owner!r} of queue {queue!r} needs reconnecting: {row['needs_reconnecting_reason']}"
-            )
+            raise CredentialsNeedReconnecting(f"owner {owner!r} of queue {queue!r}: {row['needs_reconnecting_reason']}")
         return self._sealer.open(
             row["sealed"], kind=row["kind"], expires_at=row["expires_at"], whose=f"{queue}/{owner}"
         )
@@ -148,9 +147,9 @@ class TokenSource:
                         f"owner {owner!r} of queue {queue!r}: its access token expired and it has no refresh token"
                     )
                 try:
-                    answer = self._token_request(current.refresh_token)
+                    answer = self._token_request(self._oauth_client(queue), current.refresh_token)
                 except CredentialsNeedReconnecting as refused:
-                    store.credentials_need_reconnecting(queue, owner, reason=str(refused), now=None)
+                    store.credentials_need_reconnecting(queue, owner, reason=refused.why, now=None)
                     refreshed = None
                     error: CredentialsNeedReconnecting | None = refused
                 else:
@@ -160,7 +159,7 @@ class TokenSource:
                     )
             # committed: the rotated refresh token is kept before the new access token is used
             if error is not None:
-                raise CredentialsNeedReconnecting(f"owner {owner!r} of queue {queue!r} needs reconnecting: {error}")
+                raise CredentialsNeedReconnecting(f"owner {owner!r} of queue {queue!r}: {error.why}")
             assert refreshed is not None and refreshed.access_token is not None
             return refreshed.access_token
         finally:
@@ -178,22 +177,33 @@ class TokenSource:
                 remember_secret(value)
         return replace(current, access_token=access_token, refresh_token=rotated, expires_at=expires_at)
 
-    def _token_request(self, refresh_token: str) -> dict[str, Any]:
+    def _oauth_client(self, queue: str) -> OAuthClient:
+        if self._client is None:
+            raise TokenEndpointError(
+                f"queue {queue!r} has no OAuth client to refresh tokens with: set oauth_conn_id of the queue to the "
+                "Airflow connection of the app's OAuth client (its host the token URL, login the client id, "
+                "password the client secret)"
+            )
+        return self._client
+
+    def _token_request(self, client: OAuthClient, refresh_token: str) -> dict[str, Any]:
         """POST the refresh grant; transient answers retried with backoff, ``invalid_grant`` raised as such."""
-        form = {"grant_type": "refresh_token", "refresh_token": refresh_token, "client_id": self._client.client_id}
-        if self._client.client_secret:
-            form["client_secret"] = self._client.client_secret
+        form = {"grant_type": "refresh_token", "refresh_token": refresh_token, "client_id": client.client_id}
+        if client.client_secret:
+            form["client_secret"] = client.client_secret
+        if client.scopes:
+            form["scope"] = client.scopes
         body = urllib.parse.urlencode(form).encode()
         wait, last = 0.2, "no try made"
-        for attempt in range(1, self._client.tries + 1):
+        for attempt in range(1, client.tries + 1):
             request = urllib.request.Request(
-                self._client.token_url,
+                client.token_url,
                 data=body,
                 headers={"Content-Type": "application/x-www-form-urlencoded", "Accept": "application/json"},
                 method="POST",
             )
             try:
-                with urllib.request.urlopen(request, timeout=self._client.timeout) as response:  # noqa: S310
+                with urllib.request.urlopen(request, timeout=client.timeout) as response:  # noqa: S310
                     answer: dict[str, Any] = json.loads(response.read())
                     return answer
             except urllib.error.HTTPError as refused:
@@ -205,10 +215,10 @@ class TokenSource:
                 last = f"{status} {error}"
             except (urllib.error.URLError, TimeoutError, ConnectionError) as lost:
                 last = redact(f"{type(lost).__name__}: {getattr(lost, 'reason', lost)}")
-            if attempt < self._client.tries:
+            if attempt < client.tries:
                 self._sleep(wait)
                 wait *= 2
-        raise TokenEndpointUnavailable(f"the token endpoint failed {self._client.tries} tries, the last: {last}")
+        raise TokenEndpointUnavailable(f"the token endpoint failed {client.tries} tries, the last: {last}")
 
 
 def _oauth_error(refused: urllib.error.HTTPError) -> str:
