@@ -1,4 +1,6 @@
-"""Connect the demo's accounts at the shop and set their tokens as the owners' credentials.
+"""Connect the demo's accounts at the shop and set their tokens as the owners' credentials:
+``python -m synclane_demo.connect`` (docker-compose runs it before Airflow starts; ``scripts/demo`` calls
+:func:`set_initial_credentials` itself).
 
 In a real app each account's owner clicks "Connect your shop" once and the provider hands the app an OAuth
 grant; here the demo's launcher asks the pretend shop for a grant per connected account at start-up (the shop
@@ -11,13 +13,17 @@ connection :data:`OAUTH_CONN_ID` the launcher adds.
 from __future__ import annotations
 
 import json
-import urllib.parse
+import os
 import urllib.request
+from collections.abc import Mapping
 from datetime import datetime, timedelta, timezone
 
+from synclane_demo.processes import wait_for_http
+from synclane_demo.settings import DemoSettings
 from synclane_demo.shop.oauth import CLIENT_ID, CLIENT_SECRET
+from synclane_demo.store import Store
 from synclane_provider.core import Operations
-from synclane_provider.core.credentials import CredentialKind, Credentials, CredentialState
+from synclane_provider.core.credentials import CredentialKind, Credentials, CredentialState, Sealer
 
 OAUTH_CONN_ID = "synclane_demo_shop_oauth"
 """The Airflow connection with the app's OAuth client at the shop: host = token URL, login = client id,
@@ -57,3 +63,29 @@ def grant(shop_url: str, account: str, *, now: datetime | None = None) -> Creden
 def connect_accounts(operations: Operations, queue: str, shop_url: str, accounts: list[str]) -> list[CredentialState]:
     """Connect each of ``accounts`` at the shop and set its tokens as its owner's credentials; their states."""
     return [operations.set_credentials(queue, account, grant(shop_url, account)) for account in accounts]
+
+
+def set_initial_credentials(env: Mapping[str, str]) -> list[CredentialState]:
+    """Connect every connected account of the demo (``env``'s settings) at the shop and set its tokens as its
+    owner's credentials, encrypted with ``AIRFLOW__SYNCLANE__CREDENTIALS_KEY``; their states."""
+    from synclane_demo.sync import build  # the declaration imports this module for OAUTH_CONN_ID
+
+    settings = DemoSettings.from_env(env)
+    synclane = build(settings)
+    accounts = [account for account, _ in Store(settings.database_url, settings.data_schema).connected_accounts()]
+    sealer = Sealer(env.get("AIRFLOW__SYNCLANE__CREDENTIALS_KEY"), named="AIRFLOW__SYNCLANE__CREDENTIALS_KEY")
+    with Operations(synclane, synclane.database(settings.database_url), sealer=sealer) as operations:
+        return connect_accounts(operations, settings.queue, settings.shop_url, accounts)
+
+
+def main() -> None:
+    settings = DemoSettings.from_env()
+    if not settings.database_url:
+        raise SystemExit("set SYNCLANE_DEMO_DATABASE_URL to the database the demo may use")
+    wait_for_http(f"{settings.shop_url.rstrip('/')}/health", timeout=120)
+    states = set_initial_credentials(os.environ)
+    print(f"{len(states)} account(s) connected at {settings.shop_url}: their OAuth tokens are set")
+
+
+if __name__ == "__main__":
+    main()

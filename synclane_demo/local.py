@@ -34,13 +34,9 @@ from cryptography.fernet import Fernet
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from synclane_demo.connect import OAUTH_CONN_ID, connect_accounts, oauth_connection
+from synclane_demo.connect import OAUTH_CONN_ID, oauth_connection, set_initial_credentials
 from synclane_demo.processes import Service, wait_for_http
-from synclane_demo.settings import DemoSettings
 from synclane_demo.store import Store
-from synclane_demo.sync import build
-from synclane_provider.core import Operations
-from synclane_provider.core.credentials import Sealer
 
 PROJECT = Path(__file__).resolve().parent.parent
 DATA_DATABASE = "synclane"
@@ -321,16 +317,6 @@ def demo_credentials_key(root: Path) -> str:
         path.touch(mode=0o600)
         path.write_text(Fernet.generate_key().decode())
     return path.read_text().strip()
-
-
-def set_initial_credentials(env: Mapping[str, str]) -> None:
-    """Connect every connected account at the shop and set its tokens as its owner's credentials."""
-    settings = DemoSettings.from_env(env)
-    synclane = build(settings)
-    accounts = [account for account, _ in Store(settings.database_url, settings.data_schema).connected_accounts()]
-    sealer = Sealer(env["AIRFLOW__SYNCLANE__CREDENTIALS_KEY"], named="the demo's credentials key")
-    with Operations(synclane, synclane.database(settings.database_url), sealer=sealer) as operations:
-        connect_accounts(operations, settings.queue, settings.shop_url, accounts)
 
 
 def banner(port: int, home: Path, shop_url: str, data_url: str) -> str:

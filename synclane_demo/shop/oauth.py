@@ -53,14 +53,17 @@ class OAuth:
         self._lock = threading.Lock()
 
     def connect(self, account: str) -> dict[str, object]:
-        """A new grant for ``account`` (a reconnect: any earlier one of it is revoked), as a token answer."""
+        """A new grant for ``account`` (a reconnect: any earlier one of it is revoked): its ``access_token``,
+        ``refresh_token`` and ``expires_in``, as ``airflow synclane credentials set`` reads them from stdin."""
         with self._lock:
             for grant in self._grants.values():
                 if grant.account == account:
                     grant.revoked = True
             grant = Grant(account, "rt_" + secrets.token_urlsafe(16))
             self._grants[grant.refresh_token] = grant
-            return self._issue(grant)
+            issued = self._issue(grant)
+            del issued["token_type"]
+            return issued
 
     def revoke(self, account: str) -> bool:
         """Revoke the account's grants (the user disconnected the app); False when it had none in force."""

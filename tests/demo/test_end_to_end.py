@@ -47,7 +47,8 @@ from cryptography.fernet import Fernet
 from psycopg import sql
 from psycopg.rows import dict_row
 
-from synclane_demo.local import PROJECT, airflow_environment, airflow_service, set_initial_credentials, wait_for_airflow
+from synclane_demo.connect import set_initial_credentials
+from synclane_demo.local import PROJECT, airflow_environment, airflow_service, wait_for_airflow
 from synclane_demo.processes import Service, wait_for_http
 from synclane_demo.shop.catalogue import Catalogue
 from synclane_demo.store import Store

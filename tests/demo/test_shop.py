@@ -295,9 +295,9 @@ def test_a_data_call_needs_a_good_access_token_of_its_own_account(start_shop):
 def test_each_refresh_rotates_the_refresh_token_and_a_spent_one_sent_again_revokes_the_grant(start_shop):
     shop = start_shop()
     granted = post(f"{shop.url}/control/connect", {"account": "initech"})
-    assert granted["expires_in"] == 300 and granted["token_type"] == "Bearer"
+    assert sorted(granted) == ["access_token", "expires_in", "refresh_token"] and granted["expires_in"] == 300
     status, first = refresh(shop, granted["refresh_token"])
-    assert status == 200 and first["refresh_token"] != granted["refresh_token"]
+    assert status == 200 and first["refresh_token"] != granted["refresh_token"] and first["token_type"] == "Bearer"
     assert get(f"{shop.url}/accounts/initech/products", token=first["access_token"])[0] == 200
     status, second = refresh(shop, first["refresh_token"])
     assert status == 200
