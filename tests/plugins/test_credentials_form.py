@@ -16,9 +16,11 @@ import pytest
 from psycopg import sql
 from psycopg.rows import dict_row
 
+from synclane_provider.core import Operations
 from synclane_provider.core.credentials import Sealer
 from tests.support.api_server import CREDENTIALS_KEY
 from tests.support.browser import shot, synclane_as_admin
+from tests.support.operate_scene import declaration
 
 pytestmark = [pytest.mark.airflow, pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -151,6 +153,21 @@ def test_an_operator_sets_credentials_with_the_owners_views_form_and_sees_only_t
     shot(page, "credentials-4-api-key-form")
     form.get_by_role("button", name="Back").click()
     assert_no_value(frame.locator("body").inner_html().encode())
+
+    # The shop refuses globex's grant at a refresh: the column says so in red, and new credentials clear it.
+    reason = "the token endpoint answered invalid_grant: refresh token reused: grant revoked"
+    with Operations(declaration(operate_schema), declaration(operate_schema).database(database_url)) as operations:
+        operations.store.credentials_need_reconnecting("shops", "globex", reason=reason, now=None)
+    state = globex.locator("td.credentials span.credentials")
+    expect(state).to_have_text(f"needs reconnecting: {reason}")
+    expect(state).to_have_class(re.compile(r"\breconnect\b"))
+    shot(page, "credentials-5-needs-reconnecting")
+    globex.get_by_role("button", name="Set…", exact=True).click()
+    form.locator("input[name=secret]").fill("at_page_clear_7171")
+    form.locator("input[name=refresh_token]").fill("rt_page_clear_7272")
+    form.get_by_role("button", name="Set credentials").click()
+    expect(state).to_have_text("set (oauth)")
+    shot(page, "credentials-6-reconnected")
 
 
 VALUES = ("at_page_clear_7171", "rt_page_clear_7272", "sk_page_clear_7373")
