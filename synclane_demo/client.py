@@ -35,7 +35,8 @@ class UnreadablePage(ShopError):
 
 
 class AccessRevoked(ShopError):
-    """401 or 403: the account's token no longer works; asking again will not help until someone reconnects it."""
+    """401 or 403: the shop refused the access token the engine handed us as good (it refreshes tokens before
+    they expire, and a revoked grant shows at its refresh): something a person should look at."""
 
 
 class AccountNotFound(ShopError):
@@ -56,25 +57,26 @@ def _retry_after(value: str | None) -> float | None:
 
 
 class ShopClient:
-    """Pages through one shop's orders and products over HTTP."""
+    """Pages through one shop's orders and products over HTTP, each call with the account's access token."""
 
     def __init__(self, base_url: str, *, timeout: float = 30.0) -> None:
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
 
-    def orders(self, account: str, since: datetime, until: datetime, cursor: str | None) -> ShopPage:
+    def orders(self, account: str, since: datetime, until: datetime, cursor: str | None, *, token: str) -> ShopPage:
         query = {"since": since.isoformat(), "until": until.isoformat()}
-        return self._page(f"/accounts/{urllib.parse.quote(account)}/orders", query, cursor)
+        return self._page(f"/accounts/{urllib.parse.quote(account)}/orders", query, cursor, token)
 
-    def products(self, account: str, cursor: str | None) -> ShopPage:
-        return self._page(f"/accounts/{urllib.parse.quote(account)}/products", {}, cursor)
+    def products(self, account: str, cursor: str | None, *, token: str) -> ShopPage:
+        return self._page(f"/accounts/{urllib.parse.quote(account)}/products", {}, cursor, token)
 
-    def _page(self, path: str, query: dict[str, str], cursor: str | None) -> ShopPage:
+    def _page(self, path: str, query: dict[str, str], cursor: str | None, token: str) -> ShopPage:
         if cursor is not None:
             query = {**query, "cursor": cursor}
         url = f"{self.base_url}{path}?{urllib.parse.urlencode(query)}"
+        request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})
         try:
-            with urllib.request.urlopen(url, timeout=self.timeout) as response:
+            with urllib.request.urlopen(request, timeout=self.timeout) as response:
                 body = response.read()
         except urllib.error.HTTPError as exc:
             raise self._refusal(exc, path) from None

@@ -1,7 +1,9 @@
 """The two handlers, written the way we tell users to write theirs: one page in, one page stored, one Page out.
 
 A handler is given the job (owner, window, cursor), asks the shop for the
-page that starts at the cursor, lands it in its table in one line (a
+page that starts at the cursor with the owner's OAuth access token as its bearer token (``job.credentials()``:
+the engine refreshes it before it expires, once across every process, and pauses the owner as *needs
+reconnecting* when the shop refuses the grant itself), lands it in its table in one line (a
 :class:`~synclane_provider.core.Destination`: a page that runs twice, or a
 re-sync of what is stored, writes nothing) and says where the next page starts. What the shop said goes back to SyncLane
 as one of three things:
@@ -9,8 +11,9 @@ as one of three things:
 * 429 → :class:`JobThrottled` with the wait from ``Retry-After``: the job, and every job of its lane (acme-us
   and acme-eu share acme's), waits exactly that long.
 * an unknown account → :class:`JobAbandoned`: a retry cannot help, a person should look.
-* a revoked token (401/403) → :class:`OwnerPaused`: nothing can be done for the account until it reconnects;
-  the owner is paused (no more requests for it) until someone resumes it.
+* a token refused (401/403) although the engine handed it as good → :class:`OwnerPaused`: a person should
+  look; the owner is paused (no more requests for it) until someone resumes it. (A revoked grant does not
+  come here: it ends at the token's refresh, in ``job.credentials()``.)
 * anything else (a 503, an unreadable page, a timeout) → the exception itself: an ordinary
   failure, retried with backoff from the same cursor.
 """
@@ -46,8 +49,9 @@ class OrdersHandler:
         self._store = store
 
     def __call__(self, job: Job) -> Page:
+        token = job.credentials()
         with shop_answers():
-            page = self._shop().orders(job.owner, job.window_start, job.window_end, job.cursor)
+            page = self._shop().orders(job.owner, job.window_start, job.window_end, job.cursor, token=token)
         self._store.land_orders(job, page.items)
         return Page(page.next_cursor, len(page.items))
 
@@ -60,7 +64,8 @@ class ProductsHandler:
         self._store = store
 
     def __call__(self, job: Job) -> Page:
+        token = job.credentials()
         with shop_answers():
-            page = self._shop().products(job.owner, job.cursor)
+            page = self._shop().products(job.owner, job.cursor, token=token)
         self._store.land_products(job, page.items, complete=page.next_cursor is None)
         return Page(page.next_cursor, len(page.items))

@@ -8,9 +8,13 @@ the local server, else an embedded one kept in ``.pgdata/demo``) and runs
    ``synclane`` for SyncLane's table and the demo's own, ``synclane_airflow`` for
    Airflow's metadata (a URL that names another database than ``postgres`` is used as it is);
 2. creates the demo's tables and connects its five accounts;
-3. starts the shop and ``airflow standalone``, each in a process group of its own,
-   with ``AIRFLOW_HOME`` in ``.demo/airflow`` and everything else from the environment;
-4. prints where the UI is and how to log in, and stops everything it started on Ctrl-C.
+3. starts the shop, connects each account there (an OAuth grant) and sets its tokens as the owner's
+   credentials, encrypted with the demo's key (``AIRFLOW__SYNCLANE__CREDENTIALS_KEY``, else one made once in
+   ``.demo/credentials.key``);
+4. starts ``airflow standalone``, with the app's OAuth client at the shop as the Airflow connection
+   ``synclane_demo_shop_oauth``; each in a process group of its own, with ``AIRFLOW_HOME`` in ``.demo/airflow``
+   and everything else from the environment;
+5. prints where the UI is and how to log in, and stops everything it started on Ctrl-C.
 """
 
 from __future__ import annotations
@@ -26,9 +30,11 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import psycopg
+from cryptography.fernet import Fernet
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
+from synclane_demo.connect import OAUTH_CONN_ID, oauth_connection, set_initial_credentials
 from synclane_demo.processes import Service, wait_for_http
 from synclane_demo.store import Store
 
@@ -100,10 +106,12 @@ def airflow_environment(
     port: int,
     shop_url: str | None,
     parallelism: int = 6,
+    credentials_key: str | None = None,
 ) -> dict[str, str]:
     """Airflow's settings for the demo. What ``base`` (the environment) sets wins, except ``AIRFLOW_HOME``:
     the demo's Airflow always lives in the project, never in a user's own Airflow home. Without a
-    ``shop_url`` the settings are for another declaration than the demo's (``base`` names it)."""
+    ``shop_url`` the settings are for another declaration than the demo's (``base`` names it).
+    ``credentials_key`` encrypts the owners' credentials."""
     settings = {
         "AIRFLOW_HOME": str(home),
         "AIRFLOW__CORE__DAGS_FOLDER": str(PROJECT / "dags"),
@@ -135,6 +143,9 @@ def airflow_environment(
     }
     if shop_url is not None:
         settings["SYNCLANE_DEMO_SHOP_URL"] = shop_url
+        settings[f"AIRFLOW_CONN_{OAUTH_CONN_ID.upper()}"] = oauth_connection(shop_url)
+    if credentials_key is not None:
+        settings["AIRFLOW__SYNCLANE__CREDENTIALS_KEY"] = credentials_key
     return {**settings, **base, "AIRFLOW_HOME": str(home)}
 
 
@@ -226,7 +237,13 @@ def main(argv: list[str] | None = None) -> None:
     shop_url = f"http://127.0.0.1:{args.shop_port}"
     home = args.home.resolve() / "airflow"
     env = airflow_environment(
-        os.environ, home=home, data_url=data_url, metadata_url=metadata_url, port=args.port, shop_url=shop_url
+        os.environ,
+        home=home,
+        data_url=data_url,
+        metadata_url=metadata_url,
+        port=args.port,
+        shop_url=shop_url,
+        credentials_key=demo_credentials_key(args.home.resolve()),
     )
     log_dir = args.home.resolve() / "logs"
     started: list[Service] = []
@@ -248,6 +265,8 @@ def main(argv: list[str] | None = None) -> None:
         shop = shop_service(env, args.shop_port, log_dir).start()
         started.append(shop)
         wait_for_shop(shop, args.shop_port)
+        print("connecting the accounts at the shop: their OAuth tokens are set as the owners' credentials", flush=True)
+        set_initial_credentials(env)
         print(
             f"starting Airflow (home: {home}; log: {log_dir / 'airflow.log'}); this takes about half a minute",
             flush=True,
@@ -286,6 +305,20 @@ def _interrupt(*_: object) -> None:
     raise KeyboardInterrupt
 
 
+def demo_credentials_key(root: Path) -> str:
+    """The key the demo encrypts owners' credentials with: the environment's, else one made once in ``root``
+    (kept, so that credentials set in an earlier run can still be read)."""
+    given = os.environ.get("AIRFLOW__SYNCLANE__CREDENTIALS_KEY")
+    if given:
+        return given
+    path = root / "credentials.key"
+    if not path.exists():
+        root.mkdir(parents=True, exist_ok=True)
+        path.touch(mode=0o600)
+        path.write_text(Fernet.generate_key().decode())
+    return path.read_text().strip()
+
+
 def banner(port: int, home: Path, shop_url: str, data_url: str) -> str:
     password = admin_password(home)
     login = (
@@ -296,6 +329,8 @@ SyncLane demo is running.
 
   Airflow UI   http://localhost:{port}    ({login})
   The shop     {shop_url}/control/status   (heal the broken page: curl -X POST {shop_url}/control/heal)
+  Credentials  each account's OAuth tokens are set; umbrella's grant is revoked after its first pages:
+               see the Owners view, and docs/tutorials/demo.md to reconnect it
   The jobs     psql "{data_url}" -c "select id, owner, type, status, cursor, processed_count, attempt_count, error from synclane.jobs order by id"
 
 Press Ctrl-C to stop everything the demo started.

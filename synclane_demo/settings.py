@@ -12,7 +12,7 @@ delays and lease.
     SYNCLANE_DEMO_QUEUE          the queue's name                     (shops)
     SYNCLANE_DEMO_HORIZON, _SLICE, _ORDERS_EVERY, _OVERLAP, _PRODUCTS_EVERY, _MAX_LAG
     SYNCLANE_DEMO_CONCURRENCY, _MAX_ATTEMPTS, _LEASE, _RETRY_DELAY, _RETRY_MAX_DELAY,
-    SYNCLANE_DEMO_THROTTLE_DELAY, _THROTTLE_MAX_DELAY, _POLL_INTERVAL, _SHOP_TIMEOUT
+    SYNCLANE_DEMO_THROTTLE_DELAY, _THROTTLE_MAX_DELAY, _POLL_INTERVAL, _SHOP_TIMEOUT, _CREDENTIALS_SKEW
     SYNCLANE_DEMO_RATES          the rate budget per lane, requests a second  (acme=2: the shop's limit for acme)
 
 Durations are written ``90s``, ``5m``, ``2h`` or ``730d`` (a bare number is seconds).
@@ -60,6 +60,8 @@ class DemoSettings:
     throttle_max_delay: timedelta = timedelta(minutes=1)
     poll_interval: timedelta = timedelta(seconds=5)
     shop_timeout: timedelta = timedelta(seconds=30)
+    credentials_skew: timedelta = timedelta(minutes=2)
+    """How long before an account's access token expires it is refreshed (the shop's last 5 minutes)."""
     rates: str = "acme=2"
     """The rate budget of each lane that has one, in requests a second: ``lane=N[,lane=N]`` (see :func:`lane_rates`)."""
 

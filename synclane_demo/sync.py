@@ -1,4 +1,5 @@
-"""The demo's SyncLane declaration: one queue, ``shops``, with ``products`` and ``orders`` for every connected account.
+"""The demo's SyncLane declaration: one queue, ``shops``, with ``products`` and ``orders`` for every connected account,
+each account's OAuth tokens refreshed with the app's client at the shop (the connection ``synclane_demo_shop_oauth``).
 
 Airflow's operators load it by import path, ``synclane_demo.sync:synclane``.
 Importing it opens no connection (DAG files are parsed often); settings come
@@ -11,6 +12,7 @@ from __future__ import annotations
 import functools
 
 from synclane_demo.client import ShopClient
+from synclane_demo.connect import OAUTH_CONN_ID
 from synclane_demo.handlers import OrdersHandler, ProductsHandler
 from synclane_demo.owners import ConnectedAccounts
 from synclane_demo.settings import DemoSettings
@@ -38,6 +40,8 @@ def build(settings: DemoSettings) -> SyncLane:
                         overlap=settings.overlap,
                     ),
                 ],
+                oauth_conn_id=OAUTH_CONN_ID,  # the app's OAuth client at the shop: the launcher adds it
+                credentials_skew=settings.credentials_skew,
                 concurrency=settings.concurrency,
                 lease=settings.lease,
                 max_lag=settings.max_lag,

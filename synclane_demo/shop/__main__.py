@@ -15,6 +15,7 @@ import sys
 from synclane_demo.shop.catalogue import Catalogue
 from synclane_demo.shop.faults import Faults
 from synclane_demo.shop.limits import Limits, parse_limits
+from synclane_demo.shop.oauth import DEFAULT_LIFETIME, OAuth
 from synclane_demo.shop.server import Shop, ShopServer
 
 
@@ -53,9 +54,15 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     add(
         "--revoke-account",
         default=_env("revoke_account", "umbrella"),
-        help="the account whose token the shop revokes on its own after its first pages; empty: none",
+        help="the account whose grant the shop revokes on its own after its first pages; empty: none",
     )
     add("--revoke-after-pages", type=int, default=int(_env("revoke_after_pages", "2")))
+    add(
+        "--token-lifetime",
+        type=float,
+        default=float(_env("token_lifetime", str(DEFAULT_LIFETIME))),
+        help="seconds an access token is good for (refresh tokens rotate at each refresh)",
+    )
     add("--history-days", type=int, default=int(_env("history_days", "730")))
     add("--orders-per-day", default=_env("orders_per_day", "2-8"), help="LOW-HIGH orders per account and day")
     return parser.parse_args(argv)
@@ -76,7 +83,8 @@ def build(args: argparse.Namespace) -> ShopServer:
         revoke_account=args.revoke_account or None,
         revoke_after_pages=args.revoke_after_pages,
     )
-    return ShopServer((args.host, args.port), Shop(catalogue, faults, Limits(args.rate_limits)))
+    oauth = OAuth(lifetime=args.token_lifetime)
+    return ShopServer((args.host, args.port), Shop(catalogue, faults, Limits(args.rate_limits), oauth))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -86,7 +94,7 @@ def main(argv: list[str] | None = None) -> None:
     faults = server.shop.faults
     logging.info(
         "shop listening on %s (latency %.2fs, rate limits %s, 429 %.0f%%, 503 %.0f%%; %s's orders page 2 around %s "
-        "broken, heals %s; %s's token revoked after %d page(s))",
+        "broken, heals %s; %s's grant revoked after %d page(s); access tokens last %.0fs)",
         server.url,
         faults.latency,
         ", ".join(f"{seller} {n}/s" for seller, n in server.shop.limits.per_second.items()) or "none",
@@ -97,6 +105,7 @@ def main(argv: list[str] | None = None) -> None:
         f"after {faults.heal_after:.0f}s" if faults.heal_after is not None else "when told",
         faults.revoke_account,
         faults.revoke_after_pages,
+        server.shop.oauth.lifetime,
     )
     try:
         server.serve_forever()

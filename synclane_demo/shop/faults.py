@@ -1,5 +1,5 @@
 """What goes wrong at the shop, on purpose: slowness, 429s, 503s, one broken page that heals, and one
-account whose token the shop revokes.
+account whose grant the shop revokes.
 
 Random faults come from one seeded generator, so a given seed and request
 order give the same faults. The broken page is not random at all: the second
@@ -8,9 +8,10 @@ one instant ``broken_days_ago`` days before the day the shop started, is
 unreadable every time until the shop heals (told so, or ``heal_after`` passed).
 With windows cut in 30-day slices from midnight, that is exactly one slice.
 
-The revoked token is not random either: once the shop has served ``revoke_after_pages`` pages to
-``revoke_account`` (its first job, mid-way), it revokes that account's token on its own, as when a user
-disconnects the app, and every call for it answers 401 until ``/control/restore``. It happens once.
+The revoked grant is not random either: once the shop has served ``revoke_after_pages`` pages to
+``revoke_account`` (its first job, mid-way), it revokes that account's OAuth grant on its own, as when a user
+disconnects the app: its access token works out its few minutes, then its refresh answers ``invalid_grant``,
+until the account connects again (``/control/connect``) and its new tokens are set. It happens once.
 """
 
 from __future__ import annotations
@@ -50,9 +51,9 @@ class Faults:
     heal_after: float | None = 600.0
     """Seconds after start when the broken page heals by itself (None: only when told)."""
     revoke_account: str | None = "umbrella"
-    """The account whose token the shop revokes on its own (None: only ``/control/revoke`` revokes one)."""
+    """The account whose grant the shop revokes on its own (None: only ``/control/revoke`` revokes one)."""
     revoke_after_pages: int = 2
-    """How many pages the shop serves ``revoke_account`` before it revokes its token (0: it never does)."""
+    """How many pages the shop serves ``revoke_account`` before it revokes its grant (0: it never does)."""
     started: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
 
     def __post_init__(self) -> None:

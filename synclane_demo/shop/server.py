@@ -7,14 +7,23 @@
     GET  /control/status                                             fault settings, whether healed, rate limits,
                                                                      and counters (200, 429_random, 429_over_limit,
                                                                      429_ignored_wait, 503, unreadable)
-    GET  /control/requests[?after=SEQ]                               what was asked and answered
+    GET  /control/requests[?after=SEQ]                               what was asked and answered (the token
+                                                                     endpoint's answers too, ``resource`` token)
     POST /control/heal                                               the broken page works from now on
     POST /control/break                                              it is broken again (no automatic heal)
     POST /control/settings  {"latency": .., "rate_429": .., "rate_503": ..}
-    POST /control/revoke    {"account": ..}                          its token is revoked: every call answers 401
-                                                                     (the shop revokes ``revoke_account``'s on its
-                                                                     own after its first pages: see faults.py)
-    POST /control/restore   {"account": ..}                          its token works again
+    POST /control/connect   {"account": ..}                          the account connects the app: a new grant,
+                                                                     answered with its access and refresh token
+    POST /control/revoke    {"account": ..}                          its grant is revoked: its refresh answers
+                                                                     invalid_grant (the shop revokes
+                                                                     ``revoke_account``'s on its own after its first
+                                                                     pages: see faults.py)
+    POST /oauth/token       grant_type=refresh_token&refresh_token=..&client_id=..&client_secret=..
+                                                                     a new access token and a rotated refresh
+                                                                     token (see oauth.py)
+
+Every data request carries ``Authorization: Bearer <access token>`` of the account it asks about; without one
+that is good now the answer is 401.
 
 A page is ``{"items": [...], "next_cursor": "50" | null}``; the cursor is an
 offset. The request log is what lets a test prove that a retried job asked
@@ -31,11 +40,12 @@ import time
 from collections import deque
 from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, parse_qsl, urlsplit
 
 from synclane_demo.shop.catalogue import ACCOUNTS, Catalogue, page
 from synclane_demo.shop.faults import UNREADABLE, Fault, Faults
 from synclane_demo.shop.limits import Limits
+from synclane_demo.shop.oauth import OAuth
 
 log = logging.getLogger(__name__)
 
@@ -50,14 +60,18 @@ class Shop:
     """The shop's state, shared by every request thread: its data, its faults and its request log."""
 
     def __init__(
-        self, catalogue: Catalogue | None = None, faults: Faults | None = None, limits: Limits | None = None
+        self,
+        catalogue: Catalogue | None = None,
+        faults: Faults | None = None,
+        limits: Limits | None = None,
+        oauth: OAuth | None = None,
     ) -> None:
         self.catalogue = catalogue or Catalogue()
         self.faults = faults or Faults()
         self.limits = limits or Limits()
+        self.oauth = oauth or OAuth()
+        """The accounts' grants: who may call, and the token endpoint."""
         self.requests: deque[dict] = deque(maxlen=REQUEST_LOG_SIZE)
-        self.revoked: set[str] = set()
-        """Accounts whose token the shop has revoked: every call for them answers 401 until restored."""
         self._sequence = 0
         self._lock = threading.Lock()
 
@@ -128,6 +142,16 @@ class ShopRequestHandler(BaseHTTPRequestHandler):
             raise BadRequest("the body must be a JSON object")
         return value
 
+    def _form(self) -> dict[str, str]:
+        """A form-encoded body (the token endpoint's, as OAuth sends it)."""
+        length = int(self.headers.get("Content-Length") or 0)
+        return dict(parse_qsl(self.rfile.read(length).decode())) if length else {}
+
+    def _bearer(self) -> str | None:
+        """The access token of ``Authorization: Bearer …``, or None."""
+        scheme, _, token = (self.headers.get("Authorization") or "").partition(" ")
+        return token.strip() or None if scheme.lower() == "bearer" else None
+
     def _route(self, method: str) -> None:
         url = urlsplit(self.path)
         parts = [p for p in url.path.split("/") if p]
@@ -139,6 +163,8 @@ class ShopRequestHandler(BaseHTTPRequestHandler):
                 return self._json(200, {"items": [vars(a) for a in ACCOUNTS.values()]})
             if method == "GET" and len(parts) == 3 and parts[0] == "accounts" and parts[2] in ("orders", "products"):
                 return self._data(parts[1], parts[2], query)
+            if method == "POST" and parts == ["oauth", "token"]:
+                return self._token()
             if parts[:1] == ["control"]:
                 return self._control(method, parts[1:], query)
             self._json(404, {"error": f"no such endpoint: {method} {url.path}"})
@@ -167,9 +193,9 @@ class ShopRequestHandler(BaseHTTPRequestHandler):
         if account not in ACCOUNTS:
             shop.record({**entry, "status": 404})
             return self._json(404, {"error": f"no account {account!r}"})
-        if account in shop.revoked:
-            shop.record({**entry, "status": 401, "fault": "revoked"})
-            return self._json(401, {"error": f"the token of account {account!r} was revoked"})
+        if shop.oauth.account_of(self._bearer()) != account:
+            shop.record({**entry, "status": 401, "fault": "token"})
+            return self._json(401, {"error": "invalid_token", "error_description": f"no valid token for {account!r}"})
         if refusal is not None:
             shop.record({**entry, "status": 429, "fault": refusal.reason})
             return self._json(429, {"error": "slow down"}, {"Retry-After": str(refusal.retry_after)})
@@ -196,22 +222,35 @@ class ShopRequestHandler(BaseHTTPRequestHandler):
         shop.limits.count("200")
         shop.record({**entry, "status": 200, "count": len(chunk), "next_cursor": next_cursor})
         if shop.faults.revokes_after(account):
-            shop.revoked.add(account)
-            log.info("the token of account %s is revoked after %d page(s)", account, shop.faults.revoke_after_pages)
+            shop.oauth.revoke(account)
+            log.info("the grant of account %s is revoked after %d page(s)", account, shop.faults.revoke_after_pages)
         self._json(200, {"items": chunk, "next_cursor": next_cursor})
+
+    def _token(self) -> None:
+        """The token endpoint; each answer is in the request log (``resource`` ``token``), never a token."""
+        shop, form = self.server.shop, self._form()
+        status, answer = shop.oauth.refresh(form)
+        entry = {"at": datetime.now(timezone.utc).isoformat(), "resource": "token", "status": status}
+        account = shop.oauth.account_of_refresh(form.get("refresh_token"))
+        shop.record({**entry, "account": account, **({"fault": answer["error"]} if "error" in answer else {})})
+        self._json(status, answer)
 
     def _control(self, method: str, parts: list[str], query: dict) -> None:
         faults = self.server.shop.faults
         if method == "GET" and parts == ["status"]:
             shop = self.server.shop
-            return self._json(200, {**faults.status(), **shop.limits.status(), "revoked": sorted(shop.revoked)})
-        if method == "POST" and parts in (["revoke"], ["restore"]):
+            return self._json(200, {**faults.status(), **shop.limits.status(), **shop.oauth.status()})
+        if method == "POST" and parts in (["connect"], ["revoke"]):
             account = self._body().get("account")
             if account not in ACCOUNTS:
                 raise BadRequest(f"no account {account!r} to {parts[0]}")
-            (self.server.shop.revoked.add if parts == ["revoke"] else self.server.shop.revoked.discard)(account)
-            log.info("the token of account %s is %s", account, "revoked" if parts == ["revoke"] else "restored")
-            return self._json(200, {"revoked": sorted(self.server.shop.revoked)})
+            oauth = self.server.shop.oauth
+            if parts == ["connect"]:
+                log.info("account %s connected the app: a new grant", account)
+                return self._json(200, oauth.connect(account))
+            oauth.revoke(account)
+            log.info("the grant of account %s is revoked", account)
+            return self._json(200, {"revoked": oauth.status()["revoked"]})
         if method == "GET" and parts == ["requests"]:
             after = int((query.get("after") or ["0"])[0])
             return self._json(200, {"items": self.server.shop.requests_after(after)})

@@ -12,9 +12,10 @@ API is accepted; without one the answer is 401, with one that may not, 403.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import datetime
+from datetime import datetime, timezone
 from importlib import resources
 from typing import Any
 
@@ -24,6 +25,7 @@ from pydantic import BaseModel, Field
 
 from synclane_provider.configured import shared_operations
 from synclane_provider.core import DeclarationError, Operations, SyncLaneError, UnknownQueueError
+from synclane_provider.core.credentials import CredentialKind, Credentials
 from synclane_provider.core.errors import UnknownJobTypeError, UnknownOwnerError
 from synclane_provider.core.ops.monitor import MAX_LISTING, Monitor, plain
 
@@ -74,6 +76,32 @@ class PauseBody(BaseModel):
 
 class ResumeBody(BaseModel):
     owner: str = Field(description="the paused owner to resume")
+
+
+class CredentialsBody(BaseModel):
+    """What the page's credentials form sends. Every field is optional to the schema, so that a refusal (422)
+    never quotes the body back with its values: what is missing is named by :class:`Credentials` instead."""
+
+    owner: str | None = Field(None, description="the owner whose credentials these are")
+    kind: str | None = Field(None, description="'api_key' or 'oauth'")
+    api_key: str | None = Field(None, description="the API key (kind api_key)")
+    access_token: str | None = Field(None, description="the OAuth access token (kind oauth)")
+    refresh_token: str | None = Field(None, description="the OAuth refresh token (kind oauth)")
+    expires_in: float | None = Field(None, description="seconds until the access token expires (kind oauth)")
+
+    def credentials(self, *, now: datetime) -> Credentials:
+        """The credentials, read by the one reader of a person's credentials (``Credentials.from_text``), which
+        checks them and names what is wrong, never a value. Only the fields of the chosen kind are read."""
+        if self.kind not in {kind.value for kind in CredentialKind}:
+            raise ValueError(f"unknown credential kind {self.kind!r}: one of api_key, oauth")
+        fields = ("api_key",) if self.kind == CredentialKind.API_KEY.value else _OAUTH_FIELDS
+        given = {name: getattr(self, name) for name in fields if getattr(self, name) not in (None, "")}
+        if self.kind == CredentialKind.API_KEY.value and not given:
+            raise ValueError("credentials of kind api_key need an api_key")
+        return Credentials.from_text(json.dumps(given), now=now)
+
+
+_OAUTH_FIELDS = ("access_token", "refresh_token", "expires_in")
 
 
 class ResyncBody(BaseModel):
@@ -299,7 +327,7 @@ def _job_actions() -> APIRouter:
 
 
 def _owner_actions(user_name: Callable[[], Any]) -> APIRouter:
-    """Pause and resume an owner, recording who did."""
+    """Pause and resume an owner, recording who did; set its credentials."""
     router = APIRouter()
 
     @router.post(
@@ -325,6 +353,24 @@ def _owner_actions(user_name: Callable[[], Any]) -> APIRouter:
         return {
             **plain(state),
             "message": f"Resumed owner {state.owner} of queue {queue}: its jobs go on from their cursors.",
+        }
+
+    @router.post(
+        "/api/queues/{queue}/credentials",
+        summary="Set an owner's credentials (an API key, or OAuth tokens): kept encrypted, answered with their state,"
+        " never a value",
+    )
+    def set_credentials(queue: str, body: CredentialsBody) -> dict[str, Any]:
+        if not body.owner:
+            raise HTTPException(400, "owner is required: the owner whose credentials these are")
+        with _answering() as operations:
+            now = operations.at(None) or datetime.now(timezone.utc)
+            state = operations.set_credentials(queue, body.owner, body.credentials(now=now), now=now)
+        described = state.describe(now)
+        return {
+            "owner": state.owner,
+            "credentials": described,
+            "message": f"Credentials of owner {state.owner} of queue {queue} set: {described}.",
         }
 
     return router

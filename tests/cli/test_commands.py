@@ -405,14 +405,11 @@ def test_a_secret_in_a_handlers_error_is_in_no_listing(scene, env, database_url,
     assert "api_key=***" in outputs[0]
 
 
-CREDENTIALS_KEY = "xvUk6wzWq7pXZb8x0K1bG1m2yXq5x8u1rN3ZkWq3c2E="
-
-
 def credentials(*args: str, env: dict[str, str], stdin: str = "") -> subprocess.CompletedProcess[str]:
     """``airflow synclane credentials …`` with ``stdin`` as its input (the way a value is handed over)."""
     return subprocess.run(
         [str(Path(sys.executable).parent / "airflow"), "synclane", "credentials", *args],
-        env={"AIRFLOW__SYNCLANE__CREDENTIALS_KEY": CREDENTIALS_KEY, **env},
+        env=env,  # with the credentials key of tests.support.api_server.airflow_env
         cwd=PROJECT,
         input=stdin,
         capture_output=True,

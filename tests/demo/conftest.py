@@ -13,20 +13,32 @@ from synclane_demo.settings import DemoSettings
 from synclane_demo.shop.catalogue import Catalogue
 from synclane_demo.shop.faults import Faults
 from synclane_demo.shop.limits import Limits
+from synclane_demo.shop.oauth import DEFAULT_LIFETIME, OAuth
 from synclane_demo.shop.server import Shop, ShopServer
 from tests.support.database import drop_schemas
 
 
 @pytest.fixture
 def start_shop() -> Iterator:
-    """Start a shop with the given faults (no token revoked on its own unless given), rate limits (none unless
-    given) and catalogue on a free port; stopped after the test."""
+    """Start a shop with the given faults (no grant revoked on its own unless given), rate limits (none unless
+    given), access token lifetime and catalogue on a free port; stopped after the test."""
     started: list[ShopServer] = []
 
-    def start(*, catalogue: Catalogue | None = None, rate_limits: dict[str, int] | None = None, **faults) -> ShopServer:
+    def start(
+        *,
+        catalogue: Catalogue | None = None,
+        rate_limits: dict[str, int] | None = None,
+        token_lifetime: float = DEFAULT_LIFETIME,
+        **faults,
+    ) -> ShopServer:
         settings = {"latency": 0.0, "rate_429": 0.0, "rate_503": 0.0, "heal_after": None, "revoke_account": None}
         settings.update(faults)
-        shop = Shop(catalogue or Catalogue(history_days=120), Faults(**settings), Limits(rate_limits or {}))
+        shop = Shop(
+            catalogue or Catalogue(history_days=120),
+            Faults(**settings),
+            Limits(rate_limits or {}),
+            OAuth(lifetime=token_lifetime),
+        )
         server = ShopServer(("127.0.0.1", 0), shop)
         started.append(server.start())
         return server

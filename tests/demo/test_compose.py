@@ -18,8 +18,10 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
+from synclane_demo.connect import OAUTH_CONN_ID, oauth_connection
 from synclane_demo.settings import DemoSettings
 from synclane_demo.shop.__main__ import parse as parse_shop_args
+from synclane_provider.core.credentials import Sealer
 
 ROOT = Path(__file__).resolve().parents[2]
 IMAGE_ROOT = "/opt/synclane/"
@@ -221,6 +223,11 @@ def test_the_commands_and_settings_it_uses_are_ours():
     settings = DemoSettings.from_env(env)
     assert settings.shop_url == "http://shop:8081" and settings.database_url.endswith("@postgres:5432/synclane")
     assert env["AIRFLOW_CONN_SYNCLANE_DEFAULT"].endswith("@postgres:5432/synclane")
+    # the app's OAuth client at the shop service, a key for the owners' credentials, and each account connected
+    assert json.loads(env[f"AIRFLOW_CONN_{OAUTH_CONN_ID.upper()}"]) == json.loads(oauth_connection(settings.shop_url))
+    Sealer(env["AIRFLOW__SYNCLANE__CREDENTIALS_KEY"])  # a Fernet key
+    for name in ("airflow", "airflow-init"):
+        assert "python -m synclane_demo.connect && " in services[name]["command"][-1], name
     assert "synclane_airflow" in env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"]
     assert "synclane_airflow" in (ROOT / "docker/postgres-init.sql").read_text()
     json.dumps(compose())  # nothing YAML-only (dates, anchors left unresolved) in it

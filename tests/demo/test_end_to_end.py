@@ -9,10 +9,15 @@ One scenario runs once for the module (it takes minutes); each test asserts one 
    then twice more while jobs run: once with Ctrl-C (SIGINT), once while the restarted scheduler is still
    handing out the slots' retries; within two minutes of the last start every slot works again;
 3. wait until everything settled: all completed except globex's broken slice, abandoned at cursor 50, and
-   umbrella's jobs, waiting: the shop revoked its token after its first two pages, its handler paused it;
-4. heal the shop, requeue through a manual run of ``synclane_requeue``; restore umbrella's token at the shop
-   and resume it through the SyncLane page's API, as the page's Resume button does; wait until every job
-   completed.
+   umbrella's jobs, waiting: the shop revoked its OAuth grant after its first two pages, its next token refresh
+   was refused (``invalid_grant``) and the engine paused it as needing reconnecting;
+4. heal the shop, requeue through a manual run of ``synclane_requeue``; connect umbrella at the shop again and
+   set its new tokens through the SyncLane page's API, as the Owners view's credentials form does, which
+   resumes it; wait until every job completed.
+
+The shop's access tokens live a minute and the queue refreshes them two minutes ahead: every page's
+``job.credentials()`` refreshes its owner's token, with refresh tokens that rotate (a refresh token sent twice
+would revoke the grant), from three worker processes at once.
 
 Meanwhile ``synclane_health`` runs every minute (it fails once the slice is abandoned, and once when umbrella
 is paused) and Airflow sends its metrics to a StatsD socket of the test's own.
@@ -38,9 +43,11 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from cryptography.fernet import Fernet
 from psycopg import sql
 from psycopg.rows import dict_row
 
+from synclane_demo.connect import set_initial_credentials
 from synclane_demo.local import PROJECT, airflow_environment, airflow_service, wait_for_airflow
 from synclane_demo.processes import Service, wait_for_http
 from synclane_demo.shop.catalogue import Catalogue
@@ -55,7 +62,9 @@ pytestmark = [pytest.mark.airflow, pytest.mark.slow, pytest.mark.timeout(2400)]
 
 QUEUE = "shops"
 REVOKED = "umbrella"
-"""The account whose token the shop revokes after its first two pages (its products, at cursor 100)."""
+"""The account whose grant the shop revokes after its first two pages (its products, at cursor 100)."""
+KEY = Fernet.generate_key().decode()
+"""The key owners' credentials are encrypted with (``[synclane] credentials_key``)."""
 SCALE = {
     # 90 days in 30-day slices: three slices per account, the second holding globex's broken page
     "SYNCLANE_DEMO_HORIZON": "90d",
@@ -69,6 +78,7 @@ SCALE = {
     "SYNCLANE_DEMO_THROTTLE_MAX_DELAY": "4s",
     "SYNCLANE_DEMO_POLL_INTERVAL": "2s",
     "SYNCLANE_IDLE_TIMEOUT": "20",
+    "SYNCLANE_DEMO_CREDENTIALS_SKEW": "2m",
 }
 SHOP = [
     "--latency",
@@ -91,6 +101,8 @@ SHOP = [
     REVOKED,
     "--revoke-after-pages",
     "2",
+    "--token-lifetime",
+    "60",
 ]
 
 
@@ -113,6 +125,8 @@ class Scenario:
     final: list[dict] = field(default_factory=list)
     samples: list[list[dict]] = field(default_factory=list)
     requests: list[dict] = field(default_factory=list)
+    """The shop's data requests (``tokens``: its token endpoint's answers)."""
+    tokens: list[dict] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
     logs: Path | None = None
     health_failed: dict = field(default_factory=dict)
@@ -230,6 +244,7 @@ def scenario(database_url: str, tmp_path_factory, airflow_metadata) -> Scenario:
         port=api_port,
         shop_url=f"http://127.0.0.1:{shop_port}",
         parallelism=6,
+        credentials_key=KEY,
     )
     sampler = Sampler(database_url, jobs_schema)
     try:
@@ -244,6 +259,7 @@ def scenario(database_url: str, tmp_path_factory, airflow_metadata) -> Scenario:
         )
         run.samples = sampler.samples  # filled while the scenario runs
         Store(database_url, data_schema).prepare()
+        set_initial_credentials(env)  # as the launcher does: each account connected at the shop
         sampler.start()
 
         # 1. Airflow starts; planning runs; the worker slots drain.
@@ -350,11 +366,18 @@ def scenario(database_url: str, tmp_path_factory, airflow_metadata) -> Scenario:
         [run.paused_on_page] = run.api.get(f"/synclane/api/queues/{QUEUE}/owners", owner=REVOKED)["items"]
 
         # 4. The shop heals; a manual run of the requeue DAG; the slice completes from cursor 50. The revoked
-        # token is restored, and the account resumed as the page's Resume button does; its jobs complete.
+        # account connects again and its new tokens are set as the Owners view's form sets them, which resumes it.
         run.shop("/control/heal", {})
-        run.shop("/control/restore", {"account": REVOKED})
+        granted = run.shop("/control/connect", {"account": REVOKED})
         run.requeue_seq = run.resume_seq = run.last_seq()
-        run.resumed = run.api.post(f"/synclane/api/queues/{QUEUE}/resume", {"owner": REVOKED})
+        run.resumed = run.api.post(
+            f"/synclane/api/queues/{QUEUE}/credentials",
+            {
+                "owner": REVOKED,
+                "kind": "oauth",
+                **{k: granted[k] for k in ("access_token", "refresh_token", "expires_in")},
+            },
+        )
         created = run.api.post(
             "/api/v2/dags/synclane_requeue/dagRuns", {"logical_date": None, "conf": {"owner": "globex"}}
         )
@@ -383,7 +406,9 @@ def scenario(database_url: str, tmp_path_factory, airflow_metadata) -> Scenario:
             explain=explain,
         )
         run.timings["done"] = time.monotonic() - started
-        run.requests = run.shop("/control/requests")["items"]
+        answered = run.shop("/control/requests")["items"]
+        run.requests = [e for e in answered if e["resource"] != "token"]
+        run.tokens = [e for e in answered if e["resource"] == "token"]
         run.metrics = statsd.received(prefix="airflow.synclane.")
         sampler.stop()  # the promises are checked on its samples: a sampler that died fails here
         yield run
@@ -678,22 +703,37 @@ def test_metrics_arrived_from_the_real_task_processes(scenario):
         assert {kind for _, kind, _ in got[f"airflow.synclane.queue.{gauge}.shops"]} == {"g"}, gauge
 
 
-def test_the_revoked_account_was_paused_alerted_once_and_completed_from_its_cursors_after_restore_and_resume(
+def test_every_token_refresh_succeeded_but_the_revoked_accounts_last(scenario):
+    """Three worker processes refreshed every owner's token at each page: a rotated refresh token never sent
+    twice (the shop would have revoked that grant, and that owner would wait, not complete)."""
+    refused = [e for e in scenario.tokens if e["status"] != 200]
+    assert [(e["account"], e["status"], e.get("fault")) for e in refused] == [(REVOKED, 400, "invalid_grant")]
+    refreshed = {e["account"] for e in scenario.tokens if e["status"] == 200}
+    assert refreshed == {"acme-us", "acme-eu", "globex", "initech", REVOKED}
+
+
+def test_the_revoked_account_was_paused_as_needs_reconnecting_alerted_once_and_completed_from_its_cursors_after_new_credentials(
     scenario,
 ):
-    before = [e for e in scenario.requests if e["account"] == REVOKED and e["seq"] <= scenario.resume_seq]
-    answered = [e["status"] for e in before if e.get("fault") in (None, "revoked")]  # not a random 429 or 503
-    assert answered == [200, 200, 401], before  # two pages, then the revoked token once
-    assert before[-1]["status"] == 401  # and not one request more until it was resumed
+    pages = [e for e in scenario.requests if e["account"] == REVOKED and e["seq"] <= scenario.resume_seq]
+    answered = [e["status"] for e in pages if e.get("fault") is None]  # not a random 429 or 503
+    assert answered == [200, 200], pages  # two pages, then its grant was revoked
+    [refused] = [e for e in scenario.tokens if e["account"] == REVOKED and e["status"] != 200]
+    assert refused["seq"] > pages[-1]["seq"] and refused.get("fault") == "invalid_grant"  # its next refresh
+    assert not [
+        e for e in scenario.requests if refused["seq"] < e["seq"] <= scenario.resume_seq and e["account"] == REVOKED
+    ]
     waiting = [r for r in scenario.settled if r["owner"] == REVOKED]
     assert {r["status"] for r in waiting} <= {"pending", "failed", "completed"}
     assert any(r["status"] != "completed" for r in waiting)
     # a job that had pages (its products, unless a random 503 sent it aside) waited at its cursor
     interrupted = [r for r in waiting if r["status"] != "completed" and int(r["cursor"] or 0) > 0]
     assert interrupted, waiting
-    # the SyncLane page's API (what its Owners view shows) had it paused by its handler, for the shop's 401
+    # the SyncLane page's API (what its Owners view shows) had it paused by 'credentials', needing reconnecting
     page = scenario.paused_on_page
-    assert page["paused_at"] is not None and page["paused_by"] == "handler" and "401" in page["paused_reason"]
+    assert page["paused_at"] is not None and page["paused_by"] == "credentials"
+    assert page["paused_reason"].startswith("needs reconnecting: ") and "invalid_grant" in page["paused_reason"]
+    assert page["credentials"].startswith("needs reconnecting: ") and "invalid_grant" in page["credentials"]
     # one alert: exactly one synclane_health run named the pause, and it failed
     naming = [
         r["dag_run_id"]
@@ -701,8 +741,10 @@ def test_the_revoked_account_was_paused_alerted_once_and_completed_from_its_curs
         if f"paused: owner {REVOKED}" in health_log(scenario.logs, r["dag_run_id"])
     ]
     assert naming == [scenario.paused_alert["dag_run_id"]] and scenario.paused_alert["state"] == "failed"
-    # restored and resumed: each job went on from its cursor, and every job completed with what the shop has
-    assert scenario.resumed["paused_at"] is None and f"Resumed owner {REVOKED}" in scenario.resumed["message"]
+    # new credentials set from the page's form endpoint resumed it; each job went on from its cursor, and every
+    # job completed with what the shop has
+    assert scenario.resumed["credentials"].startswith("set (oauth), expires in ")
+    assert "access_token" not in json.dumps(scenario.resumed) and "rt_" not in json.dumps(scenario.resumed)
     after = [e for e in scenario.requests if e["account"] == REVOKED and e["seq"] > scenario.resume_seq]
     assert after and 401 not in {e["status"] for e in after}
     for row in interrupted:

@@ -6,6 +6,7 @@ import json
 import re
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from datetime import datetime, timedelta, timezone
 
@@ -14,16 +15,50 @@ import pytest
 from synclane_demo.shop.catalogue import ACCOUNTS, PAGE_SIZE, Catalogue
 from synclane_demo.shop.faults import Faults
 from synclane_demo.shop.limits import Limits, Refusal, parse_limits
+from synclane_demo.shop.oauth import CLIENT_ID, CLIENT_SECRET
 
 NOW = datetime(2026, 11, 30, 10, 20, tzinfo=timezone.utc)
 
 
-def get(url: str) -> tuple[int, dict, bytes]:
+CONNECTED = object()
+"""``get``'s token by default: a new one of the account, from connecting it at the shop as the demo's launcher
+does (each time: a shop started later on the same port knows nothing of an earlier one's)."""
+
+
+def get(url: str, token: str | None | object = CONNECTED) -> tuple[int, dict, bytes]:
+    """GET ``url``; a data call carries its account's access token unless ``token`` is given (None: none)."""
+    if token is CONNECTED:
+        token = _connected_token(url)
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
     try:
-        with urllib.request.urlopen(url, timeout=5) as response:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=5) as response:
             return response.status, dict(response.headers), response.read()
     except urllib.error.HTTPError as exc:
         return exc.code, dict(exc.headers), exc.read()
+
+
+def _connected_token(url: str) -> str | None:
+    found = re.match(r"(http://[^/]+)/accounts/([^/?]+)/", url)
+    if found is None or found[2] not in ACCOUNTS:
+        return None
+    return post(f"{found[1]}/control/connect", {"account": found[2]})["access_token"]
+
+
+def access_token(shop, account: str) -> str:
+    """A new access token of ``account`` at ``shop`` (a grant, as connecting the app gives it)."""
+    return str(shop.shop.oauth.connect(account)["access_token"])
+
+
+def refresh(shop, refresh_token: str, *, secret: str = CLIENT_SECRET) -> tuple[int, dict]:
+    """The shop's token endpoint, asked as the engine asks it (a form, the client id and secret in it)."""
+    form = {"grant_type": "refresh_token", "refresh_token": refresh_token, "client_id": CLIENT_ID}
+    form["client_secret"] = secret
+    request = urllib.request.Request(f"{shop.url}/oauth/token", data=urllib.parse.urlencode(form).encode())
+    try:
+        with urllib.request.urlopen(request, timeout=5) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
 
 
 def post(url: str, body: dict | None = None) -> dict:
@@ -245,28 +280,65 @@ def test_a_bad_rate_limit_is_named(text):
         parse_limits(text)
 
 
-def test_a_revoked_token_answers_401_until_it_is_restored(start_shop):
+def test_a_data_call_needs_a_good_access_token_of_its_own_account(start_shop):
+    shop = start_shop(token_lifetime=0.3)
+    products = f"{shop.url}/accounts/initech/products"
+    assert get(products, token=None)[0] == 401
+    status, _, body = get(products, token=access_token(shop, "globex"))  # another account's
+    assert status == 401 and b"invalid_token" in body
+    fresh = access_token(shop, "initech")
+    assert get(products, token=fresh)[0] == 200
+    time.sleep(0.4)
+    assert get(products, token=fresh)[0] == 401  # expired
+
+
+def test_each_refresh_rotates_the_refresh_token_and_a_spent_one_sent_again_revokes_the_grant(start_shop):
     shop = start_shop()
-    assert post(f"{shop.url}/control/revoke", {"account": "initech"}) == {"revoked": ["initech"]}
-    status, _, body = get(f"{shop.url}/accounts/initech/products")
-    assert status == 401 and b"revoked" in body
-    assert get(f"{shop.url}/accounts/globex/products")[0] == 200  # the others are served
+    granted = post(f"{shop.url}/control/connect", {"account": "initech"})
+    assert sorted(granted) == ["access_token", "expires_in", "refresh_token"] and granted["expires_in"] == 300
+    status, first = refresh(shop, granted["refresh_token"])
+    assert status == 200 and first["refresh_token"] != granted["refresh_token"] and first["token_type"] == "Bearer"
+    assert get(f"{shop.url}/accounts/initech/products", token=first["access_token"])[0] == 200
+    status, second = refresh(shop, first["refresh_token"])
+    assert status == 200
+    status, refused = refresh(shop, first["refresh_token"])  # spent: as when two processes refresh at once
+    assert (status, refused["error"]) == (400, "invalid_grant") and "reused" in refused["error_description"]
+    assert refresh(shop, second["refresh_token"])[1]["error"] == "invalid_grant"  # the whole grant is gone
+    assert refresh(shop, second["refresh_token"], secret="wrong")[1]["error"] == "invalid_client"
     assert json.loads(get(f"{shop.url}/control/status")[2])["revoked"] == ["initech"]
-    assert post(f"{shop.url}/control/restore", {"account": "initech"}) == {"revoked": []}
-    assert get(f"{shop.url}/accounts/initech/products")[0] == 200
+    logged = [(e["account"], e["status"], e.get("fault")) for e in shop.shop.requests_after(0)]
+    assert logged == [("initech", 200, None)] * 3 + [("initech", 400, "invalid_grant")] * 2 + [
+        ("initech", 401, "invalid_client")
+    ]
+    assert "access_token" not in json.dumps(list(shop.shop.requests_after(0)))
+
+
+def test_a_revoked_grant_ends_at_its_refresh_and_connecting_again_gives_a_new_one(start_shop):
+    shop = start_shop()
+    granted = post(f"{shop.url}/control/connect", {"account": "initech"})
+    assert post(f"{shop.url}/control/revoke", {"account": "initech"}) == {"revoked": ["initech"]}
+    products = f"{shop.url}/accounts/initech/products"
+    assert get(products, token=granted["access_token"])[0] == 200  # it lives out its few minutes
+    assert refresh(shop, granted["refresh_token"])[1]["error"] == "invalid_grant"
+    again = post(f"{shop.url}/control/connect", {"account": "initech"})
+    assert refresh(shop, again["refresh_token"])[0] == 200
+    assert json.loads(get(f"{shop.url}/control/status")[2])["revoked"] == []
     with pytest.raises(urllib.error.HTTPError):
         post(f"{shop.url}/control/revoke", {"account": "hooli"})
 
 
-def test_the_shop_revokes_its_revoke_accounts_token_after_its_pages_once(start_shop):
+def test_the_shop_revokes_its_revoke_accounts_grant_after_its_pages_once(start_shop):
     shop = start_shop(revoke_account="umbrella", revoke_after_pages=2)
-    products = "/accounts/umbrella/products"
+    granted = post(f"{shop.url}/control/connect", {"account": "umbrella"})
+    products = f"{shop.url}/accounts/umbrella/products"
     assert get(f"{shop.url}/accounts/globex/products")[0] == 200  # another account's page counts for nothing
-    assert [get(f"{shop.url}{products}?cursor={c}")[0] for c in (0, 50, 100)] == [200, 200, 401]
+    assert [get(f"{products}?cursor={c}", token=granted["access_token"])[0] for c in (0, 50, 100)] == [200] * 3
+    assert refresh(shop, granted["refresh_token"])[1]["error"] == "invalid_grant"
     status = json.loads(get(f"{shop.url}/control/status")[2])
     assert (status["revoked"], status["revoke_account"], status["revoke_after_pages"]) == (["umbrella"], "umbrella", 2)
-    post(f"{shop.url}/control/restore", {"account": "umbrella"})
-    assert [get(f"{shop.url}{products}?cursor={c}")[0] for c in (100, 0, 50)] == [200, 200, 200]  # once only
+    again = post(f"{shop.url}/control/connect", {"account": "umbrella"})
+    assert [get(f"{products}?cursor={c}", token=again["access_token"])[0] for c in (100, 0, 50)] == [200] * 3
+    assert refresh(shop, again["refresh_token"])[0] == 200  # once only
 
 
 def test_a_negative_revoke_after_pages_is_named():

@@ -12,19 +12,34 @@ from datetime import datetime, timedelta, timezone
 
 import psycopg
 import pytest
+from cryptography.fernet import Fernet
 from psycopg import sql
 from psycopg.rows import dict_row
 
-from synclane_demo.store import Store
+from synclane_demo.connect import connect_accounts
+from synclane_demo.shop.oauth import CLIENT_ID, CLIENT_SECRET
+from synclane_demo.store import DEMO_ACCOUNTS, Store
 from synclane_demo.sync import build
 from synclane_provider.core import Operations, WorkerPool, WorkerSlot
+from synclane_provider.core.credentials import CredentialKind, Credentials, Sealer
+from synclane_provider.core.page_context import NO_PAGE, PageJob
 from synclane_provider.core.run.lane_gate import LaneGate
+from synclane_provider.core.run.tokens import OAuthClient, TokenSource
+from tests.demo.test_shop import access_token
 from tests.support.helpers import Background
 
+KEY = Fernet.generate_key().decode()
+"""The key the owners' credentials are sealed with, as ``[synclane] credentials_key`` in Airflow."""
 
-def settle(synclane, database, queue="shops", timeout=60.0) -> None:
+
+def oauth_client(shop) -> OAuthClient:
+    """The app's OAuth client at ``shop``: what the connection ``synclane_demo_shop_oauth`` gives a worker."""
+    return OAuthClient(f"{shop.url}/oauth/token", CLIENT_ID, CLIENT_SECRET)
+
+
+def settle(shop, synclane, database, queue="shops", timeout=60.0) -> None:
     """Run the queue until no job will run again without help (waiting out retry delays), within ``timeout``."""
-    pool = WorkerPool(synclane, database, queue, slots=3)
+    pool = WorkerPool(synclane, database, queue, slots=3, sealer=Sealer(KEY), oauth=oauth_client(shop))
     try:
         Background(pool.run_until_settled, name="settle").result(timeout)
     finally:
@@ -41,8 +56,9 @@ def demo(start_shop, demo_settings):
         synclane = build(config)
         Store(config.database_url, config.data_schema).prepare()
         database = synclane.database(config.database_url)
-        with Operations(synclane, database) as ops:
+        with Operations(synclane, database, sealer=Sealer(KEY)) as ops:
             ops.plan("shops")
+            connect_accounts(ops, "shops", shop.url, [account for account, _ in DEMO_ACCOUNTS])
         return shop, config, synclane, database
 
     return make
@@ -82,7 +98,7 @@ def is_broken_slice(shop, job) -> bool:
 def test_every_account_syncs_and_the_broken_slice_ends_abandoned_at_cursor_50(demo):
     shop, config, synclane, database = demo()
     started = datetime.now(timezone.utc)
-    settle(synclane, database)
+    settle(shop, synclane, database)
     rows = jobs(config.database_url, config.schema)
 
     assert {(r["owner"], r["lane"]) for r in rows} == {
@@ -135,7 +151,7 @@ def test_every_account_syncs_and_the_broken_slice_ends_abandoned_at_cursor_50(de
 
 def test_lanes_take_turns_and_each_account_loads_its_newest_month_first(demo):
     shop, config, synclane, database = demo(shop_faults={"latency": 0.01, "broken_account": None})
-    settle(synclane, database)
+    settle(shop, synclane, database)
     rows = jobs(config.database_url, config.schema)
     assert {r["status"] for r in rows} == {"completed"}
 
@@ -162,14 +178,14 @@ def test_lanes_take_turns_and_each_account_loads_its_newest_month_first(demo):
 
 def test_after_the_shop_heals_a_requeue_completes_the_slice_from_cursor_50(demo):
     shop, config, synclane, database = demo()
-    settle(synclane, database)
+    settle(shop, synclane, database)
     [broken] = jobs(config.database_url, config.schema, "status = 'abandoned'")
     shop.shop.faults.heal()
     seen = shop.shop.requests_after(0)[-1]["seq"]
 
     with Operations(synclane, database) as ops:
         assert ops.requeue("shops", owner="globex") == 1
-    settle(synclane, database)
+    settle(shop, synclane, database)
 
     [done] = jobs(config.database_url, config.schema, "id = %s", [broken["id"]])
     assert done["status"] == "completed" and done["processed_count"] == shop_orders(shop, done)
@@ -188,7 +204,7 @@ def test_failures_and_throttles_continue_from_the_cursor_without_counting_twice(
         shop_faults={"rate_429": 0.15, "rate_503": 0.15, "retry_after": 0, "seed": 11, "broken_account": None},
         max_attempts=50,
     )
-    settle(synclane, database)
+    settle(shop, synclane, database)
     rows = jobs(config.database_url, config.schema)
     assert {r["status"] for r in rows} == {"completed"}
     assert any(r["attempt_count"] > 1 for r in rows)
@@ -213,11 +229,13 @@ def test_failures_and_throttles_continue_from_the_cursor_without_counting_twice(
 
 def test_a_429_makes_the_job_wait_exactly_the_named_time(demo, database_url):
     shop, config, synclane, database = demo(shop_faults={"rate_429": 1.0, "retry_after": 30})
-    slot = WorkerSlot(synclane, database, "shops")
+    tokens = TokenSource(database, Sealer(KEY), oauth_client(shop))
+    slot = WorkerSlot(synclane, database, "shops", tokens=tokens)
     try:
         result = slot.run_one()
     finally:
         slot.close()
+        tokens.close()
     [row] = jobs(config.database_url, config.schema, "id = %s", [result.job.id])
     assert row["status"] == "failed" and row["error"].startswith("JobThrottled: the shop asked us to slow down")
     with psycopg.connect(database_url) as conn:
@@ -251,7 +269,14 @@ def test_accounts_connect_and_disconnect_with_sql(demo):
         ("products", "initial")
     ]
     assert len(hooli) - 4 <= 1
-    settle(synclane, database)
+    settle(shop, synclane, database)
+    with Operations(synclane, database, sealer=Sealer(KEY)) as ops:
+        # connected by SQL alone, it has no credentials: paused as needing them, nothing asked at the shop
+        state = ops.owner("shops", "hooli")
+        assert state.paused_by == "credentials" and "has no credentials set" in state.paused_reason
+        assert not [e for e in shop.shop.requests_after(0) if e["account"] == "hooli"]
+        ops.set_credentials("shops", "hooli", Credentials(CredentialKind.OAUTH, access_token="at_hooli_own_token"))
+    settle(shop, synclane, database)
     hooli = jobs(config.database_url, config.schema, "owner = 'hooli'")
     assert {r["status"] for r in hooli} == {"abandoned"}  # the shop has no such account: a retry cannot help
     assert all(
@@ -264,6 +289,7 @@ def test_a_page_stored_twice_changes_nothing(demo):
     with Operations(synclane, database) as ops:
         [job] = ops.list_jobs("shops", owner="initech", type="products")
     handler = synclane.queue("shops").job_type("products").handler
+    job = PageJob.of(job, ByHand(access_token(shop, "initech")))
     first = handler(job)
     before = row_versions(config.database_url, config.data_schema, "products", "initech")
     again = handler(job)
@@ -271,6 +297,26 @@ def test_a_page_stored_twice_changes_nothing(demo):
     assert stored(config.database_url, config.data_schema, "products", "initech") == 50
     # landed again, equal to what is stored: not one row written (each row's version, its xmin, is the same)
     assert row_versions(config.database_url, config.data_schema, "products", "initech") == before
+
+
+class ByHand:
+    """A page run by hand, outside a worker: no budget, no transaction, no counts (as a plain row's), and the
+    credential the test got from the shop itself."""
+
+    def __init__(self, token: str) -> None:
+        self.token = token
+
+    def spend(self, units: int) -> timedelta:
+        return NO_PAGE.spend(units)
+
+    def transaction(self):
+        return NO_PAGE.transaction()
+
+    def count_landed(self, counts) -> None:
+        NO_PAGE.count_landed(counts)
+
+    def credentials(self) -> str:
+        return self.token
 
 
 def row_versions(database_url, schema, table, account) -> dict[str, str]:
@@ -300,7 +346,7 @@ def rate_limited_demo(demo):
 
 def test_the_shop_never_refuses_acme_for_its_rate_and_each_random_429_holds_acmes_lane_once(demo):
     shop, config, synclane, database = rate_limited_demo(demo)
-    settle(synclane, database, timeout=120)
+    settle(shop, synclane, database, timeout=120)
     assert {r["status"] for r in jobs(config.database_url, config.schema)} == {"completed"}
     counters = shop.shop.limits.status()["counters"]
     assert counters.get("429_random", 0) > 0
@@ -314,7 +360,7 @@ def test_without_the_budget_and_the_lane_throttle_the_shop_refuses_acme(demo, mo
     monkeypatch.setattr(LaneGate, "throttle", lambda self, job, wait: None)
     monkeypatch.setattr(LaneGate, "limits_of", lambda self, job: None)
     shop, config, synclane, database = rate_limited_demo(demo)
-    pool = WorkerPool(synclane, database, "shops", slots=3)
+    pool = WorkerPool(synclane, database, "shops", slots=3, sealer=Sealer(KEY), oauth=oauth_client(shop))
     running = Background(pool.run, name="unguarded")
     deadline = time.monotonic() + 60
     counters: dict = {}
@@ -329,55 +375,64 @@ def test_without_the_budget_and_the_lane_throttle_the_shop_refuses_acme(demo, mo
     assert counters.get("429_ignored_wait", 0) > 0, counters
 
 
-def test_a_revoked_token_pauses_its_account_and_restore_then_resume_completes_it_from_its_cursors(demo):
-    shop, config, synclane, database = demo()
-    shop.shop.revoked.add("initech")
-    settle(synclane, database)
-    with Operations(synclane, database) as ops:
+REFRESHED_AT_EVERY_PAGE = {"token_lifetime": 60}
+"""Tokens of a minute, refreshed two minutes ahead: every page's ``job.credentials()`` refreshes, so a revoked
+grant shows at the very next page."""
+
+
+def test_a_revoked_grant_pauses_its_account_as_needs_reconnecting_and_new_credentials_resume_it(demo):
+    shop, config, synclane, database = demo(shop_faults=REFRESHED_AT_EVERY_PAGE)
+    shop.shop.oauth.revoke("initech")  # the user disconnected the app at the shop
+    settle(shop, synclane, database)
+    with Operations(synclane, database, sealer=Sealer(KEY)) as ops:
         state = ops.owner("shops", "initech")
-        assert state.paused and state.paused_by == "handler" and "401" in (state.paused_reason or "")
+        assert state.paused and state.paused_by == "credentials", state
+        assert state.paused_reason.startswith("needs reconnecting: ") and "invalid_grant" in state.paused_reason
+        [credentials] = ops.credentials("shops", "initech")
+        assert credentials.describe(credentials.updated_at).startswith("needs reconnecting: ")
         findings = ops.check_health("shops", abandoned_since=None).findings  # globex's broken slice besides
         assert [(f.problem, f.owner) for f in findings if f.owner == "initech"] == [("paused", "initech")]
-        assert "initech" not in ops.check_health("shops", abandoned_since=None).describe()  # alerted once
     waiting = jobs(config.database_url, config.schema, "owner = 'initech'")
     assert waiting and {job["status"] for job in waiting} == {"pending"}
-    refused = [e for e in shop.shop.requests_after(0) if e["account"] == "initech"]
-    assert [e["status"] for e in refused] == [401]  # one request, then not one more
+    asked = [(e["resource"], e["status"]) for e in shop.shop.requests_after(0) if e["account"] == "initech"]
+    assert asked == [("token", 400)]  # its refresh refused, then not one request more
     seen = shop.shop.requests_after(0)[-1]["seq"]
 
-    shop.shop.revoked.discard("initech")
-    with Operations(synclane, database) as ops:
-        ops.resume("shops", "initech")
-    settle(synclane, database)
+    with Operations(synclane, database, sealer=Sealer(KEY)) as ops:  # reconnected: new tokens resume it
+        connect_accounts(ops, "shops", shop.url, ["initech"])
+        assert not ops.owner("shops", "initech").paused
+    settle(shop, synclane, database)
     done = jobs(config.database_url, config.schema, "owner = 'initech'")
     assert {job["status"] for job in done} == {"completed"}
     asked = [e for e in shop.shop.requests_after(seen) if e["account"] == "initech"]
     assert asked and {e["status"] for e in asked} == {200}
 
 
-def test_the_shop_revokes_umbrella_mid_job_and_a_resume_continues_it_from_that_cursor(demo):
-    shop, config, synclane, database = demo(shop_faults={"revoke_account": "umbrella", "broken_account": None})
-    settle(synclane, database)
+def test_the_shop_revokes_umbrella_mid_job_and_new_credentials_continue_it_from_that_cursor(demo):
+    faults = {"revoke_account": "umbrella", "broken_account": None, **REFRESHED_AT_EVERY_PAGE}
+    shop, config, synclane, database = demo(shop_faults=faults)
+    settle(shop, synclane, database)
     served = [e for e in shop.shop.requests_after(0) if e["account"] == "umbrella"]
-    assert [e["status"] for e in served] == [200, 200, 401]  # two pages, then the revoked token: not one more
-    [resource] = {e["resource"] for e in served}  # one job, mid-way: its products, as each account's first
-    assert [e["cursor"] for e in served] == [0, 50, 100]
+    pages = [e for e in served if e["resource"] != "token"]
+    assert [e["status"] for e in pages] == [200, 200]  # two pages, then its grant revoked
+    assert (served[-1]["resource"], served[-1].get("fault")) == ("token", "invalid_grant")  # not one request more
+    [resource] = {e["resource"] for e in pages}  # one job, mid-way: its products, as each account's first
+    assert [e["cursor"] for e in pages] == [0, 50]
     with Operations(synclane, database) as ops:
         state = ops.owner("shops", "umbrella")
-        assert state.paused and state.paused_by == "handler" and "401" in (state.paused_reason or "")
+        assert state.paused and state.paused_by == "credentials" and "invalid_grant" in state.paused_reason
     waiting = jobs(config.database_url, config.schema, "owner = 'umbrella'")
     assert {job["status"] for job in waiting} == {"pending"}
     [interrupted] = [job for job in waiting if job["type"] == resource and job["cursor"] is not None]
-    assert interrupted["cursor"] == "100"
+    assert (interrupted["cursor"], interrupted["attempt_count"]) == ("100", 0)  # no attempt spent on the pause
     others = jobs(config.database_url, config.schema, "owner <> 'umbrella'")
     assert others and {job["status"] for job in others} == {"completed"}  # the other accounts went on
     seen = served[-1]["seq"]
 
-    shop.shop.revoked.discard("umbrella")
-    with Operations(synclane, database) as ops:
-        ops.resume("shops", "umbrella")
-    settle(synclane, database)
+    with Operations(synclane, database, sealer=Sealer(KEY)) as ops:
+        connect_accounts(ops, "shops", shop.url, ["umbrella"])
+    settle(shop, synclane, database)
     assert {job["status"] for job in jobs(config.database_url, config.schema, "owner = 'umbrella'")} == {"completed"}
-    asked = [e for e in shop.shop.requests_after(seen) if e["account"] == "umbrella"]
+    asked = [e for e in shop.shop.requests_after(seen) if e["account"] == "umbrella" and e["resource"] != "token"]
     assert (asked[0]["resource"], asked[0]["cursor"]) == (resource, 100)  # from its cursor, not its first page
     assert {e["status"] for e in asked} == {200}

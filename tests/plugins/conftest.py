@@ -9,6 +9,7 @@ import psycopg
 import pytest
 
 from tests.support.api_server import ApiServer, start_api_server
+from tests.support.browser import ARTIFACTS, chromium
 from tests.support.database import drop_schemas
 from tests.support.operate_scene import set_scene
 
@@ -34,3 +35,20 @@ def api_server(database_url: str, operate_schema: str, tmp_path_factory, airflow
 @pytest.fixture
 def scene(database_url: str, operate_schema: str) -> dict[str, int]:
     return set_scene(database_url, operate_schema)
+
+
+@pytest.fixture
+def browser_page():
+    """A page of the system's Chromium driven by Playwright (skipped without one, except under ``CI=true``)."""
+    from playwright.sync_api import sync_playwright
+
+    executable = chromium()
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=executable, args=["--no-sandbox"])
+        try:
+            page = browser.new_page(viewport={"width": 1500, "height": 950})
+            page.set_default_timeout(60_000)
+            yield page
+        finally:
+            browser.close()

@@ -39,6 +39,7 @@ ACTIONS = [
     ("/synclane/api/queues/shops/plan", {"owner": "globex"}),
     ("/synclane/api/queues/shops/pause", {"owner": "globex", "reason": "test"}),
     ("/synclane/api/queues/shops/resume", {"owner": "globex"}),
+    ("/synclane/api/queues/shops/credentials", {"owner": "globex", "kind": "api_key", "api_key": "sk_auth_8181"}),
     (
         "/synclane/api/queues/shops/resync",
         {"type": "orders", "start": "2026-03-01T00:00:00Z", "end": "2026-03-03T00:00:00Z", "reason": "test"},

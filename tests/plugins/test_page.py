@@ -10,40 +10,15 @@ without one the test is skipped, except under ``CI=true``, where it fails.
 from __future__ import annotations
 
 import json
-import os
 import re
 from datetime import datetime, timedelta, timezone
-from pathlib import Path
 
 import pytest
 
-from tests.support.browser import chromium
+from tests.support.browser import shot, synclane_as_admin
 from tests.support.operate_scene import BROKEN, job
 
 pytestmark = [pytest.mark.airflow, pytest.mark.slow, pytest.mark.timeout(600)]
-
-PROJECT = Path(__file__).resolve().parent.parent.parent
-ARTIFACTS = Path(os.environ.get("SYNCLANE_TEST_ARTIFACTS", PROJECT / "test-artifacts")) / "page"
-
-
-@pytest.fixture
-def browser_page():
-    from playwright.sync_api import sync_playwright
-
-    executable = chromium()
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=executable, args=["--no-sandbox"])
-        try:
-            page = browser.new_page(viewport={"width": 1500, "height": 950})
-            page.set_default_timeout(60_000)
-            yield page
-        finally:
-            browser.close()
-
-
-def shot(page, name: str) -> None:
-    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
 
 
 def test_an_operator_finds_the_abandoned_slice_and_requeues_it_from_the_page(
@@ -56,7 +31,7 @@ def test_an_operator_finds_the_abandoned_slice_and_requeues_it_from_the_page(
     dialogs: list[str] = []
     page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.accept()))
 
-    frame = _synclane_as_admin(page, api_server)
+    frame = synclane_as_admin(page, api_server)
 
     # Queues: the jobs by status, the abandoned one in red.
     card = frame.locator(".card[data-queue=shops]")
@@ -126,7 +101,7 @@ def test_an_operator_pauses_an_owner_finds_it_in_trouble_and_resumes_it_from_the
 
     expect.set_options(timeout=30_000)
     page = browser_page
-    frame = _synclane_as_admin(page, api_server)
+    frame = synclane_as_admin(page, api_server)
     frame.get_by_role("button", name="Owners", exact=True).click()
 
     initech = frame.locator("#owners-table tr[data-owner=initech]")
@@ -136,7 +111,7 @@ def test_an_operator_pauses_an_owner_finds_it_in_trouble_and_resumes_it_from_the
     expect(confirm).to_contain_text("Pause initech? None of its jobs is taken")
     assert _owner_rows(database_url, operate_schema) == []  # nothing before a yes
     confirm.locator("#confirm-input").fill("token revoked (401)")
-    _shot(page, "owners-1-pause-confirm")
+    shot(page, "owners-1-pause-confirm")
     confirm.get_by_role("button", name="Yes, do it").click()
     expect(frame.locator("#message")).to_contain_text(
         "Paused owner initech of queue shops (token revoked (401), by admin)"
@@ -154,12 +129,12 @@ def test_an_operator_pauses_an_owner_finds_it_in_trouble_and_resumes_it_from_the
     lane = frame.locator("#lanes-table tr[data-lane=initech]")
     expect(lane).to_contain_text("held: owner paused")
     expect(lane).not_to_contain_text("overdue")
-    _shot(page, "owners-1b-paused-lanes-held")
+    shot(page, "owners-1b-paused-lanes-held")
     frame.get_by_role("button", name="Jobs", exact=True).click()
     frame.locator("#job-filters input[name=owner]").fill("initech")
     frame.locator("#job-filters").get_by_role("button", name="Show", exact=True).click()
     expect(frame.locator("#jobs-table tr[data-status=pending]").first).to_contain_text("held: owner paused")
-    _shot(page, "owners-1c-paused-jobs-held")
+    shot(page, "owners-1c-paused-jobs-held")
     frame.get_by_role("button", name="Queues", exact=True).click()
     expect(frame.locator(".card[data-queue=shops]")).to_contain_text("1owners paused")
     frame.get_by_role("button", name="Owners", exact=True).click()
@@ -168,7 +143,7 @@ def test_an_operator_pauses_an_owner_finds_it_in_trouble_and_resumes_it_from_the
     frame.locator("#owner-filters").get_by_role("button", name="Show", exact=True).click()
     expect(frame.locator("#owners-table tr[data-owner]")).to_have_count(2)  # globex (its abandoned slice), initech
     expect(frame.locator("#owners-table tr[data-owner=acme-us]")).to_have_count(0)
-    _shot(page, "owners-2-paused-in-trouble")
+    shot(page, "owners-2-paused-in-trouble")
 
     initech.get_by_role("button", name="Resume", exact=True).click()
     expect(confirm).to_contain_text("Resume initech? Its jobs go on from their cursors")
@@ -179,40 +154,7 @@ def test_an_operator_pauses_an_owner_finds_it_in_trouble_and_resumes_it_from_the
     frame.locator("#owner-filters input[name=troubled]").uncheck()
     frame.locator("#owner-filters").get_by_role("button", name="Show", exact=True).click()
     expect(initech.locator("td.condition")).to_have_text("healthy")
-    _shot(page, "owners-3-resumed")
-
-
-SHOTS = Path(os.environ.get("SYNCLANE_SHOTS", "/work/shots"))
-
-
-def _synclane_as_admin(page, api_server):
-    """Log in with Airflow's own form, then open SyncLane from Airflow's navigation (once the login has landed on
-    Airflow's home page, which has the link: going to the page's address while the login still redirects can
-    lose it); the page's frame."""
-    from playwright.sync_api import expect
-
-    page.goto(api_server.base + "/")
-    page.locator("input[name=username]").fill("admin")
-    page.locator("input[name=password]").fill(api_server.password("admin"))
-    page.locator("button[type=submit]").click()
-    link = page.get_by_role("link", name="SyncLane")
-    expect(link).to_have_attribute("href", "/plugin/synclane")
-    link.click()
-    try:
-        expect(page).to_have_url(re.compile(r"/plugin/synclane$"), timeout=15_000)
-    except AssertionError:
-        # Now and then Airflow's UI lands the click on /plugin/synclane/synclane/ (its router, not the page): the
-        # login has landed by now, so the page's own address is safe to open.
-        page.goto(api_server.base + "/plugin/synclane")
-        expect(page).to_have_url(re.compile(r"/plugin/synclane$"))
-    return page.frame_locator("iframe")
-
-
-def _shot(page, name: str) -> None:
-    """A screenshot under the artifacts and, when that folder exists, under ``$SYNCLANE_SHOTS``."""
-    shot(page, name)
-    if SHOTS.is_dir():
-        page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
+    shot(page, "owners-3-resumed")
 
 
 def _owner_rows(database_url: str, schema: str) -> list[dict]:
@@ -251,7 +193,7 @@ def test_an_operator_asks_for_a_re_sync_on_the_owners_view_and_follows_it_on_the
 
     expect.set_options(timeout=30_000)
     page = browser_page
-    frame = _synclane_as_admin(page, api_server)
+    frame = synclane_as_admin(page, api_server)
     frame.get_by_role("button", name="Owners", exact=True).click()
 
     form = frame.locator("#resync-form")
@@ -276,14 +218,14 @@ def test_an_operator_asks_for_a_re_sync_on_the_owners_view_and_follows_it_on_the
 
     form.get_by_role("button", name="Re-sync…").click()
     expect(message).to_have_text("Re-sync not asked: choose a type.")
-    _shot(page, "resync-0-form-no-type")
+    shot(page, "resync-0-form-no-type")
     form.locator("select[name=type]").select_option("orders")
     form.get_by_role("button", name="Re-sync…").click()
     expect(message).to_have_text(
         f'Re-sync not asked: From "{last_month:%m/%d/%Y}" is not a day written YYYY-MM-DD (UTC), e.g. 2026-03-01.'
     )
     expect(message).to_have_class("error")
-    _shot(page, "resync-0-form-not-a-day")
+    shot(page, "resync-0-form-not-a-day")
     expect(confirm).to_be_hidden()
     form.locator("input[name=start]").fill(last_month.isoformat())
     form.get_by_role("button", name="Re-sync…").click()
@@ -294,7 +236,7 @@ def test_an_operator_asks_for_a_re_sync_on_the_owners_view_and_follows_it_on_the
     listed = confirm.locator("#confirm-details li")
     expect(listed.first).to_be_visible()
     windows = listed.all_inner_texts()
-    _shot(page, "resync-1-confirm")
+    shot(page, "resync-1-confirm")
     assert _resync_jobs(database_url, operate_schema) == [] and _requests(database_url, operate_schema) == []
     expect(confirm).to_contain_text(f"It makes {len(windows)} job" + ("s" if len(windows) > 1 else ""))
     expect(confirm).to_contain_text(f"globex: {len(windows)} window")
@@ -331,7 +273,7 @@ def test_an_operator_asks_for_a_re_sync_on_the_owners_view_and_follows_it_on_the
     expect(row.locator("td.progress")).to_contain_text(f"1/{made}")
     expect(row).to_contain_text("last month's totals were wrong")
     expect(row).to_contain_text("by admin")
-    _shot(page, "resync-2-view")
+    shot(page, "resync-2-view")
 
     status, body = api_server.call("GET", "/synclane/api/queues/shops/resyncs", token=api_server.token("viewer"))
     assert status == 200 and json.loads(body)[0]["done"] == 1  # the page's JSON
@@ -341,7 +283,7 @@ def test_an_operator_asks_for_a_re_sync_on_the_owners_view_and_follows_it_on_the
     confirm.get_by_role("button", name="Yes, do it").click()
     expect(frame.locator("#message")).to_contain_text(f"Cancelled re-sync {request['key']}")
     expect(row.locator("td.progress")).to_contain_text("cancelled")
-    _shot(page, "resync-3-cancelled")
+    shot(page, "resync-3-cancelled")
 
 
 def _window_text(start: datetime, end: datetime) -> str:
@@ -405,7 +347,7 @@ def test_an_operator_requeues_a_refused_snapshot_with_force_from_its_row(
             sql.SQL("UPDATE {}.jobs SET error = %s WHERE id = %s").format(sql.Identifier(operate_schema)),
             [refusal, scene["abandoned"]],
         )
-    frame = _synclane_as_admin(browser_page, api_server)
+    frame = synclane_as_admin(browser_page, api_server)
     frame.get_by_role("button", name="Jobs", exact=True).click()
     frame.locator("#job-filters select[name=status]").select_option("abandoned")
     frame.get_by_role("button", name="Show", exact=True).click()

@@ -19,6 +19,8 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+from cryptography.fernet import Fernet
+
 from synclane_demo.local import airflow_connection
 from synclane_demo.processes import Service, wait_for_http
 from tests.support.airflow_env import copy_migrated_metadata
@@ -27,6 +29,8 @@ from tests.support.real_airflow import clean_environment, free_port
 PROJECT = Path(__file__).resolve().parent.parent.parent
 DECLARATION = "tests.support.operate_declaration:synclane"
 USERS = {"admin": "admin", "viewer": "viewer"}
+CREDENTIALS_KEY = Fernet.generate_key().decode()
+"""The key the servers and commands started here encrypt owners' credentials with (tests open them with it)."""
 
 
 def airflow_env(home: Path, *, database_url: str, schema: str, port: int | None = None) -> dict[str, str]:
@@ -40,6 +44,7 @@ def airflow_env(home: Path, *, database_url: str, schema: str, port: int | None 
             "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": ",".join(f"{user}:{role}" for user, role in USERS.items()),
             "AIRFLOW__SYNCLANE__DECLARATION": DECLARATION,
+            "AIRFLOW__SYNCLANE__CREDENTIALS_KEY": CREDENTIALS_KEY,
             "AIRFLOW_CONN_SYNCLANE_DEFAULT": airflow_connection(database_url),
             "SYNCLANE_OPERATE_SCHEMA": schema,
             "PYTHONPATH": os.pathsep.join(filter(None, [str(PROJECT), env.get("PYTHONPATH")])),

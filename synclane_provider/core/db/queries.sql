@@ -1552,12 +1552,13 @@ ON CONFLICT (queue, owner) DO UPDATE SET
 RETURNING {credential_state_columns};
 
 -- name: credential_states
--- The state of the queue's owners' credentials by owner name (only %(owner)s's when given), ``limit`` after
--- %(after)s: never the sealed value.
+-- The state of the queue's owners' credentials by owner name (only %(owner)s's when given, only those of the
+-- names %(owners)s when given: a page of the Owners view), ``limit`` after %(after)s: never the sealed value.
 SELECT {credential_state_columns}
 FROM {schema}.credentials
 WHERE queue = %(queue)s
   AND (%(owner)s::text IS NULL OR owner = %(owner)s::text)
+  AND (%(owners)s::text[] IS NULL OR owner = ANY(%(owners)s::text[]))
   AND (%(after)s::text IS NULL OR owner > %(after)s::text)
 ORDER BY owner
 LIMIT %(limit)s;

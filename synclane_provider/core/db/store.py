@@ -757,10 +757,25 @@ class Store:
         return CredentialState.from_row(row)
 
     def credential_states(
-        self, queue: str, *, owner: str | None = None, after: str | None = None, limit: int = 500
+        self,
+        queue: str,
+        *,
+        owner: str | None = None,
+        owners: Sequence[str] | None = None,
+        after: str | None = None,
+        limit: int = 500,
     ) -> list[CredentialState]:
-        """The state of the queue's owners' credentials by owner (only ``owner``'s when given): never a value."""
-        rows = self.session.run("credential_states", queue=queue, owner=owner, after=after, limit=limit, prepare=False)
+        """The state of the queue's owners' credentials by owner (only ``owner``'s, or those of ``owners``, when
+        given): never a value."""
+        rows = self.session.run(
+            "credential_states",
+            queue=queue,
+            owner=owner,
+            owners=None if owners is None else list(owners),
+            after=after,
+            limit=limit,
+            prepare=False,
+        )
         return [CredentialState.from_row(row) for row in rows]
 
     def sealed_credentials(self, queue: str, owner: str) -> dict[str, Any] | None:

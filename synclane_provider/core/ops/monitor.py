@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Generic, TypeVar
 
+from synclane_provider.core.credentials import CredentialState
 from synclane_provider.core.declare.declarations import Queue
 from synclane_provider.core.numbers import whole
 from synclane_provider.core.ops.operations import Operations
@@ -137,6 +138,10 @@ class OwnerSummary:
     """When the owner was paused (None: it is not): none of its jobs is taken until it is resumed."""
     paused_reason: str | None = None
     paused_by: str | None = None
+    credentials: str = "not set"
+    """The state of its credentials in words (:meth:`CredentialState.describe
+    <synclane_provider.core.credentials.CredentialState.describe>`): ``not set``, ``set (oauth), expires in 4 min``,
+    ``needs reconnecting: …``; never a value."""
 
     @property
     def initial_complete(self) -> bool:
@@ -247,6 +252,12 @@ class Monitor:
             now=self.operations.at(now),
         )
         behind = self._behind(declared, [row["owner"] for row in rows], now=now)
+        credentials = {
+            state.owner: state
+            for state in self.operations.store.credential_states(
+                queue, owners=[row["owner"] for row in rows], limit=max(len(rows), 1)
+            )
+        }
         owners = [
             OwnerSummary(
                 owner=row["owner"],
@@ -277,6 +288,7 @@ class Monitor:
                 paused_at=row["paused_at"],
                 paused_reason=row["paused_reason"],
                 paused_by=row["paused_by"],
+                credentials=credentials.get(row["owner"], CredentialState(queue, row["owner"])).describe(row["now"]),
             )
             for row in rows
         ]

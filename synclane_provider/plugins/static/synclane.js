@@ -124,12 +124,47 @@ const actions = {
     await refresh();
   },
   "resume-owner": (d) => act("resume", `Resume ${d.owner}? Its jobs go on from their cursors, and what the pause skipped is planned now.`, {owner: d.owner}),
+  "credentials-owner": (d) => openCredentials(d.owner),
   "plan-owner": (d) => act("plan", `Plan ${d.owner} now?`, {owner: d.owner}),
   "plan-queue": () => act("plan", `Plan every owner of ${state.queue} now?`, {}),
   "show-job": (d) => showJob(d.job),
   "cancel-resync": (d) => act(`resyncs/${encodeURIComponent(d.key)}/cancel`, `Cancel re-sync ${d.key}? Its waiting jobs are abandoned now, its running ones after their current page; what completed stays.`, {}),
   "requeue-resync": (d) => act(`resyncs/${encodeURIComponent(d.key)}/requeue`, `Requeue the failed jobs of re-sync ${d.key}? Each restarts from its cursor.`, {}),
 };
+
+// The credentials form, write-only: its values are sent once and cleared at once, whatever the answer; the
+// page never has a value to show (the Owners view's JSON carries the state only). Who may not edit DAGs is
+// refused by the server, as every other action is.
+function openCredentials(owner) {
+  const form = $("#credentials-form");
+  form.reset();
+  form.elements.owner.value = owner;
+  $("#credentials-title").textContent = `Set the credentials of ${owner}: they replace any set before, and an owner that needs reconnecting is resumed.`;
+  showCredentialFields(form);
+  $("#credentials").hidden = false;
+  form.elements.secret.focus();
+}
+function showCredentialFields(form) {
+  const oauth = form.elements.kind.value === "oauth";
+  $("#credentials-secret-label").textContent = oauth ? "Access token" : "API key";
+  form.querySelectorAll("label.oauth").forEach((label) => { label.hidden = !oauth; });
+}
+function closeCredentials() {
+  $("#credentials-form").reset();
+  $("#credentials").hidden = true;
+}
+async function setCredentials(form) {
+  const v = formValues(form), oauth = v.kind === "oauth";
+  const body = oauth
+    ? {owner: v.owner, kind: "oauth", access_token: v.secret ?? null, refresh_token: v.refresh_token ?? null,
+       expires_in: v.expires_in ? Number(v.expires_in) * 60 : null}
+    : {owner: v.owner, kind: "api_key", api_key: v.secret ?? null};
+  closeCredentials();  // the values leave the page's fields before the request is even answered
+  try {
+    say((await api(queuePath("credentials"), {method: "POST", body: JSON.stringify(body)})).message);
+  } catch (error) { say(`credentials of ${v.owner} refused: ${error.message}`, true); }
+  await refresh();
+}
 
 // The Owners view's "Re-sync" form: one request for an owner (or every owner). Its days are ISO (YYYY-MM-DD) and
 // UTC like every time on the page; the server cuts the windows (a dry run), the confirmation lists them, and a yes
@@ -252,9 +287,13 @@ function conditionText(o) {  // the one answer a person reads, with what makes i
   if (o.condition === "behind") return `behind <span class="muted">(${age(o.lag)})</span>`;
   return "healthy";
 }
+// The credentials' state as the server words it: "not set", "set (…)…", or "needs reconnecting: …".
+function credentialsClass(text) {
+  return text.startsWith("needs reconnecting") ? "reconnect" : (text.startsWith("set") ? "set" : "unset");
+}
 function renderOwners(page) {
   if (!page.items.length) return `<p class="muted">No owner matches.</p>`;
-  return `<table id="owners-table"><thead><tr><th>Owner</th><th title="The worst that holds: paused (nothing of it runs until it is resumed), failing, degraded (failed attempts in a row, or an abandoned job waiting for a person), behind (lagging more than the queue's max_lag), healthy">Condition</th><th>Initial load</th><th class="num" title="Records its completed jobs stored, all its work: first load, recurring, re-sync, by hand (counted every plan interval)">Records stored</th><th title="The end of the newest completed window of the owner's stalest type (a snapshot: when it completed), that type named. The health check's lag looks at windowed types only.">Fresh until</th>
+  return `<table id="owners-table"><thead><tr><th>Owner</th><th title="The worst that holds: paused (nothing of it runs until it is resumed), failing, degraded (failed attempts in a row, or an abandoned job waiting for a person), behind (lagging more than the queue's max_lag), healthy">Condition</th><th title="The state of the owner's credentials, never a value: not set, set (and when an OAuth token expires and was refreshed), or needs reconnecting (new credentials resume the owner)">Credentials</th><th>Initial load</th><th class="num" title="Records its completed jobs stored, all its work: first load, recurring, re-sync, by hand (counted every plan interval)">Records stored</th><th title="The end of the newest completed window of the owner's stalest type (a snapshot: when it completed), that type named. The health check's lag looks at windowed types only.">Fresh until</th>
     <th>Lag</th><th class="num" title="Failed jobs waiting for their next attempt: routine until their attempts are spent">Retrying</th><th class="num" title="Jobs whose regular attempts are spent (one last attempt when the lane is idle) or abandoned (waiting for a person)">Deferred / abandoned</th><th>Last error</th><th>Actions</th></tr></thead><tbody>
     ${page.items.map((o) => {
       const pct = o.initial_total ? Math.round(100 * o.initial_completed / o.initial_total) : 0;
@@ -265,6 +304,8 @@ function renderOwners(page) {
       return `<tr data-owner="${esc(o.owner)}" data-condition="${esc(o.condition)}" class="${[bad ? "bad" : "", paused ? "paused" : ""].join(" ").trim()}">
         <td><b>${esc(o.owner)}</b></td>
         <td class="condition"><span class="condition ${esc(o.condition)}">${conditionText(o)}</span></td>
+        <td class="credentials"><span class="credentials ${credentialsClass(o.credentials)}">${esc(o.credentials)}</span>
+            ${button("credentials-owner", "Set…", {owner: o.owner})}</td>
         <td><span class="bar" title="${pct}%"><span style="width:${pct}%"></span></span>
             ${o.initial_completed}/${o.initial_total} ${o.initial_complete ? "✓" : ""}</td>
         <td class="num">${number(o.records)}</td>
@@ -404,6 +445,9 @@ $("#queue").addEventListener("change", (e) => { state.queue = e.target.value; sw
 $("#owner-filters").addEventListener("submit", (e) => { e.preventDefault(); state.ownerFilters = formValues(e.target); state.cursor = null; refresh(); });
 $("#job-filters").addEventListener("submit", (e) => { e.preventDefault(); state.jobFilters = formValues(e.target); state.cursor = null; state.detail = null; $("#job-detail").hidden = true; refresh(); });
 $("#resync-form").addEventListener("submit", (e) => { e.preventDefault(); askResync(e.target); });
+$("#credentials-form").addEventListener("submit", (e) => { e.preventDefault(); setCredentials(e.target); });
+$("#credentials-form").elements.kind.addEventListener("change", (e) => showCredentialFields(e.target.form));
+$("#credentials-back").addEventListener("click", closeCredentials);
 $("#plan-queue").addEventListener("click", () => actions["plan-queue"]());
 $("#next-page").addEventListener("click", () => { if (state.next) { state.cursor = state.next; refresh(); } });
 $("#first-page").addEventListener("click", () => { state.cursor = null; refresh(); });
