@@ -135,6 +135,15 @@ def test_an_unknown_owner_or_queue_is_refused_by_name(ops):
         ops.set_credentials("stores", "acme", OAUTH)
 
 
+def test_an_owner_the_source_does_not_list_is_refused_naming_the_owners_it_does_list_and_nothing_about_lanes(ops):
+    """A guessed name (``acme`` for ``acme-us``) is answered with the names to use; credentials have no lane to name."""
+    with pytest.raises(UnknownOwnerError) as refused:
+        ops.set_credentials("shops", "acme-us", OAUTH)
+    assert str(refused.value) == (
+        "owner 'acme-us' is not listed by the owner source of queue 'shops', which lists acme, globex"
+    )
+
+
 @pytest.mark.parametrize(
     ("given", "complaint"),
     [

@@ -411,6 +411,20 @@ def test_pause_and_resume_refuse_what_cannot_be_paused(database_url, schema, clo
         assert (state.paused_at, state.paused_reason, state.paused_by) == (clock.now, "account closing", "ana")
 
 
+def test_pausing_an_owner_the_source_does_not_list_names_the_first_five_it_lists_and_how_many_more(
+    database_url, schema
+):
+    listed = [f"shop-{n}" for n in range(1, 8)]
+    declaration = declare(schema, products(), owner_source=owners(*listed))
+    with Operations(declaration, declaration.database(database_url)) as ops:
+        with pytest.raises(UnknownOwnerError) as refused:
+            ops.pause("shops", "shop-9", "gone")
+    assert str(refused.value) == (
+        "owner 'shop-9' is not listed by the owner source of queue 'shops', "
+        "which lists shop-1, shop-2, shop-3, shop-4, shop-5 and 2 more"
+    )
+
+
 def test_an_owner_paused_and_then_dropped_from_the_source_can_still_be_resumed(database_url, schema, admin, clock):
     """Its row says it is paused (and its waiting jobs wait for a resume): the resume clears the pause and plans
     nothing for it, since nobody lists it any more."""

@@ -68,6 +68,32 @@ def _rate(owner: Owner) -> str:
     return describe_limits(limits(owner.rate))
 
 
+def listed_owner(queue: Queue, owner: str) -> Owner:
+    """The owner the queue's source lists as ``owner``, with its lane: what may be paused, planned, re-synced or
+    given credentials, which only make sense for a connected account.
+
+    Refused (``UnknownOwnerError``) when the source does not list it, naming the owners it does list (the first
+    five), so that a mistyped or guessed name shows the right one.
+    """
+    Owner(owner)  # refuses a bad name
+    listed_owners = owners_of(queue)
+    for listed in listed_owners:
+        if listed.id == owner:
+            return listed
+    raise UnknownOwnerError(
+        f"owner {owner!r} is not listed by the owner source of queue {queue.name!r}, {_which(listed_owners)}"
+    )
+
+
+def _which(listed: list[Owner], shown: int = 5) -> str:
+    """What the source lists, in a few words: its owners, or the first ``shown`` of them and how many more."""
+    if not listed:
+        return "which lists no owner"
+    names = ", ".join(owner.id for owner in listed[:shown])
+    more = len(listed) - shown
+    return f"which lists {names}" + (f" and {more:,} more" if more > 0 else "")
+
+
 def resolve_owner(queue: Queue, owner: str | Owner, *, lane: str | None = None) -> Owner:
     """``owner`` with the lane its jobs must run in.
 

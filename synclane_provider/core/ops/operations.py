@@ -13,7 +13,7 @@ from synclane_provider.core.db.database import Database, Session
 from synclane_provider.core.db.store import Store
 from synclane_provider.core.db.transient import Backoff, passes_from_anywhere
 from synclane_provider.core.declare.declarations import Owner, SyncLane, WindowedType, checked_name
-from synclane_provider.core.declare.owners import lane_limits, owners_of, resolve_owner
+from synclane_provider.core.declare.owners import lane_limits, listed_owner, owners_of, resolve_owner
 from synclane_provider.core.declare.ratelimit import describe_limits, most_units
 from synclane_provider.core.errors import DeclarationError, UnknownOwnerError
 from synclane_provider.core.numbers import whole
@@ -362,7 +362,7 @@ class Operations:
         Refused with the bad value named: an unknown queue, an owner the source does not list, an empty reason.
         """
         declared = self.synclane.queue(queue)
-        listed = resolve_owner(declared, owner)
+        listed = listed_owner(declared, owner)
         state = self.store.pause_owner(
             queue, listed.id, reason=checked_name("reason", reason), by=checked_name("by", by), now=self.at(now)
         )
@@ -404,7 +404,7 @@ class Operations:
         Refused with the bad value named: an unknown queue, an owner the source does not list; and with what is
         missing named when there is no key (``sealer``).
         """
-        listed = resolve_owner(self.synclane.queue(queue), owner)
+        listed = listed_owner(self.synclane.queue(queue), owner)
         sealed = self.sealer.seal(credentials)
         state = self.store.set_credentials(
             queue,

@@ -13,7 +13,7 @@ from datetime import datetime, timezone
 
 from synclane_provider.core.db.store import Store
 from synclane_provider.core.declare.declarations import JobType, Owner, Queue, WindowedType, checked_name
-from synclane_provider.core.declare.owners import owners_of, resolve_owner
+from synclane_provider.core.declare.owners import listed_owner, owners_of
 from synclane_provider.core.errors import DeclarationError
 from synclane_provider.core.plan.resync import MAX_JOBS, checked_range, resync_key, resync_priority, resync_windows
 from synclane_provider.core.plan.rule import History, history_of, instant_text
@@ -46,7 +46,7 @@ def request(
     if by is not None:
         checked_name("by", by)
     key = checked_name("key", key) if key is not None else uuid.uuid4().hex[:16]
-    listed = owners_of(declared) if owners is None else [resolve_owner(declared, owner) for owner in owners]
+    listed = owners_of(declared) if owners is None else [listed_owner(declared, owner) for owner in owners]
     paused = store.paused_among(queue, [owner.id for owner in listed])
     if paused and owners is not None:
         raise DeclarationError(
