@@ -385,10 +385,10 @@ def test_an_owner_whose_credentials_need_reconnecting_reads_so_in_the_owners_vie
             [reason],
         )
     expect.set_options(timeout=30_000)
-    frame = _synclane_as_admin(browser_page, api_server)
+    frame = synclane_as_admin(browser_page, api_server)
     frame.get_by_role("button", name="Owners", exact=True).click()
     initech = frame.locator("#owners-table tr[data-owner=initech]")
     expect(initech).to_have_attribute("data-condition", "paused")
     expect(initech.locator("td.condition")).to_contain_text("needs reconnecting since")
     expect(initech.locator("td.condition")).to_contain_text(reason)
-    _shot(browser_page, "owners-needs-reconnecting")
+    shot(browser_page, "owners-needs-reconnecting")
