@@ -156,6 +156,7 @@ def test_a_cursor_save_that_fails_in_the_page_transaction_lands_nothing_and_the_
         assert second.outcome is Outcome.COMPLETED, second.describe()
     finally:
         slot.close()
+        execute(admin, schema, "DROP TRIGGER refuse_once ON {jobs}")  # the schema's jobs table outlives this test
     assert writes_per_record(admin, schema) == {i: 1 for i in range(30)}
 
 
