@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from synclane_demo.client import AccessRevoked, AccountNotFound, ShopClient, ShopThrottled
+from synclane_demo.client import AccessRevoked, AccountNotFound, ShopClient, ShopPage, ShopThrottled
 from synclane_demo.store import Store
 from synclane_provider.core import Job, JobAbandoned, JobThrottled, OwnerPaused, Page
 
@@ -41,31 +41,42 @@ def shop_answers() -> Iterator[None]:
         raise OwnerPaused(str(exc)) from exc
 
 
-class OrdersHandler:
+class ShopHandler:
+    """One page of a job from the shop, with the owner's current access token, landed in the demo's tables."""
+
+    def __init__(self, shop: Callable[[], ShopClient], store: Store) -> None:
+        self._shop = shop
+        self._store = store
+
+    def __call__(self, job: Job) -> Page:
+        token = job.credentials()
+        with shop_answers():
+            page = self.fetch(self._shop(), job, token)
+        self.land(job, page)
+        return Page(page.next_cursor, len(page.items))
+
+    def fetch(self, shop: ShopClient, job: Job, token: str) -> ShopPage:
+        raise NotImplementedError
+
+    def land(self, job: Job, page: ShopPage) -> None:
+        raise NotImplementedError
+
+
+class OrdersHandler(ShopHandler):
     """``orders``: one page of the orders placed in the job's window."""
 
-    def __init__(self, shop: Callable[[], ShopClient], store: Store) -> None:
-        self._shop = shop
-        self._store = store
+    def fetch(self, shop: ShopClient, job: Job, token: str) -> ShopPage:
+        return shop.orders(job.owner, job.window_start, job.window_end, job.cursor, token=token)
 
-    def __call__(self, job: Job) -> Page:
-        token = job.credentials()
-        with shop_answers():
-            page = self._shop().orders(job.owner, job.window_start, job.window_end, job.cursor, token=token)
+    def land(self, job: Job, page: ShopPage) -> None:
         self._store.land_orders(job, page.items)
-        return Page(page.next_cursor, len(page.items))
 
 
-class ProductsHandler:
+class ProductsHandler(ShopHandler):
     """``products``: one page of the account's whole catalogue (a snapshot, so no window)."""
 
-    def __init__(self, shop: Callable[[], ShopClient], store: Store) -> None:
-        self._shop = shop
-        self._store = store
+    def fetch(self, shop: ShopClient, job: Job, token: str) -> ShopPage:
+        return shop.products(job.owner, job.cursor, token=token)
 
-    def __call__(self, job: Job) -> Page:
-        token = job.credentials()
-        with shop_answers():
-            page = self._shop().products(job.owner, job.cursor, token=token)
+    def land(self, job: Job, page: ShopPage) -> None:
         self._store.land_products(job, page.items, complete=page.next_cursor is None)
-        return Page(page.next_cursor, len(page.items))

@@ -154,3 +154,16 @@ def landing_schema(schemas: Callable[[], str], admin: psycopg.Connection) -> str
     admin.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(name)))
     admin.execute(sql.SQL(LANDING_TABLE).format(schema=sql.Identifier(name)).as_string(admin).encode())
     return name
+
+
+@pytest.fixture
+def lane_store(database_url, schema):
+    """The budget statements on their own session, as a worker slot runs them."""
+    from synclane_provider.core.db.database import Session
+    from synclane_provider.core.db.store import Store
+    from tests.support.helpers import declare, products
+
+    synclane = declare(schema, products())
+    session = Session(synclane.database(database_url))
+    yield Store(session)
+    session.close()

@@ -26,6 +26,7 @@ from synclane_provider.core import (
     Page,
     Queue,
     Rate,
+    SyncLane,
     UnknownOwnerError,
     WorkerPool,
 )
@@ -129,14 +130,6 @@ def test_without_room_for_the_units_after_the_first_a_window_would_be_exceeded()
 # --- the statement --------------------------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def lane_store(database_url, schema):
-    synclane = declare(schema, products())
-    session = Session(synclane.database(database_url))
-    yield Store(session)
-    session.close()
-
-
 def take(store: Store, rates: Limits, now: datetime, units: int = 1) -> float:
     return store.take_lane_budget(
         "shops",
@@ -209,10 +202,9 @@ def test_a_spend_of_more_than_the_tightest_window_allows_at_once_is_refused_nami
         store.session.close()
 
 
-def pages_started(database_url: str, schema: str, rate: object, *, pages: int = 3) -> list[float]:
-    """When each page started, run by three slots: two jobs of ``pages`` pages for each of two owners of lane
-    acme, whose budget is ``rate``."""
-    started: list[float] = []
+def paced_lane(schema: str, rate: object, *, pages: int, started: list[float]) -> SyncLane:
+    """Lane acme of two owners, whose budget is ``rate``, three slots' worth; each job has ``pages`` pages and
+    notes in ``started`` when each began."""
     lock = threading.Lock()
 
     def page(job: Job) -> Page:
@@ -221,13 +213,20 @@ def pages_started(database_url: str, schema: str, rate: object, *, pages: int = 
         following = int(job.cursor or 0) + 1
         return Page(str(following) if following < pages else None, 1)
 
-    synclane = declare(
+    return declare(
         schema,
         products(page),
         owner_source=lambda queue: [Owner("acme-us", lane="acme"), Owner("acme-eu", lane="acme")],
         rate=rate,
         concurrency=3,
     )
+
+
+def pages_started(database_url: str, schema: str, rate: object, *, pages: int = 3) -> list[float]:
+    """When each page started, run by three slots: two jobs of ``pages`` pages for each of two owners of lane
+    acme, whose budget is ``rate``."""
+    started: list[float] = []
+    synclane = paced_lane(schema, rate, pages=pages, started=started)
     database = synclane.database(database_url)
     with Operations(synclane, database) as ops:
         for owner in ("acme-us", "acme-eu"):
@@ -268,30 +267,16 @@ def test_workers_keep_to_their_share_of_the_rate_leaving_the_rest_to_the_app(dat
 
 
 def test_the_apps_own_calls_and_the_workers_together_keep_to_the_lanes_rate(database_url, schema):
-    """Lane acme allows 10 a second; the workers keep to half of it. While two slots run 12 pages, the app makes
+    """Lane acme allows 10 a second; the workers keep to half of it. While three slots run 12 pages, the app makes
     its own calls through Operations.consume as fast as it is let: together they never put more than 10 in a
     second, and the app is not starved by the workers."""
     started: list[float] = []
-    lock = threading.Lock()
-
-    def page(job: Job) -> Page:
-        with lock:
-            started.append(time.monotonic())
-        following = int(job.cursor or 0) + 1
-        return Page(str(following) if following < 6 else None, 1)
-
-    synclane = declare(
-        schema,
-        products(page),
-        owner_source=lambda queue: [Owner("acme-us", lane="acme"), Owner("acme-eu", lane="acme")],
-        rate=Rate(10, share=0.5),
-        concurrency=2,
-    )
+    synclane = paced_lane(schema, Rate(10, share=0.5), pages=6, started=started)
     database = synclane.database(database_url)
     with Operations(synclane, database) as ops:
         for owner in ("acme-us", "acme-eu"):
             ops.enqueue("shops", owner, "products", key="run")
-        workers = Background(WorkerPool(synclane, database, "shops", slots=2).drain, name="workers")
+        workers = Background(WorkerPool(synclane, database, "shops", slots=3).drain, name="workers")
         app: list[float] = []
         while len(app) < 12:
             ops.consume("shops", "acme")

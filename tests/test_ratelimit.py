@@ -434,15 +434,6 @@ def test_max_in_any_window_counts_half_open_windows():
 # --- a throttle on a lane with a budget ------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def lane_store(database_url, schema):
-    """The budget statements on their own session, as a worker slot runs them."""
-    synclane = declare(schema, products())
-    session = Session(synclane.database(database_url))
-    yield Store(session)
-    session.close()
-
-
 def take(store: Store, rate: Rate, now) -> float:
     return store.take_lane_budget("shops", "acme", cost=rate.interval, tolerance=rate.tolerance, now=now)
 

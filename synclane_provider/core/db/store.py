@@ -312,21 +312,12 @@ class Store:
         return wait
 
     def take_page_budget(
-        self,
-        queue: str,
-        lane: str,
-        *,
-        cost: Windows,
-        tolerance: Windows,
-        now: datetime | None,
-        job: int,
-        worker: str,
+        self, queue: str, lane: str, *, job: int, worker: str, **take: Any
     ) -> tuple[float, Clearance | None]:
-        """:meth:`take_lane_budget` of one unit before a page, which also says whether the page may go, read in
-        the same statement: ``(wait, clearance)``, the clearance None when the job is no longer the worker's."""
-        return self._take_lane_budget(
-            queue=queue, lane=lane, cost=cost, tolerance=tolerance, now=now, id=job, worker=worker
-        )
+        """:meth:`take_lane_budget` (``take``: its ``cost``, ``tolerance`` and ``now``) of one unit before a page,
+        which also says whether the page may go, read in the same statement: ``(wait, clearance)``, the clearance
+        None when the job is no longer the worker's."""
+        return self._take_lane_budget(queue=queue, lane=lane, id=job, worker=worker, **take)
 
     def _take_lane_budget(
         self, *, cost: Windows, tolerance: Windows, interval: Windows | None = None, **params: Any

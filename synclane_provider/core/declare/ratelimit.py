@@ -220,6 +220,16 @@ def most_units(rates: Limits) -> int:
     return min(rate.requests + rate.burst for rate in rates)
 
 
+def check_units(asked: str, units: int, rates: Limits, lane: str) -> None:
+    """Refuse, naming the lane and its rates, a take of more units than its tightest window allows at once:
+    ``asked`` is how the caller asked (``spend(7)``)."""
+    if units > most_units(rates):
+        raise ValueError(
+            f"{asked} asks for more than lane {lane} may send in any period "
+            f"({describe_limits(rates)}: at most {most_units(rates)} at once)"
+        )
+
+
 def reserve(
     rate: Rate, tat: datetime | None, now: datetime, *, units: int = 1, throttled_until: datetime | None = None
 ) -> tuple[datetime, timedelta]:

@@ -14,7 +14,7 @@ from synclane_provider.core.db.store import Store
 from synclane_provider.core.db.transient import Backoff, passes_from_anywhere
 from synclane_provider.core.declare.declarations import Owner, SyncLane, WindowedType, checked_name
 from synclane_provider.core.declare.owners import lane_limits, listed_owner, owners_of, resolve_owner
-from synclane_provider.core.declare.ratelimit import describe_limits, most_units
+from synclane_provider.core.declare.ratelimit import check_units
 from synclane_provider.core.errors import DeclarationError, UnknownOwnerError
 from synclane_provider.core.numbers import whole
 from synclane_provider.core.ops import health, resync
@@ -332,11 +332,7 @@ class Operations:
             raise ValueError(f"consume() takes a positive number of units, got {units!r}")
         if not rates:
             return timedelta(0)
-        if units > most_units(rates):
-            raise ValueError(
-                f"consume({units}) asks for more than lane {lane} may send in any period "
-                f"({describe_limits(rates)}: at most {most_units(rates)} at once)"
-            )
+        check_units(f"consume({units})", units, rates, lane)
         seconds = self.store.take_lane_budget(
             queue,
             lane,

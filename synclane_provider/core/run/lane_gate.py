@@ -53,7 +53,7 @@ from synclane_provider.core.clock import Clock
 from synclane_provider.core.db.store import Clearance, Store
 from synclane_provider.core.declare.declarations import Queue
 from synclane_provider.core.declare.owners import owners_of
-from synclane_provider.core.declare.ratelimit import Limits, describe_limits, lateness, limits, most_units
+from synclane_provider.core.declare.ratelimit import Limits, check_units, lateness, limits
 from synclane_provider.core.numbers import whole
 from synclane_provider.core.records import Job
 
@@ -175,11 +175,7 @@ class LaneGate:
         rates = self.limits_of(job)
         if not rates:
             return timedelta(0)
-        if units > most_units(rates):
-            raise ValueError(
-                f"spend({units}) asks for more than lane {job.lane} may send in any period "
-                f"({describe_limits(rates)}: at most {most_units(rates)} at once)"
-            )
+        check_units(f"spend({units})", units, rates, job.lane)
         turn = self._wait_turn(job, rates, units)
         return timedelta(seconds=turn.waited + self.keep_turn(job, turn))
 
