@@ -117,6 +117,7 @@ class Scenario:
     running_before_stop: list[dict] = field(default_factory=list)
     after_stop: dict[int, dict] = field(default_factory=dict)
     restart_seq: int = 0
+    restarts: list[tuple[datetime, datetime]] = field(default_factory=list)  # (stopped, started again), UTC
     slots_back_after: float | None = None
     slot_states: list[dict] = field(default_factory=list)
     settled: list[dict] = field(default_factory=list)
@@ -289,9 +290,11 @@ def scenario(database_url: str, tmp_path_factory, airflow_metadata) -> Scenario:
         run.timings["stopped"] = time.monotonic() - started
         run.after_stop = {r["id"]: r for r in run.rows()}
         run.restart_seq = run.last_seq()
+        stopped = datetime.now(timezone.utc)
         airflow = airflow_service(env, home).start()
         services.append(airflow)
         wait_for_airflow(airflow, api_port, timeout=300)
+        run.restarts.append((stopped, datetime.now(timezone.utc)))
 
         # Twice more while jobs run: Ctrl-C, then a restart right after the last one came up. Ctrl-C interrupts
         # the tasks within seconds; the scheduler may then wait on its executor's idle worker processes for
@@ -308,9 +311,11 @@ def scenario(database_url: str, tmp_path_factory, airflow_metadata) -> Scenario:
             )
             airflow.stop(graceful=graceful, signal_first=stop_signal)
             services.remove(airflow)
+            stopped = datetime.now(timezone.utc)
             airflow = airflow_service(env, home).start()
             services.append(airflow)
             wait_for_airflow(airflow, api_port, timeout=300)
+            run.restarts.append((stopped, datetime.now(timezone.utc)))
         restarted = time.monotonic()
         run.api = AirflowApi(f"http://127.0.0.1:{api_port}", home / "airflow")
         explain = lambda: airflow.tail(60)  # noqa: E731
@@ -404,6 +409,13 @@ def scenario(database_url: str, tmp_path_factory, airflow_metadata) -> Scenario:
             180,
             "a worker DAG run to succeed",
             explain=explain,
+        )
+        # a health check whose interval reaches past the last restart (at most a minute after it, usually long ago)
+        wait_until(
+            lambda: any(end >= run.restarts[-1][1] for _, end in checked_ranges(run.logs)),
+            180,
+            "a health check of an interval after the last restart",
+            explain=lambda: f"{checked_ranges(run.logs)}; restarts {run.restarts}",
         )
         run.timings["done"] = time.monotonic() - started
         answered = run.shop("/control/requests")["items"]
@@ -674,14 +686,22 @@ def test_the_health_check_failed_naming_the_owner_the_abandoned_slice_and_its_er
 CHECKED = re.compile(r"queue shops checked \(abandoned from (\S+) to (\S+)\)")
 
 
-def test_the_health_checks_left_no_instant_unchecked_across_the_restarts(scenario):
-    """Airflow restarted three times: intervals it skipped and runs it killed are covered by the next check."""
-    ranges = sorted(
+def checked_ranges(logs: Path) -> list[tuple[datetime, datetime]]:
+    """The ranges of abandonments the health check's runs checked, as their logs say, in order."""
+    return sorted(
         (datetime.fromisoformat(start), datetime.fromisoformat(end))
-        for path in scenario.logs.glob("dag_id=synclane_health/run_id=*/task_id=check/attempt=*.log")
+        for path in logs.glob("dag_id=synclane_health/run_id=*/task_id=check/attempt=*.log")
         for start, end in CHECKED.findall(log_text(path))
     )
-    assert len(ranges) >= 3, ranges
+
+
+def test_the_health_checks_left_no_instant_unchecked_across_the_restarts(scenario):
+    """Airflow restarted three times: intervals it skipped and runs it killed are covered by the next check."""
+    ranges = checked_ranges(scenario.logs)
+    assert len(scenario.restarts) == 3
+    first_stop, last_start = scenario.restarts[0][0], scenario.restarts[-1][1]
+    assert ranges and ranges[0][0] <= first_stop, (ranges, scenario.restarts)  # the checks began before it
+    assert max(end for _, end in ranges) >= last_start, (ranges, scenario.restarts)  # and went on after
     reached = ranges[0][1]
     for start, end in ranges[1:]:
         assert start <= reached, f"nothing checked abandonments in [{reached}, {start}): {ranges}"
