@@ -4,6 +4,8 @@ when it saw nothing or when more than the declared share would go; a requeue wit
 from __future__ import annotations
 
 import dataclasses
+import functools
+import threading
 from collections.abc import Iterator
 from datetime import timedelta
 
@@ -13,7 +15,7 @@ from psycopg import sql
 
 from synclane_provider.core import Destination, LandCounts, LandingError, Operations, Page, WorkerSlot
 from synclane_provider.core.run.runner import Outcome
-from tests.support.helpers import Recorder, declare, products, rows
+from tests.support.helpers import Background, Recorder, declare, products, rows
 from tests.test_landing import item, job_of
 
 ACME, GLOBEX = job_of("acme"), job_of("globex")
@@ -189,3 +191,26 @@ def test_a_refused_deletion_ends_the_job_abandoned_at_once_and_a_forced_requeue_
         assert slot.run_one(then_continue=False).outcome is Outcome.COMPLETED
     assert pages.calls == [(job["id"], None), (job["id"], "1"), (job["id"], "1")]
     assert ids(admin, landing_schema) == [0, 1, 2]
+
+
+def test_workers_landing_their_first_snapshot_pages_at_once_all_land(landing_schema, database_url, admin):
+    """Each worker process finds the table of keys seen missing at its first page and creates it: eight at once
+    all land (creating one table twice at the same moment collides in PostgreSQL's catalogue)."""
+    workers = [
+        Destination(f"{landing_schema}.items", key=("account", "id"), owner="account", deletions="delete",
+                    conninfo=database_url)
+        for _ in range(8)
+    ]  # fmt: skip
+    start = threading.Barrier(len(workers))
+
+    def first_page(number: int, dest: Destination) -> LandCounts:
+        start.wait(timeout=30)
+        return dest.land(snapshot(job_of(f"owner{number}"), number), [item(i, 1) for i in range(3)])
+
+    try:
+        landing = [Background(functools.partial(first_page, n, d), name=f"land-{n}") for n, d in enumerate(workers)]
+        assert [run.result(60) for run in landing] == [LandCounts(inserted=3)] * len(workers)
+    finally:
+        for dest in workers:
+            dest.close()
+    assert sum(len(ids(admin, landing_schema, f"owner{n}")) for n in range(len(workers))) == 3 * len(workers)

@@ -377,15 +377,7 @@ class Destination:
             if self.deleted_column is not None and self.deleted_column not in table_columns:
                 raise LandingError(f"table {self.table} has no column {self.deleted_column!r} (the deleted column)")
             if self.deletions is not None:
-                for name in ("create_seen", "index_seen"):
-                    conn.execute(
-                        sql.SQL(landing_texts()[name]).format(
-                            seen=self._seen,
-                            seen_index=self._seen_index,
-                            table=self._name,
-                            key=column_list(self.key),
-                        )
-                    )
+                self._create_seen(conn)
             self._statements = PageStatements(
                 name=self._name,
                 key=self.key,
@@ -401,6 +393,19 @@ class Destination:
         if unknown:
             raise LandingError(f"table {self.table} has no column {', '.join(map(repr, unknown))} (named by a row)")
         return self._table_columns
+
+    def _create_seen(self, conn: psycopg.Connection[Any]) -> None:
+        """The snapshot's table of keys seen, and its index, if missing. ``IF NOT EXISTS`` alone is not enough when
+        several workers land their first pages at once: two creations of one table collide in the catalogue
+        (a unique violation on its row type), so they take turns on a lock named after the table."""
+        with conn.transaction():
+            conn.execute(sql.SQL(landing_texts()["lock_seen"]), {"seen": self._seen.as_string(conn)})
+            for name in ("create_seen", "index_seen"):
+                conn.execute(
+                    sql.SQL(landing_texts()[name]).format(
+                        seen=self._seen, seen_index=self._seen_index, table=self._name, key=column_list(self.key)
+                    )
+                )
 
     def _connection(self) -> psycopg.Connection[Any]:
         conn: psycopg.Connection[Any] | None = getattr(self._local, "conn", None)

@@ -164,6 +164,11 @@ SELECT count(*) FILTER (WHERE written.inserted)::int AS inserted,
        (SELECT count(*) FROM page WHERE EXISTS (SELECT FROM {table} AS target WHERE {match} AND {stale}))::int AS stale
 FROM written;
 
+-- name: lock_seen
+-- Held by whoever creates the table of keys seen (create_seen, index_seen) until its transaction ends: the
+-- creations of several workers' first pages take turns instead of colliding in the catalogue.
+SELECT pg_advisory_xact_lock(hashtextextended(%(seen)s, 0));
+
 -- name: create_seen
 -- Where a snapshot's pages note the keys they landed, by job, in the table's own database and schema: what
 -- the snapshot saw, kept across its attempts (a failed job continues from its cursor) and committed with each
