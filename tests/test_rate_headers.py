@@ -65,6 +65,11 @@ def test_the_older_ietf_fields_give_a_reset_in_seconds_and_a_window_from_the_pol
     assert news == RateNews(limit=10, remaining=4, reset=seconds(2), window=seconds(1))
 
 
+def test_the_earliest_drafts_list_the_policies_after_the_current_limit():
+    news = read({"RateLimit-Limit": "10, 10;w=1, 50;w=60", "RateLimit-Remaining": "4", "RateLimit-Reset": "1"})
+    assert news == RateNews(limit=10, remaining=4, reset=seconds(1), window=seconds(1))
+
+
 def test_the_draft_07_ratelimit_dictionary_goes_with_the_policy_of_its_limit():
     news = read({"RateLimit": "limit=100, remaining=50, reset=5", "RateLimit-Policy": "100;w=60, 1000;w=3600"})
     assert news == RateNews(limit=100, remaining=50, reset=seconds(5), window=seconds(60))

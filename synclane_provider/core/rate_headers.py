@@ -166,8 +166,8 @@ def _ietf(fields: Mapping[str, str], now: datetime) -> Iterator[RateNews]:
     """The IETF drafts' fields: ``RateLimit-Limit``/``-Remaining``/``-Reset``, ``RateLimit`` and ``RateLimit-Policy``.
 
     A named policy (``"burst";q=100;w=60``) goes with the ``RateLimit`` item of the same name; an unnamed one
-    (``100;w=60``) gives its window to the state whose limit equals its quota. Every policy is also a window
-    of its own, with nothing known of what is left in it.
+    (``100;w=60``, or an item of ``RateLimit-Limit`` with a ``w``) gives its window to the state whose limit
+    equals its quota. A policy with no state of its own is still a window, with nothing known of what is left.
     """
     named: dict[str, RateNews] = {}
     unnamed: list[RateNews] = []
@@ -194,8 +194,9 @@ def _ietf(fields: Mapping[str, str], now: datetime) -> Iterator[RateNews]:
         for item, params in members:
             policy = named.pop(_unquoted(item), RateNews())
             yield replace(policy, remaining=_count(params.get("r", "")), reset=_reset(params.get("t", ""), now))
+    windows = unnamed + [state for state in states if state.window is not None]  # draft 03: 10, 10;w=1
     for state in states:
-        match = next((policy for policy in unnamed if state.window is None and policy.limit == state.limit), None)
+        match = next((policy for policy in windows if state.window is None and policy.limit == state.limit), None)
         yield replace(state, window=match.window) if match else state
     yield from named.values()
     yield from unnamed
