@@ -52,10 +52,16 @@ def test_an_instant_already_passed_is_a_reset_now():
     assert read({"X-RateLimit-Remaining": "0", "X-RateLimit-Reset": str(EPOCH_NOW - 5)}).reset == timedelta(0)
 
 
-def test_the_dashed_spelling_and_a_reset_after_are_read_alike():
-    news = read({"X-Rate-Limit-Limit": "15", "X-Rate-Limit-Remaining": "3", "X-RateLimit-Reset-After": "1.5"})
-    assert (news.limit, news.remaining) == (15, 3)
-    assert read({"X-RateLimit-Remaining": "3", "X-RateLimit-Reset-After": "1.5"}).reset == seconds(1.5)
+def test_the_dashed_spelling_is_read_alike():
+    news = read({"X-Rate-Limit-Limit": "15", "X-Rate-Limit-Remaining": "3", "X-Rate-Limit-Reset": "60"})
+    assert news == RateNews(limit=15, remaining=3, reset=seconds(60))
+
+
+def test_a_reset_after_is_always_seconds_and_read_before_the_reset():
+    news = read(
+        {"X-RateLimit-Remaining": "3", "X-RateLimit-Reset-After": "1.5", "X-RateLimit-Reset": str(EPOCH_NOW + 2)}
+    )
+    assert news == RateNews(remaining=3, reset=seconds(1.5))
 
 
 def test_the_older_ietf_fields_give_a_reset_in_seconds_and_a_window_from_the_policy():
