@@ -274,6 +274,10 @@ class Queue:
     credentials_skew: timedelta = DEFAULT_SKEW
     """How long before it expires an owner's access token is refreshed by ``job.credentials()``: longer than a
     page takes, so that no page outlives the token it started with."""
+    longest_wait: timedelta = timedelta(minutes=1)
+    """The longest a worker waits before a page, for its lane's turn or the end of a hold on it. A longer wait
+    (an hourly or daily quota used up, a ``Retry-After`` of an hour) hands the job back at its cursor, due when
+    the wait ends: no worker slot waits with it, no attempt is counted, nothing counts against its owner."""
 
     def __post_init__(self, owner_backoff: OwnerStretch | None) -> None:
         checked_name("queue name", self.name)
@@ -304,6 +308,7 @@ class Queue:
         if self.oauth_conn_id is not None:
             checked_name(f"oauth_conn_id {label}", self.oauth_conn_id)
         _positive(f"credentials_skew {label}", self.credentials_skew)
+        _positive(f"longest_wait {label}", self.longest_wait)
         object.__setattr__(self, "owner_stretch", self._owner_stretch(owner_backoff, label))
 
     def _owner_stretch(self, owner_backoff: OwnerStretch | None, label: str) -> OwnerStretch:
