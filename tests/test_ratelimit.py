@@ -314,9 +314,7 @@ def late_gate(database_url, schema, clock, admin, monkeypatch):
 
 
 @pytest.mark.parametrize(("late", "turns"), [(4.9, 1), (5.1, 2)])
-def test_a_page_later_than_half_the_rates_lateness_gives_its_turn_up_and_one_within_it_keeps_it(
-    late_gate, late, turns
-):
+def test_a_page_later_than_half_the_rates_lateness_gives_its_turn_up_and_one_within_it_keeps_it(late_gate, late, turns):
     """The other half of the lateness is the handler's way to the API: a page that starts 5.1 s after its turn
     (within the rate's 10 s of lateness, but past half of it) takes a new turn; one 4.9 s late keeps its own."""
     gate, job, watch, turns_taken = late_gate
