@@ -517,6 +517,15 @@ RETURNING lease_expires_at, stop_reason,
 greatest((SELECT now FROM clock), b.throttled_until, b.quota_until, b.learnt_tat + %(late)s::interval,
          (SELECT max(b.tats[w.i] + %(late)s::interval - w.allowance) FROM windows AS w))
 
+-- fragment: turn_of_b_is_far
+-- The turn is further away than the worker waits (take_lane_budget): not taken, the lane held as a quota.
+coalesce({turn_of_b} - (SELECT now FROM clock) > %(longest)s::interval, false)
+
+-- fragment: history_waits_b
+-- A history take while fresh work is due, before history's own turn in the lane budget row b: it takes nothing
+-- and waits for that turn (then takes again), leaving the lane's turns meanwhile to the fresh work.
+((SELECT due FROM fresh) AND coalesce(b.history_tat > (SELECT now FROM clock), false))
+
 -- fragment: learnt_pace_of_b
 -- The spacing the lane budget row b learnt, now: as read from the API's headers, or, cut by its refusals,
 -- shrinking back as the rate grows by %(regrowth)s requests a second every second since the cut (so a lane
@@ -556,6 +565,13 @@ WHERE id = %(id)s AND leased_by = %(worker)s AND status = 'running';
 -- back by as much, so the next request is spaced from when the last one really went.
 -- A turn further away than %(longest)s (a daily window used up) is not taken: nothing moves, the lane is held
 -- by quota_until to then, and the wait returned tells the worker to hand its job back until then.
+-- Fresh first: a take for history (%(history)s: an initial slice or a re-sync, of type priority %(priority)s, in
+-- a lane with a declared rate) while a recurring job of the lane is running or due keeps to its share of the
+-- budget as well: history's own turn, history_tat, moves by %(history_cost)s (the units' cost over the share).
+-- Before that turn it reserves nothing (reserving ahead would take the lane's turns from the fresh work):
+-- again says to wait the answer's wait and take again. When such a recurring job waits, due, for a lane whose
+-- %(lane_width)s slots are all taken, and would be taken first (type order), yield_lane says so: the worker
+-- hands the history job back after this page.
 -- One statement, no lock held afterwards: the row lock is the statement's own, so concurrent takers line up in
 -- turns and each gets its own wait. Returns wait: the seconds to sleep before sending (0: at once). Before a
 -- page (%(id)s names the job, %(worker)s its worker), it also says whether the page may still go, as
@@ -563,6 +579,20 @@ WHERE id = %(id)s AND leased_by = %(worker)s AND status = 'running';
 -- owner_paused; a page that waits for its turn asks page_clearance again once it has waited.
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now
+),
+recurring AS (
+    SELECT j.status, j.priority, {owner_of_j_not_paused} AS owner_free
+    FROM {schema}.jobs AS j, clock
+    WHERE %(history)s AND j.queue = %(queue)s AND j.lane = %(lane)s AND j.mode = 'recurring'
+      AND (j.status = 'running' OR (j.status IN ('pending', 'failed') AND j.next_run_at <= clock.now))
+),
+fresh AS (
+    SELECT EXISTS (SELECT 1 FROM recurring AS r WHERE r.status = 'running' OR r.owner_free) AS due,
+           EXISTS (SELECT 1 FROM recurring AS r WHERE r.status <> 'running' AND r.owner_free
+                                                  AND r.priority <= %(priority)s)
+           AND (SELECT count(*) FROM {schema}.jobs AS j
+                WHERE %(history)s AND j.queue = %(queue)s AND j.lane = %(lane)s AND j.status = 'running')
+               >= %(lane_width)s AS waiting
 ),
 windows AS (
     SELECT w.cost, w.allowance, w.i
@@ -575,18 +605,20 @@ taken AS (
     FROM clock LEFT JOIN windows AS w ON true
     GROUP BY clock.now
     ON CONFLICT (queue, lane) DO UPDATE
-    SET turn_at = {turn_of_b},
-        tats = CASE WHEN {turn_of_b} - (SELECT now FROM clock) > %(longest)s::interval THEN b.tats
+    SET turn_at = CASE WHEN {history_waits_b} THEN b.history_tat ELSE {turn_of_b} END,
+        tats = CASE WHEN {history_waits_b} OR {turn_of_b_is_far} THEN b.tats
                ELSE coalesce((SELECT array_agg(greatest(b.tats[w.i] + %(late)s::interval, turn.at) + w.cost ORDER BY w.i)
                               FROM windows AS w, (SELECT {turn_of_b} AS at) AS turn), '{{}}') END,
-        learnt_tat = CASE WHEN b.learnt_interval IS NULL OR {turn_of_b} - (SELECT now FROM clock) > %(longest)s::interval
-                          THEN b.learnt_tat
+        learnt_tat = CASE WHEN b.learnt_interval IS NULL OR {history_waits_b} OR {turn_of_b_is_far} THEN b.learnt_tat
                           ELSE {turn_of_b} + %(units)s * {learnt_pace_of_b} END,
-        quota_until = CASE WHEN {turn_of_b} - (SELECT now FROM clock) > %(longest)s::interval THEN {turn_of_b}
-                           ELSE b.quota_until END
-    RETURNING b.turn_at, b.learnt_interval IS NOT NULL AS paced
+        quota_until = CASE WHEN NOT {history_waits_b} AND {turn_of_b_is_far} THEN {turn_of_b} ELSE b.quota_until END,
+        history_tat = CASE WHEN (SELECT due FROM fresh) AND NOT {history_waits_b} AND NOT {turn_of_b_is_far}
+                           THEN {turn_of_b} + %(history_cost)s::interval ELSE b.history_tat END
+    RETURNING b.turn_at, b.learnt_interval IS NOT NULL AS paced,
+              (SELECT due FROM fresh) AND b.turn_at = b.history_tat AS again
 )
-SELECT greatest(extract(epoch FROM taken.turn_at - clock.now), 0)::float8 AS wait, taken.paced,
+SELECT greatest(extract(epoch FROM taken.turn_at - clock.now), 0)::float8 AS wait, taken.paced, taken.again,
+       (SELECT waiting FROM fresh) AS yield_lane,
        jobs.id IS NOT NULL AS held, jobs.stop_reason, {owner_of_jobs_paused}
 FROM taken
 CROSS JOIN clock

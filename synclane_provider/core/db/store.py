@@ -105,7 +105,10 @@ class LaneTake:
     of the units taken, the burst and one unit's cost (``interval``, default the cost: one unit); and for what the
     lane learnt, the ``units``, how ``late`` the job's previous request left after its turn, the ``longest`` wait
     worth taking (a turn further away is not taken: the lane waits it out as a quota; None: any), and how fast a
-    rate cut by refusals grows back (``regrowth``, requests a second per second)."""
+    rate cut by refusals grows back (``regrowth``, requests a second per second). A take for ``history`` (a job
+    not recurring, of type ``priority``, in a lane ``lane_width`` wide) keeps to its share of the budget while
+    the lane's recurring work is due: its units cost ``history_cost`` in history's own turn (the cost over the
+    share)."""
 
     cost: Windows = ()
     tolerance: Windows = ()
@@ -114,6 +117,10 @@ class LaneTake:
     late: timedelta = timedelta(0)
     longest: timedelta | None = None
     regrowth: float = 0.0
+    history: bool = False
+    priority: int = 0
+    lane_width: int = 1
+    history_cost: timedelta | None = None
 
 
 @dataclass(frozen=True)
@@ -124,6 +131,10 @@ class LaneTurn:
     wait: float
     paced: bool = False
     clearance: Clearance | None = None
+    yield_lane: bool = False
+    """A history job's page: the lane's recurring work waits for it, so it hands the job back after this page."""
+    again: bool = False
+    """History waiting for its share while fresh work is due: nothing was taken; wait ``wait``, then take again."""
 
 
 @dataclass(frozen=True)
@@ -368,13 +379,17 @@ class Store:
             late=take.late,
             longest=take.longest,
             regrowth=take.regrowth,
+            history=take.history,
+            priority=take.priority,
+            lane_width=take.lane_width,
+            history_cost=take.history_cost,
             now=now,
             id=job,
             worker=worker,
         )
         assert row is not None
         clearance = Clearance(row["stop_reason"], row["owner_paused"]) if job is not None and row["held"] else None
-        return LaneTurn(float(row["wait"]), bool(row["paced"]), clearance)
+        return LaneTurn(float(row["wait"]), bool(row["paced"]), clearance, bool(row["yield_lane"]), bool(row["again"]))
 
     def page_clearance(self, job_id: int, *, worker: str) -> Clearance | None:
         """Whether the job's next page may still go, asked right before it after a wait; None when the lease is

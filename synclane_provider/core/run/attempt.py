@@ -232,7 +232,14 @@ class Attempt:
             self.release()
             raise
         self.timed(started)
-        return self.page_done(page)
+        ended = self.page_done(page)
+        if ended is None and turn.yields:  # the lane's recurring work waits for this history job's slot
+            self.setting.log.info(
+                "%s: hands lane %s over to its recurring work due, at cursor %r", self.current.describe(),
+                self.current.lane, self.current.cursor,
+            )  # fmt: skip
+            return self.release()
+        return ended
 
     def wait_turn(self) -> Turn:
         """The page's turn in its lane's rate budget, and out of any throttle on the lane (none when stopping); raises

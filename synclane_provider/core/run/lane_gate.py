@@ -58,6 +58,7 @@ from synclane_provider.core.metrics import LANE_LEARNT_RATE, NO_METRICS, Metrics
 from synclane_provider.core.numbers import whole
 from synclane_provider.core.rate_headers import RateNews
 from synclane_provider.core.records import Job
+from synclane_provider.core.states import JobMode
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +96,8 @@ class Turn:
     """time.monotonic() of the turn: how late the request then leaves is the next take's ``late``."""
     paced: bool = False
     """The lane keeps a pace it learnt from its API's answers (a turn to keep even without a declared rate)."""
+    yields: bool = False
+    """A history page whose lane's recurring work waits for it: the job is handed back after the page."""
 
     @property
     def kept(self) -> bool:
@@ -238,14 +241,26 @@ class LaneGate:
             late=timedelta(seconds=late if late_job == job.id else 0.0),
             longest=self._queue.longest_wait,
             regrowth=regrowth(rates),
+            history=bool(rates) and job.mode != JobMode.RECURRING,
+            priority=job.priority,
+            lane_width=job.lane_width,
+            history_cost=rates[0].interval * units / self._queue.history_share if rates else None,
         )
-        if page:
-            turn = self._store.take_page_turn(
-                self._queue.name, job.lane, take, job=job.id, worker=self._worker_of(job), now=self._clock()
-            )
-            self._check(job, turn.clearance, waited=0.0)
-        else:
-            turn = self._store.take_turn(self._queue.name, job.lane, take, now=self._clock())
+        shared = 0.0  # waited for history's share of the lane while its fresh work was due
+        while True:
+            if page:
+                turn = self._store.take_page_turn(
+                    self._queue.name, job.lane, take, job=job.id, worker=self._worker_of(job), now=self._clock()
+                )
+                self._check(job, turn.clearance, waited=shared)
+            else:
+                turn = self._store.take_turn(self._queue.name, job.lane, take, now=self._clock())
+            if not turn.again:
+                break
+            shared += self._sleep(turn.wait)
+            if self._stop.is_set():
+                raise PageNotSent(f"{job.describe()}: asked to stop while history waited for its share", waited=shared)
+            sent = time.monotonic()
         self._note_paced(job.lane, turn)
         if turn.wait > self._queue.longest_wait.total_seconds():
             raise self._held(job, turn.wait)
@@ -253,8 +268,10 @@ class LaneGate:
         latest = sent + turn.wait + room if room > 0 else math.inf
         slept = self._sleep(turn.wait)
         if page and slept > 0:
-            self._check(job, self._store.page_clearance(job.id, worker=self._worker_of(job)), waited=slept)
-        return Turn(rates, units, latest, slept, page, due=sent + turn.wait, paced=turn.paced)
+            self._check(job, self._store.page_clearance(job.id, worker=self._worker_of(job)), waited=shared + slept)
+        return Turn(
+            rates, units, latest, shared + slept, page, due=sent + turn.wait, paced=turn.paced, yields=turn.yield_lane
+        )
 
     def _note_paced(self, lane: str, turn: LaneTurn) -> None:
         if turn.paced:
