@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from synclane_provider.core.db.database import Database, Session
     from synclane_provider.core.declare.declarations import Owner, Queue, SnapshotType, SyncLane, WindowedType
     from synclane_provider.core.declare.ratelimit import Rate
+    from synclane_provider.core.rate_headers import RateNews
     from synclane_provider.core.declare.retry import Jitter, RetryPolicy
     from synclane_provider.core.declare.retry_after import parse_retry_after
     from synclane_provider.core.declare.stretch import OwnerBackoff, OwnerStretch
@@ -85,6 +86,7 @@ _HOMES = {
     "ResyncRequest": "synclane_provider.core.records",
     "Queue": "synclane_provider.core.declare.declarations",
     "Rate": "synclane_provider.core.declare.ratelimit",
+    "RateNews": "synclane_provider.core.rate_headers",
     "RetryPolicy": "synclane_provider.core.declare.retry",
     "RunResult": "synclane_provider.core.run.runner",
     "SchemaNotReadyError": "synclane_provider.core.errors",
@@ -149,6 +151,7 @@ __all__ = [
     "Pruned",
     "Queue",
     "Rate",
+    "RateNews",
     "ResyncRequest",
     "RetryPolicy",
     "RunResult",
