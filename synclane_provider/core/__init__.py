@@ -15,7 +15,6 @@ if TYPE_CHECKING:
     from synclane_provider.core.db.database import Database, Session
     from synclane_provider.core.declare.declarations import Owner, Queue, SnapshotType, SyncLane, WindowedType
     from synclane_provider.core.declare.ratelimit import Rate
-    from synclane_provider.core.rate_headers import RateNews
     from synclane_provider.core.declare.retry import Jitter, RetryPolicy
     from synclane_provider.core.declare.retry_after import parse_retry_after
     from synclane_provider.core.declare.stretch import OwnerBackoff, OwnerStretch
@@ -43,6 +42,7 @@ if TYPE_CHECKING:
     from synclane_provider.core.page_context import PageContext, PageJob
     from synclane_provider.core.plan.planner import PlanSummary
     from synclane_provider.core.plan.retention import Pruned
+    from synclane_provider.core.rate_headers import RateNews
     from synclane_provider.core.records import Activity, Cancelled, Job, LandCounts, Page, Progress, ResyncRequest
     from synclane_provider.core.run.pool import WorkerPool
     from synclane_provider.core.run.runner import Outcome, RunResult
