@@ -18,9 +18,12 @@ its configuration:
 * ``X-RateLimit-Limit``: the seller's requests a second, now;
 * ``X-RateLimit-Remaining``: how many more the current second allows, this request counted (0 when it was
   one too many);
-* ``X-RateLimit-Reset``: seconds until the oldest request in the window leaves it, rounded up to a whole
-  second (at least 1). Whole seconds because that is how real APIs write it (a delta in seconds), so a client
-  learns here from what it meets elsewhere; with a one-second window it is always 1.
+* ``X-RateLimit-Reset``: seconds until the oldest request in the window leaves it; when none remain, until
+  enough have left it for the next to be allowed (refused requests count in the window too, so after a burst
+  that is more than the oldest's leaving). In thousandths rounded up: ``0.35``, ``1``. A fraction, as Discord's
+  ``X-RateLimit-Reset-After`` is, because the window is one second: in whole seconds it would always read 1,
+  saying nothing, and a client that waited for it would wait up to a second too long and fall below the very
+  limit it learnt. (SyncLane's reader takes decimals; a reset this small is never read as a Unix instant.)
 
 They describe the rate window only: a named wait shows in ``Retry-After``, not in them.
 
@@ -138,13 +141,14 @@ class Quota:
 
     limit: int
     remaining: int
-    reset: int
+    reset: float
+    """Seconds, in thousandths rounded up (never 0: the oldest request is still in the window)."""
 
     def headers(self) -> dict[str, str]:
         return {
             "X-RateLimit-Limit": str(self.limit),
             "X-RateLimit-Remaining": str(self.remaining),
-            "X-RateLimit-Reset": str(self.reset),
+            "X-RateLimit-Reset": f"{self.reset:g}",
         }
 
 
@@ -197,7 +201,8 @@ class Limits:
             limit = self.per_second.get(seller)
             quota = None
             if limit is not None:
-                reset = max(math.ceil(arrivals[0] + WINDOW - now), 1)
+                frees = arrivals[max(len(arrivals) - limit, 0)] + WINDOW  # when the next request fits, if none do now
+                reset = math.ceil(round((frees - now) * 1000, 6)) / 1000  # in thousandths up; 0.7000000001 is 0.7
                 quota = Quota(limit, max(limit - len(arrivals), 0), reset)
             until = self._waiting_until.get(seller, 0.0)
             if now < until:

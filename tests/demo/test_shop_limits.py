@@ -17,11 +17,14 @@ from tests.demo.test_shop import get
 ANNOUNCED = ("X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset")
 
 
-def announced(headers: dict) -> tuple[str, str, str] | None:
-    """The answer's ``X-RateLimit-*`` values, in that order; None when it announced none."""
+def announced(headers: dict) -> tuple[str, str] | None:
+    """The answer's ``X-RateLimit-Limit`` and ``-Remaining``, its ``-Reset`` checked to be a wait of at most the
+    one-second window (on a real clock; the exact resets are :class:`Limits`' to show on a pinned one); None when
+    it announced none of them."""
     if not any(name in headers for name in ANNOUNCED):
         return None
-    return tuple(headers[name] for name in ANNOUNCED)
+    assert 0 < float(headers["X-RateLimit-Reset"]) <= 1, headers
+    return headers["X-RateLimit-Limit"], headers["X-RateLimit-Remaining"]
 
 
 def settings(shop, body: dict) -> tuple[int, dict]:
@@ -49,9 +52,9 @@ def test_every_answer_to_a_seller_with_a_limit_announces_it(start_shop):
     shop = start_shop(rate_limits={"acme": 2})
     answers = [get(f"{shop.url}/accounts/{account}/products")[:2] for account in ("acme-us", "acme-eu", "acme-us")]
     assert [(status, announced(headers)) for status, headers in answers] == [
-        (200, ("2", "1", "1")),
-        (200, ("2", "0", "1")),  # acme-eu's answer counts acme-us's request: one seller, one limit
-        (429, ("2", "0", "1")),  # the 429 too, beside its Retry-After
+        (200, ("2", "1")),
+        (200, ("2", "0")),  # acme-eu's answer counts acme-us's request: one seller, one limit
+        (429, ("2", "0")),  # the 429 too, beside its Retry-After
     ]
     status, headers, _ = get(f"{shop.url}/accounts/globex/products")
     assert status == 200 and announced(headers) is None  # globex has no limit to announce
@@ -61,19 +64,21 @@ def test_the_announced_quota_follows_the_arrivals_in_the_window():
     limits = Limits({"acme": 2})
     answered = [(now, limits.arrive("acme", now=now)) for now in (10.0, 10.3, 10.6, 11.05, 11.7, 12.8)]
     assert answered == [
-        (10.0, Arrival(None, Quota(2, 1, 1))),
-        (10.3, Arrival(None, Quota(2, 0, 1))),
-        (10.6, Arrival(Refusal("429_over_limit", 1), Quota(2, 0, 1))),
-        (11.05, Arrival(Refusal("429_over_limit", 1), Quota(2, 0, 1))),  # a refused request counts too
-        (11.7, Arrival(None, Quota(2, 0, 1))),  # 11.05 and 11.7 in the last second
-        (12.8, Arrival(None, Quota(2, 1, 1))),  # alone in it again
+        (10.0, Arrival(None, Quota(2, 1, 1.0))),
+        (10.3, Arrival(None, Quota(2, 0, 0.7))),  # none left: the next fits when 10.0 leaves the window
+        (10.6, Arrival(Refusal("429_over_limit", 1), Quota(2, 0, 0.7))),  # refused, yet counted: 10.3 must leave
+        (11.05, Arrival(Refusal("429_over_limit", 1), Quota(2, 0, 0.55))),  # then 10.6
+        (11.7, Arrival(None, Quota(2, 0, 0.35))),  # 11.05 and 11.7 in the last second
+        (12.8, Arrival(None, Quota(2, 1, 1.0))),  # alone in it again
     ]
     assert limits.arrive("globex", now=12.8) == Arrival(None, None)
-    assert Quota(2, 0, 1).headers() == {
+    assert Quota(2, 0, 0.35).headers() == {
         "X-RateLimit-Limit": "2",
         "X-RateLimit-Remaining": "0",
-        "X-RateLimit-Reset": "1",
+        "X-RateLimit-Reset": "0.35",
     }
+    assert Quota(2, 1, 1.0).headers()["X-RateLimit-Reset"] == "1"
+    assert limits.arrive("acme", now=13.0001).quota == Quota(2, 0, 0.8)  # thousandths, rounded up: 0.7999 is 0.8
 
 
 def test_a_named_wait_holds_the_whole_seller_and_requests_during_it_are_counted():
@@ -89,11 +94,11 @@ def test_a_named_wait_holds_the_whole_seller_and_requests_during_it_are_counted(
 def test_a_random_429_starts_a_named_wait_for_the_seller(start_shop):
     shop = start_shop(rate_429=1.0, retry_after=7, rate_limits={"acme": 2})
     status, headers, _ = get(f"{shop.url}/accounts/acme-us/products")
-    assert (status, headers["Retry-After"], announced(headers)) == (429, "7", ("2", "1", "1"))
+    assert (status, headers["Retry-After"], announced(headers)) == (429, "7", ("2", "1"))
     shop.shop.faults.rate_429 = 0.0
     status, headers, _ = get(f"{shop.url}/accounts/acme-eu/products")
     assert status == 429 and int(headers["Retry-After"]) in (6, 7)  # the wait names itself, not the window
-    assert announced(headers) == ("2", "0", "1")
+    assert announced(headers) == ("2", "0")
     counters = json.loads(get(f"{shop.url}/control/status")[2])["counters"]
     assert counters == {"429_random": 1, "429_ignored_wait": 1}
 
@@ -106,12 +111,12 @@ def test_a_bad_rate_limit_is_named(text):
 
 def test_a_sellers_limit_changes_over_the_control_endpoint_from_its_next_request(start_shop):
     shop = start_shop(rate_limits={"acme": 2})
-    assert announced(get(f"{shop.url}/accounts/acme-us/products")[1]) == ("2", "1", "1")
+    assert announced(get(f"{shop.url}/accounts/acme-us/products")[1]) == ("2", "1")
     status, answer = settings(shop, {"rate_limits": {"acme": 1, "globex": 5}})
     assert status == 200 and answer["rate_limits"] == {"acme": 1, "globex": 5}
     status, headers, _ = get(f"{shop.url}/accounts/acme-eu/products")
-    assert (status, announced(headers)) == (429, ("1", "0", "1"))  # two in the second: one too many now
-    assert announced(get(f"{shop.url}/accounts/globex/products")[1]) == ("5", "4", "1")
+    assert (status, announced(headers)) == (429, ("1", "0"))  # two in the second: one too many now
+    assert announced(get(f"{shop.url}/accounts/globex/products")[1]) == ("5", "4")
     assert json.loads(get(f"{shop.url}/control/status")[2])["rate_limits"] == {"acme": 1, "globex": 5}
 
 
@@ -155,7 +160,7 @@ def test_scheduled_changes_apply_as_their_moment_passes():
 
 def test_a_change_due_at_start_holds_from_the_shops_first_answer(start_shop):
     shop = start_shop(rate_limits={"acme": 2}, limit_changes="acme=1@0s,globex=3@1h")
-    assert announced(get(f"{shop.url}/accounts/acme-us/products")[1]) == ("1", "0", "1")
+    assert announced(get(f"{shop.url}/accounts/acme-us/products")[1]) == ("1", "0")
     status = json.loads(get(f"{shop.url}/control/status")[2])
     assert (status["rate_limits"], status["limit_changes"]) == ({"acme": 1}, ["globex=3@1h"])
 
