@@ -35,9 +35,9 @@ def read(headers, now=NOW):
 
 
 def test_x_ratelimit_headers_give_limit_remaining_and_a_reset_in_seconds():
-    news = read({"X-RateLimit-Limit": "100", "X-RateLimit-Remaining": "40", "X-RateLimit-Reset": "20"})
-    assert news == RateNews(limit=100, remaining=40, reset=seconds(20))
-    assert news.pace == seconds(0.5)  # 40 requests spread evenly over 20 s
+    news = read({"X-RateLimit-Limit": "100", "X-RateLimit-Remaining": "39", "X-RateLimit-Reset": "20"})
+    assert news == RateNews(limit=100, remaining=39, reset=seconds(20))
+    assert news.pace == seconds(0.5)  # 39 requests spread evenly over 20 s, and the reset brings the 40th
 
 
 def test_a_reset_past_a_billion_seconds_is_an_instant_as_github_sends_it():

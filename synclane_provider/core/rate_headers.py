@@ -47,7 +47,7 @@ _X_PREFIXES = ("x-ratelimit-", "x-rate-limit-")
 class RateNews:
     """What one response said about its rate limit; what it did not say is None.
 
-    >>> news = RateNews(limit=100, remaining=20, reset=timedelta(seconds=10))
+    >>> news = RateNews(limit=100, remaining=19, reset=timedelta(seconds=10))
     >>> news.pace, news.exhausted
     (datetime.timedelta(microseconds=500000), False)
     """
@@ -70,13 +70,16 @@ class RateNews:
 
     @property
     def pace(self) -> timedelta | None:
-        """The spacing that spends what is left evenly until the reset: ``reset / remaining``.
+        """The spacing that spends what is left evenly until the reset, the reset bringing the next one:
+        ``reset / (remaining + 1)``. A fixed window of 600 a minute reads 599 left for 60 s, a spacing of
+        0.1 s; a sliding window of 2 a second read right after a lone request says 1 left for 1 s, and 0.5 s
+        keeps to its rate, where ``reset / remaining`` would settle at half of it.
 
         None when either is unknown, and when nothing is left (then :attr:`exhausted` is what counts).
         """
         if self.remaining is None or self.reset is None or self.exhausted:
             return None
-        return self.reset / self.remaining
+        return self.reset / (self.remaining + 1)
 
 
 def read_rate_headers(headers: Any, *, now: datetime | None = None) -> RateNews | None:

@@ -392,3 +392,44 @@ def test_an_owner_whose_credentials_need_reconnecting_reads_so_in_the_owners_vie
     expect(initech.locator("td.condition")).to_contain_text("needs reconnecting since")
     expect(initech.locator("td.condition")).to_contain_text(reason)
     shot(browser_page, "owners-needs-reconnecting")
+
+
+def test_the_lanes_view_shows_a_learnt_rate_and_a_quota_waited_out(
+    api_server, scene, browser_page, database_url, operate_schema
+):
+    """acme's answers said 3 left for 1 s (a learnt 4 a second); globex used up its daily quota: its waiting jobs
+    read held until the reset, not overdue."""
+    import psycopg
+    from playwright.sync_api import expect
+    from psycopg import sql
+
+    budgets = sql.SQL("{}.lane_budgets").format(sql.Identifier(operate_schema))
+    with psycopg.connect(database_url, autocommit=True) as conn:  # as lane_gate.observe leaves them
+        conn.execute(
+            sql.SQL(
+                "INSERT INTO {} (queue, lane, learnt_interval, learnt_from, learnt_at) "
+                "VALUES ('shops', 'acme', '0.25 s', 'headers', now())"
+            ).format(budgets)
+        )
+        until = conn.execute(
+            sql.SQL(
+                "INSERT INTO {} (queue, lane, quota_until) VALUES ('shops', 'globex', "
+                "date_trunc('day', now()) + interval '1 day') RETURNING quota_until"
+            ).format(budgets)
+        ).fetchone()[0]
+    try:
+        expect.set_options(timeout=30_000)
+        frame = synclane_as_admin(browser_page, api_server)
+        frame.get_by_role("button", name="Lanes", exact=True).click()
+        expect(frame.locator("#lanes-table tr[data-lane=acme]").first).to_contain_text("4.0/s from its headers")
+        globex = frame.locator("#lanes-table tr[data-lane=globex]").first
+        expect(globex).to_contain_text(f"held: quota until {until:%Y-%m-%d %H:%M:%S}")
+        expect(globex).not_to_contain_text("overdue")
+        shot(browser_page, "lanes-learnt-rate-and-quota")
+        frame.get_by_role("button", name="Jobs", exact=True).click()
+        frame.locator("#job-filters input[name=owner]").fill("globex")
+        frame.locator("#job-filters").get_by_role("button", name="Show", exact=True).click()
+        expect(frame.locator("#jobs-table tr[data-status=pending]").first).to_contain_text("held: lane on quota until")
+    finally:
+        with psycopg.connect(database_url, autocommit=True) as conn:
+            conn.execute(sql.SQL("DELETE FROM {}").format(budgets))
