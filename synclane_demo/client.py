@@ -1,7 +1,9 @@
 """Our side's client for the shop API: one call per page, and the shop's answers turned into exceptions.
 
 The exceptions say what happened at the shop, not what SyncLane should do
-about it; :mod:`synclane_demo.handlers` makes that choice.
+about it; :mod:`synclane_demo.handlers` makes that choice. A page, and a 429,
+carry the answer's headers: the shop announces its rate limits in them
+(``X-RateLimit-*``), for the handlers to hand to ``job.observe``.
 """
 
 from __future__ import annotations
@@ -10,7 +12,8 @@ import json
 import urllib.error
 import urllib.parse
 import urllib.request
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
 
 
@@ -18,12 +21,38 @@ class ShopError(Exception):
     """The shop did not give us a page."""
 
 
-class ShopThrottled(ShopError):
-    """429: the shop asks us to slow down, for ``retry_after`` seconds when it says so."""
+class ResponseHeaders(Mapping[str, str]):
+    """An answer's headers, looked up whatever the case of the name (HTTP's names have none), read-only.
 
-    def __init__(self, message: str, retry_after: float | None) -> None:
+    >>> headers = ResponseHeaders([("X-RateLimit-Limit", "2")])
+    >>> headers["x-ratelimit-limit"], dict(headers)
+    ('2', {'X-RateLimit-Limit': '2'})
+    """
+
+    def __init__(self, pairs: Iterable[tuple[str, str]] = ()) -> None:
+        self._by_name = {name.lower(): (name, value) for name, value in pairs}
+
+    def __getitem__(self, name: str) -> str:
+        return self._by_name[name.lower()][1]
+
+    def __iter__(self) -> Iterator[str]:
+        return (name for name, _ in self._by_name.values())
+
+    def __len__(self) -> int:
+        return len(self._by_name)
+
+    def __repr__(self) -> str:
+        return f"ResponseHeaders({list(self.items())!r})"
+
+
+class ShopThrottled(ShopError):
+    """429: the shop asks us to slow down, for ``retry_after`` seconds when it says so; ``headers`` are the
+    429's (its announced rate limits among them)."""
+
+    def __init__(self, message: str, retry_after: float | None, headers: ResponseHeaders | None = None) -> None:
         super().__init__(message)
         self.retry_after = retry_after
+        self.headers = headers if headers is not None else ResponseHeaders()
 
 
 class ShopUnavailable(ShopError):
@@ -47,6 +76,8 @@ class AccountNotFound(ShopError):
 class ShopPage:
     items: list[dict]
     next_cursor: str | None
+    headers: ResponseHeaders = field(default_factory=ResponseHeaders)
+    """The answer's headers: what the shop announced with the page (its rate limits)."""
 
 
 def _retry_after(value: str | None) -> float | None:
@@ -78,13 +109,14 @@ class ShopClient:
         try:
             with urllib.request.urlopen(request, timeout=self.timeout) as response:
                 body = response.read()
+                headers = ResponseHeaders(response.headers.items())
         except urllib.error.HTTPError as exc:
             raise self._refusal(exc, path) from None
         except (urllib.error.URLError, TimeoutError, ConnectionError) as exc:
             raise ShopUnavailable(f"{path}: {getattr(exc, 'reason', exc)}") from exc
         try:
             data = json.loads(body)
-            return ShopPage(list(data["items"]), data["next_cursor"])
+            return ShopPage(list(data["items"]), data["next_cursor"], headers)
         except (ValueError, KeyError, TypeError) as exc:
             raise UnreadablePage(f"the shop returned a page that could not be read ({path}, cursor {cursor})") from exc
 
@@ -92,7 +124,8 @@ class ShopClient:
     def _refusal(exc: urllib.error.HTTPError, path: str) -> ShopError:
         if exc.code == 429:
             wait = _retry_after(exc.headers.get("Retry-After"))
-            return ShopThrottled(f"the shop asked us to slow down ({path}, Retry-After {wait})", wait)
+            headers = ResponseHeaders(exc.headers.items())
+            return ShopThrottled(f"the shop asked us to slow down ({path}, Retry-After {wait})", wait, headers)
         if exc.code in (401, 403):
             return AccessRevoked(f"the shop refused the account's token: {exc.code} ({path})")
         if exc.code == 404 and "/accounts/" in path:

@@ -5,8 +5,10 @@ page that starts at the cursor with the owner's OAuth access token as its bearer
 the engine refreshes it before it expires, once across every process, and pauses the owner as *needs
 reconnecting* when the shop refuses the grant itself), lands it in its table in one line (a
 :class:`~synclane_provider.core.Destination`: a page that runs twice, or a
-re-sync of what is stored, writes nothing) and says where the next page starts. What the shop said goes back to SyncLane
-as one of three things:
+re-sync of what is stored, writes nothing) and says where the next page starts. Every answer's headers go to
+``job.observe`` first, a 429's too: the shop announces its rate limits in them (``X-RateLimit-*``, which it
+changes while it runs), and the engine steers the lane's budget by what they say. What the shop said goes back
+to SyncLane as one of these:
 
 * 429 → :class:`JobThrottled` with the wait from ``Retry-After``: the job, and every job of its lane (acme-us
   and acme-eu share acme's), waits exactly that long.
@@ -29,11 +31,13 @@ from synclane_provider.core import Job, JobAbandoned, JobThrottled, OwnerPaused,
 
 
 @contextmanager
-def shop_answers() -> Iterator[None]:
-    """Translate the shop's refusals that mean more than "failed" into SyncLane's exceptions."""
+def shop_answers(job: Job) -> Iterator[None]:
+    """Translate the shop's refusals that mean more than "failed" into SyncLane's exceptions (a 429's headers
+    observed first: its announced limit is news too)."""
     try:
         yield
     except ShopThrottled as exc:
+        job.observe(exc.headers)
         raise JobThrottled(str(exc), retry_after=exc.retry_after) from exc
     except AccountNotFound as exc:
         raise JobAbandoned(str(exc)) from exc
@@ -50,8 +54,9 @@ class ShopHandler:
 
     def __call__(self, job: Job) -> Page:
         token = job.credentials()
-        with shop_answers():
+        with shop_answers(job):
             page = self.fetch(self._shop(), job, token)
+        job.observe(page.headers)
         self.land(job, page)
         return Page(page.next_cursor, len(page.items))
 

@@ -7,20 +7,43 @@ Every option can also come from the environment (``SHOP_PORT``, ``SHOP_LATENCY``
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import os
 import signal
 import sys
+from collections.abc import Callable
+from typing import TypeVar
 
-from synclane_demo.shop.catalogue import Catalogue
+from synclane_demo.shop.catalogue import SELLERS, Catalogue
 from synclane_demo.shop.faults import Faults
-from synclane_demo.shop.limits import Limits, parse_limits
+from synclane_demo.shop.limits import Limits, parse_limit_changes, parse_limits
 from synclane_demo.shop.oauth import DEFAULT_LIFETIME, OAuth
 from synclane_demo.shop.server import Shop, ShopServer
+
+T = TypeVar("T")
+
+DEMO_LIMIT_CHANGES = "acme=1@5m,acme=2@10m"
+"""The demo's run: acme's limit halves 5 minutes in and is back 5 minutes later, announced in the shop's
+``X-RateLimit-*`` headers, for the engine to learn from what the shop says rather than from its configuration."""
 
 
 def _env(name: str, default: str) -> str:
     return os.environ.get(f"SHOP_{name.upper()}", default)
+
+
+def _argument(parse: Callable[[str], T]) -> Callable[[str], T]:
+    """``parse`` for argparse, whose message for a ValueError is only "invalid value": its own message instead
+    (argparse parses a text default too, so a bad ``SHOP_…`` value is named the same way)."""
+
+    @functools.wraps(parse)
+    def parsed(text: str) -> T:
+        try:
+            return parse(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    return parsed
 
 
 def _optional_seconds(value: str) -> float | None:
@@ -37,9 +60,16 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     add("--rate-503", type=float, default=float(_env("rate_503", "0.03")))
     add(
         "--rate-limits",
-        type=parse_limits,
-        default=parse_limits(_env("rate_limits", "acme=2")),
+        type=_argument(parse_limits),
+        default=_env("rate_limits", "acme=2"),
         help="requests a second per seller, e.g. 'acme=2,globex=5' ('' for none); more get 429",
+    )
+    add(
+        "--limit-changes",
+        type=_argument(parse_limit_changes),
+        default=_env("limit_changes", DEMO_LIMIT_CHANGES),
+        help=f"changes of a seller's limit at a moment of the shop's life, SELLER=N@T: from T (90s, 5m, 1.5h) after "
+        f"the start, N requests a second ('none' for none; default {DEMO_LIMIT_CHANGES!r})",
     )
     add("--retry-after", type=int, default=int(_env("retry_after", "3")), help="seconds named by a 429")
     add("--seed", type=int, default=int(_env("seed", "7")))
@@ -65,7 +95,11 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     )
     add("--history-days", type=int, default=int(_env("history_days", "730")))
     add("--orders-per-day", default=_env("orders_per_day", "2-8"), help="LOW-HIGH orders per account and day")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    unknown = sorted({change.seller for change in args.limit_changes} - SELLERS)
+    if unknown:
+        parser.error(f"--limit-changes names no seller of the shop's: {unknown} (its sellers: {sorted(SELLERS)})")
+    return args
 
 
 def build(args: argparse.Namespace) -> ShopServer:
@@ -84,7 +118,9 @@ def build(args: argparse.Namespace) -> ShopServer:
         revoke_after_pages=args.revoke_after_pages,
     )
     oauth = OAuth(lifetime=args.token_lifetime)
-    return ShopServer((args.host, args.port), Shop(catalogue, faults, Limits(args.rate_limits), oauth))
+    return ShopServer(
+        (args.host, args.port), Shop(catalogue, faults, Limits(args.rate_limits, changes=args.limit_changes), oauth)
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -93,11 +129,12 @@ def main(argv: list[str] | None = None) -> None:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     faults = server.shop.faults
     logging.info(
-        "shop listening on %s (latency %.2fs, rate limits %s, 429 %.0f%%, 503 %.0f%%; %s's orders page 2 around %s "
+        "shop listening on %s (latency %.2fs, rate limits %s, changing %s, 429 %.0f%%, 503 %.0f%%; %s's orders page 2 around %s "
         "broken, heals %s; %s's grant revoked after %d page(s); access tokens last %.0fs)",
         server.url,
         faults.latency,
         ", ".join(f"{seller} {n}/s" for seller, n in server.shop.limits.per_second.items()) or "none",
+        ", ".join(map(str, server.shop.limits.changes)) or "never",
         faults.rate_429 * 100,
         faults.rate_503 * 100,
         faults.broken_account,

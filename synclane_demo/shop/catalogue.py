@@ -37,6 +37,9 @@ ACCOUNTS: dict[str, Account] = {
     )
 }
 
+SELLERS: frozenset[str] = frozenset(account.seller for account in ACCOUNTS.values())
+"""The sellers the accounts belong to: what a rate limit is set for."""
+
 STATUSES = ("paid", "paid", "paid", "shipped", "shipped", "refunded")
 PRODUCT_WORDS = ("anvil", "rocket", "magnet", "spring", "skates", "glue", "rope", "kite", "lamp", "stapler")
 

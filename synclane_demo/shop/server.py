@@ -4,14 +4,18 @@
     GET  /accounts
     GET  /accounts/{account}/orders?since=ISO&until=ISO[&cursor=N]   orders placed in [since, until), 50 a page
     GET  /accounts/{account}/products[?cursor=N]                     the catalogue, 50 a page
-    GET  /control/status                                             fault settings, whether healed, rate limits,
-                                                                     and counters (200, 429_random, 429_over_limit,
-                                                                     429_ignored_wait, 503, unreadable)
+    GET  /control/status                                             fault settings, whether healed, rate limits
+                                                                     and their scheduled changes, and counters (200,
+                                                                     429_random, 429_over_limit, 429_ignored_wait,
+                                                                     503, unreadable)
     GET  /control/requests[?after=SEQ]                               what was asked and answered (the token
                                                                      endpoint's answers too, ``resource`` token)
     POST /control/heal                                               the broken page works from now on
     POST /control/break                                              it is broken again (no automatic heal)
-    POST /control/settings  {"latency": .., "rate_429": .., "rate_503": ..}
+    POST /control/settings  {"latency": .., "rate_429": .., "rate_503": .., "retry_after": ..,
+                             "rate_limits": {"acme": 1}}             change them while the shop runs (a seller's
+                                                                     limit: from its next request on); a bad one
+                                                                     is a 400 naming it, and nothing changes
     POST /control/connect   {"account": ..}                          the account connects the app: a new grant,
                                                                      answered with its access and refresh token
     POST /control/revoke    {"account": ..}                          its grant is revoked: its refresh answers
@@ -24,6 +28,10 @@
 
 Every data request carries ``Authorization: Bearer <access token>`` of the account it asks about; without one
 that is good now the answer is 401.
+
+Every answer to a data request of a seller with a rate limit (a 200, a 429, any other) announces the limit in
+``X-RateLimit-Limit``, ``X-RateLimit-Remaining`` and ``X-RateLimit-Reset``; a 429 names its wait in
+``Retry-After`` besides (see limits.py).
 
 A page is ``{"items": [...], "next_cursor": "50" | null}``; the cursor is an
 offset. The request log is what lets a test prove that a retried job asked
@@ -42,9 +50,9 @@ from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, parse_qsl, urlsplit
 
-from synclane_demo.shop.catalogue import ACCOUNTS, Catalogue, page
+from synclane_demo.shop.catalogue import ACCOUNTS, SELLERS, Catalogue, page
 from synclane_demo.shop.faults import UNREADABLE, Fault, Faults
-from synclane_demo.shop.limits import Limits
+from synclane_demo.shop.limits import Arrival, Limits, checked_limit
 from synclane_demo.shop.oauth import OAuth
 
 log = logging.getLogger(__name__)
@@ -103,6 +111,24 @@ def _cursor(query: dict) -> int:
     if not raw.isdigit():
         raise BadRequest(f"cursor must be a non-negative integer, got {raw!r}")
     return int(raw)
+
+
+def _rate_limits(value: object) -> dict[str, int]:
+    """The ``rate_limits`` of ``/control/settings``: ``{"acme": 1}``, each a seller of the shop's and its new
+    requests a second."""
+    if not isinstance(value, dict):
+        raise BadRequest(
+            f'rate_limits must be an object of sellers and their limits, like {{"acme": 1}}, got {value!r}'
+        )
+    unknown = set(value) - SELLERS
+    if unknown:
+        raise BadRequest(
+            f"rate_limits names no seller of the shop's: {sorted(unknown)} (its sellers: {sorted(SELLERS)})"
+        )
+    try:
+        return {seller: checked_limit(seller, limit) for seller, limit in value.items()}
+    except ValueError as exc:
+        raise BadRequest(str(exc)) from None
 
 
 def _encode(value: object) -> object:
@@ -188,32 +214,35 @@ class ShopRequestHandler(BaseHTTPRequestHandler):
             since, until = _instant(query, "since"), _instant(query, "until")
             entry.update(since=since.isoformat(), until=until.isoformat())
         seller = ACCOUNTS[account].seller if account in ACCOUNTS else None
-        refusal = shop.limits.arrive(seller) if seller is not None else None  # as it arrives, like a real API
+        arrival = shop.limits.arrive(seller) if seller is not None else Arrival()  # as it arrives, like a real API
+        announced = arrival.headers()  # on every answer below, as a real API announces its limits
         time.sleep(shop.faults.latency)
         if account not in ACCOUNTS:
             shop.record({**entry, "status": 404})
             return self._json(404, {"error": f"no account {account!r}"})
         if shop.oauth.account_of(self._bearer()) != account:
             shop.record({**entry, "status": 401, "fault": "token"})
-            return self._json(401, {"error": "invalid_token", "error_description": f"no valid token for {account!r}"})
-        if refusal is not None:
-            shop.record({**entry, "status": 429, "fault": refusal.reason})
-            return self._json(429, {"error": "slow down"}, {"Retry-After": str(refusal.retry_after)})
+            unauthorized = {"error": "invalid_token", "error_description": f"no valid token for {account!r}"}
+            return self._json(401, unauthorized, announced)
+        if arrival.refusal is not None:
+            shop.record({**entry, "status": 429, "fault": arrival.refusal.reason})
+            refused = {**announced, "Retry-After": str(arrival.refusal.retry_after)}
+            return self._json(429, {"error": "slow down"}, refused)
         fault: Fault | None = shop.faults.draw()
         if fault is None and resource == "orders" and shop.faults.breaks(account, since, until, cursor):
             fault = UNREADABLE
         if fault is UNREADABLE:
             shop.limits.count("unreadable")
             shop.record({**entry, "status": 200, "fault": "unreadable"})
-            return self._send(200, b'{"items": [{"id": "' + account.encode() + b"-")
+            return self._send(200, b'{"items": [{"id": "' + account.encode() + b"-", announced)
         if fault is not None:
             if fault.status == 429 and fault.retry_after is not None and seller is not None:
                 shop.limits.named_wait(seller, fault.retry_after)
             shop.limits.count("429_random" if fault.status == 429 else str(fault.status))
             shop.record({**entry, "status": fault.status, "fault": str(fault.status)})
-            headers = {"Retry-After": str(fault.retry_after)} if fault.retry_after is not None else None
+            headers = {"Retry-After": str(fault.retry_after)} if fault.retry_after is not None else {}
             message = "slow down" if fault.status == 429 else "the shop is busy, try again later"
-            return self._json(fault.status, {"error": message}, headers)
+            return self._json(fault.status, {"error": message}, {**announced, **headers})
         if resource == "orders":
             items = shop.catalogue.orders(account, since, until, datetime.now(timezone.utc))
         else:
@@ -224,7 +253,7 @@ class ShopRequestHandler(BaseHTTPRequestHandler):
         if shop.faults.revokes_after(account):
             shop.oauth.revoke(account)
             log.info("the grant of account %s is revoked after %d page(s)", account, shop.faults.revoke_after_pages)
-        self._json(200, {"items": chunk, "next_cursor": next_cursor})
+        self._json(200, {"items": chunk, "next_cursor": next_cursor}, announced)
 
     def _token(self) -> None:
         """The token endpoint; each answer is in the request log (``resource`` ``token``), never a token."""
@@ -263,14 +292,18 @@ class ShopRequestHandler(BaseHTTPRequestHandler):
             return self._json(200, faults.status())
         if method == "POST" and parts == ["settings"]:
             body = self._body()
-            unknown = set(body) - {"latency", "rate_429", "rate_503", "retry_after"}
+            unknown = set(body) - {"latency", "rate_429", "rate_503", "retry_after", "rate_limits"}
             if unknown:
                 raise BadRequest(f"unknown settings: {sorted(unknown)}")
-            for name, value in body.items():
+            rate_limits = _rate_limits(body.pop("rate_limits", {}))
+            for name, value in body.items():  # every setting checked before any is changed
                 if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
                     raise BadRequest(f"{name} must be a non-negative number, got {value!r}")
+            for name, value in body.items():
                 setattr(faults, name, value)
-            return self._json(200, faults.status())
+            limits = self.server.shop.limits
+            limits.change(rate_limits)
+            return self._json(200, {**faults.status(), **limits.status()})
         self._json(404, {"error": f"no such control: {method} /control/{'/'.join(parts)}"})
 
 

@@ -12,7 +12,7 @@ import pytest
 from synclane_demo.settings import DemoSettings
 from synclane_demo.shop.catalogue import Catalogue
 from synclane_demo.shop.faults import Faults
-from synclane_demo.shop.limits import Limits
+from synclane_demo.shop.limits import Limits, parse_limit_changes
 from synclane_demo.shop.oauth import DEFAULT_LIFETIME, OAuth
 from synclane_demo.shop.server import Shop, ShopServer
 from tests.support.database import drop_schemas
@@ -20,14 +20,16 @@ from tests.support.database import drop_schemas
 
 @pytest.fixture
 def start_shop() -> Iterator:
-    """Start a shop with the given faults (no grant revoked on its own unless given), rate limits (none unless
-    given), access token lifetime and catalogue on a free port; stopped after the test."""
+    """Start a shop with the given faults (no grant revoked on its own unless given), rate limits and their
+    scheduled changes (none unless given), access token lifetime and catalogue on a free port; stopped after the
+    test."""
     started: list[ShopServer] = []
 
     def start(
         *,
         catalogue: Catalogue | None = None,
         rate_limits: dict[str, int] | None = None,
+        limit_changes: str = "",
         token_lifetime: float = DEFAULT_LIFETIME,
         **faults,
     ) -> ShopServer:
@@ -36,7 +38,7 @@ def start_shop() -> Iterator:
         shop = Shop(
             catalogue or Catalogue(history_days=120),
             Faults(**settings),
-            Limits(rate_limits or {}),
+            Limits(rate_limits or {}, changes=parse_limit_changes(limit_changes)),
             OAuth(lifetime=token_lifetime),
         )
         server = ShopServer(("127.0.0.1", 0), shop)

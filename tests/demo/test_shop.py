@@ -14,7 +14,6 @@ import pytest
 
 from synclane_demo.shop.catalogue import ACCOUNTS, PAGE_SIZE, Catalogue
 from synclane_demo.shop.faults import Faults
-from synclane_demo.shop.limits import Limits, Refusal, parse_limits
 from synclane_demo.shop.oauth import CLIENT_ID, CLIENT_SECRET
 
 NOW = datetime(2026, 11, 30, 10, 20, tzinfo=timezone.utc)
@@ -241,43 +240,6 @@ def test_the_five_accounts_and_their_sellers():
         "initech": "initech",
         "umbrella": "umbrella",
     }
-
-
-def test_a_seller_over_its_rate_limit_gets_429_counted_as_such(start_shop):
-    shop = start_shop(rate_limits={"acme": 2})
-    answers = [get(f"{shop.url}/accounts/{account}/products")[:2] for account in ("acme-us", "acme-eu", "acme-us")]
-    assert [status for status, _ in answers] == [200, 200, 429]  # acme-us and acme-eu share acme's limit
-    assert answers[2][1]["Retry-After"] == "1"
-    assert get(f"{shop.url}/accounts/globex/products")[0] == 200  # globex has no limit
-    status = json.loads(get(f"{shop.url}/control/status")[2])
-    assert status["rate_limits"] == {"acme": 2}
-    assert status["counters"] == {"200": 3, "429_over_limit": 1}
-
-
-def test_a_named_wait_holds_the_whole_seller_and_requests_during_it_are_counted():
-    limits = Limits({"acme": 100})
-    assert limits.arrive("acme", now=10.0) is None
-    limits.named_wait("acme", 3, now=10.0)
-    assert limits.arrive("acme", now=11.5) == Refusal("429_ignored_wait", 2)
-    assert limits.arrive("globex", now=11.5) is None
-    assert limits.arrive("acme", now=13.0) is None
-    assert limits.status()["counters"] == {"429_ignored_wait": 1}
-
-
-def test_a_random_429_starts_a_named_wait_for_the_seller(start_shop):
-    shop = start_shop(rate_429=1.0, retry_after=7)
-    assert get(f"{shop.url}/accounts/acme-us/products")[0] == 429
-    shop.shop.faults.rate_429 = 0.0
-    status, headers, _ = get(f"{shop.url}/accounts/acme-eu/products")
-    assert status == 429 and int(headers["Retry-After"]) in (6, 7)
-    counters = json.loads(get(f"{shop.url}/control/status")[2])["counters"]
-    assert counters == {"429_random": 1, "429_ignored_wait": 1}
-
-
-@pytest.mark.parametrize("text", ["acme", "acme=0", "=2", "acme=two"])
-def test_a_bad_rate_limit_is_named(text):
-    with pytest.raises(ValueError, match=re.escape(repr(text))):
-        parse_limits(text)
 
 
 def test_a_data_call_needs_a_good_access_token_of_its_own_account(start_shop):

@@ -20,7 +20,7 @@ from synclane_demo.connect import connect_accounts
 from synclane_demo.shop.oauth import CLIENT_ID, CLIENT_SECRET
 from synclane_demo.store import DEMO_ACCOUNTS, Store
 from synclane_demo.sync import build
-from synclane_provider.core import Operations, WorkerPool, WorkerSlot
+from synclane_provider.core import JobThrottled, Operations, RateNews, WorkerPool, WorkerSlot
 from synclane_provider.core.credentials import CredentialKind, Credentials, Sealer
 from synclane_provider.core.page_context import NO_PAGE, PageJob
 from synclane_provider.core.run.lane_gate import LaneGate
@@ -318,6 +318,39 @@ class ByHand:
     def credentials(self) -> str:
         return self.token
 
+    def observe(self, news: RateNews) -> None:
+        """Nothing to steer: a page by hand has no lane budget (as a plain row's), and what the shop announced is
+        still read, and returned, by ``job.observe``."""
+        return NO_PAGE.observe(news)
+
+
+class Observing(ByHand):
+    """A page by hand that keeps what its handler's answers said of the shop's limit, in the order told."""
+
+    def __init__(self, token: str) -> None:
+        super().__init__(token)
+        self.told: list[RateNews] = []
+
+    def observe(self, news: RateNews) -> None:
+        self.told.append(news)
+
+
+def test_the_handlers_tell_the_lane_what_each_answer_says_of_the_limit_a_429_included(demo):
+    shop, config, synclane, database = demo(shop_faults={"broken_account": None, "rate_limits": {"acme": 2}})
+    with Operations(synclane, database) as ops:
+        [products] = ops.list_jobs("shops", owner="acme-us", type="products")
+        orders = ops.list_jobs("shops", owner="acme-us", type="orders")[0]
+    page = Observing(access_token(shop, "acme-us"))
+    synclane.queue("shops").job_type("products").handler(PageJob.of(products, page))
+    synclane.queue("shops").job_type("orders").handler(PageJob.of(orders, page))
+    with pytest.raises(JobThrottled):  # the third request in the second: one too many
+        synclane.queue("shops").job_type("products").handler(PageJob.of(products, page))
+    assert [(news.limit, news.remaining, news.retry_after) for news in page.told] == [
+        (2, 1, None),
+        (2, 0, None),
+        (2, 0, timedelta(seconds=1)),  # the 429's, with its Retry-After
+    ]
+
 
 def row_versions(database_url, schema, table, account) -> dict[str, str]:
     with psycopg.connect(database_url) as conn:
@@ -366,10 +399,12 @@ def refusals(shop) -> str:
 
 
 def test_without_the_budget_and_the_lane_throttle_the_shop_refuses_acme(demo, monkeypatch):
-    """The check above can fail: a worker that neither takes budget nor holds the lane runs into both walls
-    (and keeps running into them: the run is stopped once the shop has counted both)."""
+    """The check above can fail: a worker that neither takes budget, nor learns a pace from the limit the shop
+    announces, nor holds the lane runs into both walls (and keeps running into them: the run is stopped once the
+    shop has counted both)."""
     monkeypatch.setattr(LaneGate, "throttle", lambda self, job, wait: None)
     monkeypatch.setattr(LaneGate, "limits_of", lambda self, job: None)
+    monkeypatch.setattr(LaneGate, "observe", lambda self, job, news: None)
     shop, config, synclane, database = rate_limited_demo(demo)
     pool = WorkerPool(synclane, database, "shops", slots=3, sealer=Sealer(KEY), oauth=oauth_client(shop))
     running = Background(pool.run, name="unguarded")
