@@ -165,7 +165,15 @@ def test_what_is_left_until_the_reset_spaces_the_pages_and_shows_as_the_lanes_le
     assert ("gauge", LANE_LEARNT_RATE.name, {"queue": QUEUE, "lane": LANE}, 5.0) in metrics.calls
     with Operations(synclane, synclane.database(database_url)) as ops:
         [lane] = Monitor(ops).lanes(QUEUE).items  # the job "later" waits in it
-    assert (lane.learnt_rate, lane.learnt_from) == (pytest.approx(5.0), "headers")
+    assert (lane.rate, lane.learnt_rate, lane.learnt_from) == ("none", pytest.approx(5.0), "headers")
+
+
+def test_the_lanes_listing_gives_every_declared_window_of_a_lane(database_url, schema):
+    synclane = declare(schema, products(), rate=[Rate(10), Rate(250_000, per=timedelta(days=1))])
+    with Operations(synclane, synclane.database(database_url)) as ops:
+        ops.enqueue(QUEUE, "acme", "products", key="now")
+        [lane] = Monitor(ops).lanes(QUEUE).items
+    assert (lane.rate, lane.learnt_rate) == ("10/1 s, 250000/1 day", None)
 
 
 def test_a_quota_used_up_until_a_reset_far_away_hands_the_lanes_jobs_back_at_their_cursors(database_url, schema, admin):

@@ -421,7 +421,7 @@ def test_the_lanes_view_shows_a_learnt_rate_and_a_quota_waited_out(
         expect.set_options(timeout=30_000)
         frame = synclane_as_admin(browser_page, api_server)
         frame.get_by_role("button", name="Lanes", exact=True).click()
-        expect(frame.locator("#lanes-table tr[data-lane=acme]").first).to_contain_text("4.0/s from its headers")
+        expect(frame.locator("#lanes-table tr[data-lane=acme]").first).to_contain_text("learnt 4.0/s from its headers")
         globex = frame.locator("#lanes-table tr[data-lane=globex]").first
         expect(globex).to_contain_text(f"held: quota until {until:%Y-%m-%d %H:%M:%S}")
         expect(globex).not_to_contain_text("overdue")

@@ -21,8 +21,8 @@ from typing import Any, Generic, TypeVar
 
 from synclane_provider.core.credentials import CredentialState
 from synclane_provider.core.declare.declarations import Queue
-from synclane_provider.core.declare.owners import lane_limits
-from synclane_provider.core.declare.ratelimit import regrowth
+from synclane_provider.core.declare.owners import owners_of
+from synclane_provider.core.declare.ratelimit import Limits, describe_limits, limits, regrowth
 from synclane_provider.core.numbers import whole
 from synclane_provider.core.ops.operations import Operations
 from synclane_provider.core.records import Job
@@ -102,6 +102,8 @@ class Lane:
     quota_until: datetime | None = None
     """Until when the lane waits out a quota used up (a reset further away than a worker waits): its jobs are
     handed back until then; None: it does not."""
+    rate: str = "none"
+    """The lane's declared rate budget, every window (``10/1 s, 250000/1 day``; ``none``: unlimited)."""
     learnt_rate: float | None = None
     """The rate the lane keeps besides its declared one, in requests a second, as learnt from its API's answers
     (None: nothing learnt)."""
@@ -217,8 +219,9 @@ class Monitor:
         self, queue: str, *, after: str | None = None, limit: int = 50, now: datetime | None = None
     ) -> Listing[Lane]:
         """The queue's busy lanes (a job running or waiting) by name, ``limit`` at a time after ``after``."""
-        self.operations.synclane.queue(queue)
+        declared = self.operations.synclane.queue(queue)
         rows = self._rows("lanes", queue=queue, after=after, limit=_limit(limit), now=self.operations.at(now))
+        rates = _lane_rates(declared)
         lanes = []
         for name, lane_rows in itertools.groupby(rows, key=lambda row: row["lane"]):
             group = list(lane_rows)
@@ -235,7 +238,8 @@ class Monitor:
                     throttled_until=first["throttled_until"],
                     error_status=first["error_status"],
                     quota_until=first["quota_until"],
-                    learnt_rate=self._learnt_rate(queue, name, first),
+                    rate=describe_limits(rates.get(name, limits(declared.rate))),
+                    learnt_rate=_learnt_rate(rates.get(name, limits(declared.rate)), first),
                     learnt_from=first["learnt_from"],
                 )
             )
@@ -340,25 +344,6 @@ class Monitor:
         )
         return Listing(jobs, str(jobs[-1].id) if len(jobs) == limit else None, self._holds(jobs))
 
-    def _learnt_rate(self, queue: str, lane: str, row: dict[str, Any]) -> float | None:
-        """The lane's learnt rate now (requests a second): as read from headers, or, cut by refusals, grown back
-        since at the pace the workers grow it (``lane_gate.regrowth``), up to the declared rate."""
-        interval: timedelta | None = row["learnt_interval"]
-        if interval is None or interval <= timedelta(0):
-            return None
-        rate = 1 / interval.total_seconds()
-        if row["learnt_from"] != "refusals":
-            return rate
-        try:
-            declared = lane_limits(self.operations.synclane.queue(queue), lane)
-        except Exception:  # noqa: BLE001 - a listing shows what it knows when the owner source fails
-            return rate
-        if not declared:
-            return rate
-        grown = rate + regrowth(declared) * max((row["now"] - row["learnt_at"]).total_seconds(), 0.0)
-        ceiling = 1 / declared[0].interval.total_seconds()
-        return None if grown >= ceiling else grown
-
     def _holds(self, jobs: list[Job]) -> dict[str, str]:
         """What holds each waiting job of ``jobs`` that a pause holds (see :attr:`Listing.held`)."""
         waiting = [job.id for job in jobs if job.status in WAITING]
@@ -424,3 +409,28 @@ def plain(value: Any) -> Any:
 
 
 __all__ = ["Lane", "Listing", "Monitor", "OwnerSummary", "QueueSummary", "RunningJob", "plain"]
+
+
+def _lane_rates(queue: Queue) -> dict[str, Limits]:
+    """Each listed lane's declared rates, from one ask of the owner source (the queue's for the lanes it does
+    not list, or all of them when it fails: a listing shows what it knows)."""
+    try:
+        listed = owners_of(queue)
+    except Exception:  # noqa: BLE001 - a listing must not fail on the owner source
+        return {}
+    return {
+        owner.lane if owner.lane is not None else owner.id: limits(owner.rate) or limits(queue.rate) for owner in listed
+    }
+
+
+def _learnt_rate(declared: Limits, row: dict[str, Any]) -> float | None:
+    """The lane's learnt rate now (requests a second): as read from headers, or, cut by refusals, grown back since
+    at the pace the workers grow it (``ratelimit.regrowth``); None once it is back at the declared rate."""
+    interval: timedelta | None = row["learnt_interval"]
+    if interval is None or interval <= timedelta(0):
+        return None
+    rate = 1 / interval.total_seconds()
+    if row["learnt_from"] != "refusals" or not declared:
+        return rate
+    grown = rate + regrowth(declared) * max((row["now"] - row["learnt_at"]).total_seconds(), 0.0)
+    return None if grown >= 1 / declared[0].interval.total_seconds() else grown

@@ -44,12 +44,13 @@ function laneNext(l) {
   if (!l.next_due && l.held) return '<span class="held">held: owner paused</span>';
   return nextDue(l.next_due);
 }
-// The rate a lane keeps besides its declared one, as learnt from its API's answers.
+// A lane's declared budget (every window), and the rate it keeps besides, as learnt from its API's answers.
 function learntRate(l) {
-  if (l.learnt_rate == null) return '<span class="muted">–</span>';
+  const declared = l.rate === "none" ? '<span class="muted">unlimited</span>' : esc(l.rate);
+  if (l.learnt_rate == null) return declared;
   const rate = l.learnt_rate >= 10 ? l.learnt_rate.toFixed(0) : l.learnt_rate.toPrecision(2);
   const from = l.learnt_from === "refusals" ? "cut by 429s, growing back" : "from its headers";
-  return `${rate}/s <span class="muted">${from}</span>`;
+  return `${declared}<br>learnt ${rate}/s <span class="muted">${from}</span>`;
 }
 // An error of a job waiting to retry is routine: said quietly, in grey.
 function errorText(error, status) {
@@ -261,7 +262,7 @@ function renderQueues(queues) {
 function renderLanes(page) {
   if (!page.items.length) return `<p class="muted">No lane has a job running or waiting.</p>`;
   return `<table id="lanes-table"><thead><tr><th>Lane</th><th>Running</th><th>Window</th><th>Cursor</th><th class="num">Records</th>
-    <th>Heartbeat</th><th>Worker</th><th class="num">Waiting</th><th>Next due</th><th>Learnt rate</th><th>Last error</th></tr></thead><tbody>
+    <th>Heartbeat</th><th>Worker</th><th class="num">Waiting</th><th>Next due</th><th>Rate</th><th>Last error</th></tr></thead><tbody>
     ${page.items.map((l) => {
       // A lane k wide runs up to k jobs: one row each, the lane's own cells spanning them.
       const running = l.running.length ? l.running : [null];
