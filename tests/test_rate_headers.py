@@ -304,3 +304,15 @@ def test_what_is_written_in_any_dialect_is_read_back(dialect, limit, remaining, 
     assert news == RateNews(
         limit=limit, remaining=remaining, reset=seconds(reset), window=seconds(window) if windowed else None
     )
+
+
+def test_a_policy_names_the_window_of_a_limit_another_family_announces():
+    """``X-RateLimit-*`` says what is left, ``RateLimit-Policy`` how long the window is: read together, the pace
+    never drops below the window's own spacing, and with nothing left it is that spacing."""
+    headers = {"X-RateLimit-Limit": "2", "X-RateLimit-Remaining": "1", "X-RateLimit-Reset": "0.2"}
+    news = read({**headers, "RateLimit-Policy": "2;w=1"})
+    assert (news.window, news.pace) == (seconds(1), seconds(0.5))  # not 0.2 / 2: the window allows 2 a second
+    assert read(headers).pace == seconds(0.1)
+    spent = read({**headers, "X-RateLimit-Remaining": "0", "RateLimit-Policy": "2;w=1"})
+    assert (spent.exhausted, spent.reset, spent.pace) == (True, seconds(0.2), seconds(0.5))
+    assert read({**headers, "X-RateLimit-Remaining": "0"}).pace is None

@@ -232,3 +232,12 @@ def test_a_refusal_without_headers_halves_a_declared_rate(database_url, schema, 
     assert result.outcome is Outcome.FAILED
     row = budget(admin, schema)
     assert (row["learnt_interval"], row["learnt_from"]) == (2 * Rate(10).interval, "refusals")
+
+
+def test_a_faster_pace_learnt_brings_a_turn_reserved_at_the_slower_one_forward(lane_store):
+    """The lane learnt 1 a second and reserved its next turn a second ahead; the next answer says 10 a second:
+    the next request waits a tenth of a second, not the rest of that second."""
+    lane_store.learn_lane(QUEUE, LANE, pace=SECOND, hold=None, quota=False, now=T0)
+    assert [take(lane_store, T0) for _ in range(2)] == [0.0, 1.0]
+    lane_store.learn_lane(QUEUE, LANE, pace=SECOND / 10, hold=None, quota=False, now=T0)
+    assert take(lane_store, T0) == pytest.approx(0.1)

@@ -25,6 +25,9 @@ its configuration:
   saying nothing, and a client that waited for it would wait up to a second too long and fall below the very
   limit it learnt. (SyncLane's reader takes decimals; a reset this small is never read as a Unix instant.)
 
+* ``RateLimit-Policy``: the window itself, as the IETF draft writes it: ``2;w=1`` (2 requests a window of one
+  second), so a client can keep to the limit's own spacing even while nothing is left.
+
 They describe the rate window only: a named wait shows in ``Retry-After``, not in them.
 
 **The limit can change while the shop runs**: over ``POST /control/settings {"rate_limits": {"acme": 1}}``
@@ -149,6 +152,7 @@ class Quota:
             "X-RateLimit-Limit": str(self.limit),
             "X-RateLimit-Remaining": str(self.remaining),
             "X-RateLimit-Reset": f"{self.reset:g}",
+            "RateLimit-Policy": f"{self.limit};w={WINDOW:g}",
         }
 
 

@@ -71,15 +71,19 @@ class RateNews:
     @property
     def pace(self) -> timedelta | None:
         """The spacing that spends what is left evenly until the reset, the reset bringing the next one:
-        ``reset / (remaining + 1)``. A fixed window of 600 a minute reads 599 left for 60 s, a spacing of
-        0.1 s; a sliding window of 2 a second read right after a lone request says 1 left for 1 s, and 0.5 s
-        keeps to its rate, where ``reset / remaining`` would settle at half of it.
+        ``reset / (remaining + 1)``, and never closer than the window's own (``window / limit``) when a policy
+        names the window. A fixed window of 600 a minute reads 599 left for 60 s, a spacing of 0.1 s; a sliding
+        window of 2 a second read right after a lone request says 1 left for 1 s, and 0.5 s keeps to its rate,
+        where ``reset / remaining`` would settle at half of it.
 
-        None when either is unknown, and when nothing is left (then :attr:`exhausted` is what counts).
+        With nothing left it is the window's own spacing when known (the rate to keep once the reset comes),
+        else None (then :attr:`exhausted` and :attr:`reset` are what count); None when nothing is known.
         """
+        steady = self.window / self.limit if self.window is not None and self.limit else None
         if self.remaining is None or self.reset is None or self.exhausted:
-            return None
-        return self.reset / (self.remaining + 1)
+            return steady if self.exhausted else None
+        spread = self.reset / (self.remaining + 1)
+        return max(spread, steady) if steady is not None else spread
 
 
 def read_rate_headers(headers: Any, *, now: datetime | None = None) -> RateNews | None:
@@ -98,14 +102,24 @@ def read_rate_headers(headers: Any, *, now: datetime | None = None) -> RateNews 
     """
     fields = _fields(headers)
     now = _aware(now or datetime.now(timezone.utc))
-    windows = [
-        news for news in (*_x_ratelimit(fields, now), *_ietf(fields, now), *_shopify(fields)) if news != RateNews()
-    ]
+    windows = _with_policies(
+        [news for news in (*_x_ratelimit(fields, now), *_ietf(fields, now), *_shopify(fields)) if news != RateNews()]
+    )
     tightest = max(windows, key=_tightness, default=None)
     retry_after = _retry_after(fields.get("retry-after"), now)
     if tightest is None and retry_after is None:
         return None
     return replace(tightest or RateNews(), retry_after=retry_after)
+
+
+def _with_policies(windows: list[RateNews]) -> list[RateNews]:
+    """Each window without a length takes it from a policy of the same limit that names one, whatever family
+    said what is left (``X-RateLimit-Remaining`` beside ``RateLimit-Policy: 2;w=1``)."""
+    lengths = {news.limit: news.window for news in windows if news.window is not None and news.limit is not None}
+    return [
+        replace(news, window=lengths[news.limit]) if news.window is None and news.limit in lengths else news
+        for news in windows
+    ]
 
 
 def _tightness(news: RateNews) -> tuple[bool, timedelta, float]:

@@ -76,6 +76,7 @@ def test_the_announced_quota_follows_the_arrivals_in_the_window():
         "X-RateLimit-Limit": "2",
         "X-RateLimit-Remaining": "0",
         "X-RateLimit-Reset": "0.35",
+        "RateLimit-Policy": "2;w=1",
     }
     assert Quota(2, 1, 1.0).headers()["X-RateLimit-Reset"] == "1"
     assert limits.arrive("acme", now=13.0001).quota == Quota(2, 0, 0.8)  # thousandths, rounded up: 0.7999 is 0.8

@@ -482,3 +482,46 @@ def test_the_shop_revokes_umbrella_mid_job_and_new_credentials_continue_it_from_
     asked = [e for e in shop.shop.requests_after(seen) if e["account"] == "umbrella" and e["resource"] != "token"]
     assert (asked[0]["resource"], asked[0]["cursor"]) == (resource, 100)  # from its cursor, not its first page
     assert {e["status"] for e in asked} == {200}
+
+
+def test_acmes_learnt_rate_follows_the_limit_the_shop_announces_when_it_changes(demo):
+    """acme's lane declares 2 a second and learns from the shop's headers: 2 a second while the shop allows 2,
+    1 a second within moments of the shop cutting acme to 1, and nothing sent over the new limit once learnt."""
+    shop, config, synclane, database = demo(
+        shop_faults={"rate_limits": {"acme": 2}, "latency": 0.02, "broken_account": None},
+        rates="acme=2",
+        horizon=timedelta(days=365),
+    )
+    pool = WorkerPool(synclane, database, "shops", slots=3, sealer=Sealer(KEY), oauth=oauth_client(shop))
+    running = Background(pool.run, name="learning")
+
+    def learnt() -> float | None:
+        with psycopg.connect(config.database_url) as conn:
+            row = conn.execute(
+                sql.SQL("SELECT extract(epoch FROM learnt_interval) FROM {}.lane_budgets WHERE lane = 'acme'").format(
+                    sql.Identifier(config.schema)
+                )
+            ).fetchone()
+        return None if row is None or row[0] is None else 1 / float(row[0])
+
+    def until_learnt(rate: float, within: float) -> float | None:
+        deadline, seen = time.monotonic() + within, None
+        while time.monotonic() < deadline and running.is_alive():
+            seen = learnt()
+            if seen is not None and abs(seen - rate) < 0.01:
+                return seen
+            time.sleep(0.1)
+        return seen
+
+    try:
+        assert until_learnt(2.0, within=30) == pytest.approx(2.0)
+        shop.shop.limits.change({"acme": 1})
+        cut = time.monotonic()
+        assert until_learnt(1.0, within=10) == pytest.approx(1.0)
+        assert time.monotonic() - cut < 5
+        over_before = shop.shop.limits.status()["counters"].get("429_over_limit", 0)
+        time.sleep(3)  # acme keeps sending, at its learnt rate
+        assert shop.shop.limits.status()["counters"].get("429_over_limit", 0) == over_before
+    finally:
+        pool.shutdown()
+        running.result(60)

@@ -653,7 +653,8 @@ FROM throttled;
 
 -- name: learn_lane
 -- What an API's answer said of the lane's limit (job.observe): %(pace)s, the spacing that spends what is left
--- evenly until the reset, becomes the lane's learnt pace (NULL: the answer did not say); %(hold)s, when nothing is
+-- evenly until the reset, becomes the lane's learnt pace (NULL: the answer did not say), and a turn reserved at
+-- a slower pace learnt before comes no later than one new pace from now; %(hold)s, when nothing is
 -- left, holds the lane until the reset -- as a throttle, or, further away than the worker waits (%(quota)s), as
 -- a quota, which its jobs wait out handed back. The lane's waiting jobs move to the end of the hold, as
 -- throttle_lane moves them. Returns the pace and hold as recorded.
@@ -671,6 +672,9 @@ learnt AS (
     SET learnt_interval = coalesce(excluded.learnt_interval, b.learnt_interval),
         learnt_from = coalesce(excluded.learnt_from, b.learnt_from),
         learnt_at = CASE WHEN excluded.learnt_interval IS NOT NULL THEN excluded.learnt_at ELSE b.learnt_at END,
+        learnt_tat = CASE WHEN excluded.learnt_interval IS NOT NULL
+                          THEN least(b.learnt_tat, excluded.learnt_at + excluded.learnt_interval)
+                          ELSE b.learnt_tat END,
         throttled_until = greatest(b.throttled_until, excluded.throttled_until),
         quota_until = greatest(b.quota_until, excluded.quota_until)
     RETURNING b.learnt_interval, b.quota_until,
