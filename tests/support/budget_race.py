@@ -2,7 +2,8 @@
 
 Used by the test suite (no more than the budget in any window, at least 90 % of it used, and the same run
 overrunning with the budget statement taken out) and by ``bench/ratelimit.py``. The worker processes run
-``tests/support/budget_worker.py``, whose declaration is :func:`declaration` here.
+``tests/support/budget_worker.py``, whose declaration is :func:`declaration` here; ``bench/adaptive_rate.py`` runs
+them against an API of its own (any that :class:`Answers` can be served).
 """
 
 from __future__ import annotations
