@@ -276,7 +276,7 @@ def test_a_page_that_wakes_too_late_for_its_turn_asks_for_no_page_once_its_owner
     handler = Revoked()
     declaration = declare(schema, products(handler), owner_source=owners("acme"), rate=Rate(2))
     database = declaration.database(database_url)
-    before_page, take_budget = LaneGate.before_page, Store.take_page_budget
+    before_page, take_budget = LaneGate.before_page, Store.take_page_turn
     takes = []
 
     def woke_late(gate, job, **kwargs):
@@ -292,12 +292,12 @@ def test_a_page_that_wakes_too_late_for_its_turn_asks_for_no_page_once_its_owner
         return taken
 
     monkeypatch.setattr(LaneGate, "before_page", woke_late)
-    monkeypatch.setattr(Store, "take_page_budget", pause_after_the_second_take)
+    monkeypatch.setattr(Store, "take_page_turn", pause_after_the_second_take)
     with Operations(declaration, database) as ops, WorkerSlot(declaration, database, "shops", clock=clock) as slot:
         ops.enqueue("shops", "acme", "products", key="now", now=clock.now)
         result = slot.run_one()
     assert (result.outcome, result.pages, len(takes), handler.pages("acme")) == (Outcome.RELEASED, 0, 2, 0)
-    assert takes[1][0] > 0  # the new turn was waited for: the pause came while it waited
+    assert takes[1].wait > 0  # the new turn was waited for: the pause came while it waited
     [row] = rows(admin, schema)
     assert (row["status"], row["attempt_count"], row["leased_by"]) == ("pending", 0, None)
 

@@ -174,7 +174,7 @@ def test_a_slot_asked_to_stop_while_it_waits_for_a_new_turn_sends_nothing_and_ha
     sent: list[Job] = []
     synclane = declare(schema, products(lambda job: sent.append(job) or Page(None, 1)), rate=Rate(2))
     database = synclane.database(database_url)
-    before_page, take_budget = LaneGate.before_page, Store.take_page_budget
+    before_page, take_budget = LaneGate.before_page, Store.take_page_turn
     takes = []
 
     def woke_late(gate, job, **waits):
@@ -189,7 +189,7 @@ def test_a_slot_asked_to_stop_while_it_waits_for_a_new_turn_sends_nothing_and_ha
         return take_budget(store, *args, **kwargs)
 
     monkeypatch.setattr(LaneGate, "before_page", woke_late)
-    monkeypatch.setattr(Store, "take_page_budget", stop_at_the_second_take)
+    monkeypatch.setattr(Store, "take_page_turn", stop_at_the_second_take)
     with Operations(synclane, database) as ops, WorkerSlot(synclane, database, "shops") as slot:
         ops.enqueue("shops", "acme", "products", key="now")
         result = slot.run_one()
@@ -313,40 +313,38 @@ def late_gate(database_url, schema, clock, admin, monkeypatch):
     session.close()
 
 
-def test_a_page_later_than_half_the_rates_lateness_gives_its_turn_up_and_one_within_it_keeps_it(late_gate):
+@pytest.mark.parametrize(("late", "turns"), [(4.9, 1), (5.1, 2)])
+def test_a_page_later_than_half_the_rates_lateness_gives_its_turn_up_and_one_within_it_keeps_it(late_gate, late, turns):
     """The other half of the lateness is the handler's way to the API: a page that starts 5.1 s after its turn
     (within the rate's 10 s of lateness, but past half of it) takes a new turn; one 4.9 s late keeps its own."""
     gate, job, watch, turns_taken = late_gate
     turn = gate.before_page(job, throttle_left=0.0)  # its turn is now, sent at 1000.0
     assert turns_taken() == 1
-    watch.now = 1000.0 + 4.9
-    assert gate.keep_turn(job, turn) == 0.0
-    assert turns_taken() == 1
-    watch.now = 1000.0 + 5.1
+    watch.now = 1000.0 + late
     gate.keep_turn(job, turn)
-    assert turns_taken() == 2
+    assert turns_taken() == turns
 
 
-def test_a_turn_is_reckoned_from_when_the_take_was_sent_so_a_slow_answer_counts_as_lateness(late_gate, monkeypatch):
+@pytest.mark.parametrize(("after_the_answer", "turns"), [(1.9, 1), (2.1, 2)])
+def test_a_turn_is_reckoned_from_when_the_take_was_sent_so_a_slow_answer_counts_as_lateness(
+    late_gate, monkeypatch, after_the_answer, turns
+):
     """The take's answer comes back 3 s after it was sent (a busy database, a slow network): the database placed
     the turn no earlier than the sending, so a page that starts 2.1 s after the answer is 5.1 s late and takes
     a new turn, and one 1.9 s after it keeps its own."""
     gate, job, watch, turns_taken = late_gate
-    take_budget = Store.take_page_budget
+    take_budget = Store.take_page_turn
 
     def slow_answer(store, *args, **kwargs):
         wait = take_budget(store, *args, **kwargs)
         watch.now += 3.0
         return wait
 
-    monkeypatch.setattr(Store, "take_page_budget", slow_answer)
+    monkeypatch.setattr(Store, "take_page_turn", slow_answer)
     turn = gate.before_page(job, throttle_left=0.0)  # sent at 1000.0, answered at 1003.0
-    watch.now = 1003.0 + 1.9
-    assert gate.keep_turn(job, turn) == 0.0
-    assert turns_taken() == 1
-    watch.now = 1003.0 + 2.1
+    watch.now = 1003.0 + after_the_answer
     gate.keep_turn(job, turn)
-    assert turns_taken() == 2
+    assert turns_taken() == turns
 
 
 # --- a throttle holds the whole lane ----------------------------------------------------------------------------

@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from synclane_provider.core.page_context import PageContext, PageJob
     from synclane_provider.core.plan.planner import PlanSummary
     from synclane_provider.core.plan.retention import Pruned
+    from synclane_provider.core.rate_headers import RateNews
     from synclane_provider.core.records import Activity, Cancelled, Job, LandCounts, Page, Progress, ResyncRequest
     from synclane_provider.core.run.pool import WorkerPool
     from synclane_provider.core.run.runner import Outcome, RunResult
@@ -85,6 +86,7 @@ _HOMES = {
     "ResyncRequest": "synclane_provider.core.records",
     "Queue": "synclane_provider.core.declare.declarations",
     "Rate": "synclane_provider.core.declare.ratelimit",
+    "RateNews": "synclane_provider.core.rate_headers",
     "RetryPolicy": "synclane_provider.core.declare.retry",
     "RunResult": "synclane_provider.core.run.runner",
     "SchemaNotReadyError": "synclane_provider.core.errors",
@@ -149,6 +151,7 @@ __all__ = [
     "Pruned",
     "Queue",
     "Rate",
+    "RateNews",
     "ResyncRequest",
     "RetryPolicy",
     "RunResult",

@@ -55,6 +55,13 @@ TAKE_WAIT = Metric(
     "from the moment a job was due (next_run_at) to the moment a worker took it: how far the workers are behind",
 )
 THROTTLES = Metric("synclane.throttles", Kind.COUNTER, ("queue", "type"), "pages whose handler raised JobThrottled")
+LANE_LEARNT_RATE = Metric(
+    "synclane.lane.learnt_rate",
+    Kind.GAUGE,
+    ("queue", "lane"),
+    "requests a second a lane keeps as learnt from its API's answers (rate-limit headers, or halved by a 429), "
+    "sent when it learns",
+)
 LEASE_TAKEOVERS = Metric(
     "synclane.lease.takeovers",
     Kind.COUNTER,
@@ -109,6 +116,7 @@ CATALOGUE: tuple[Metric, ...] = (
     PAGE_DURATION,
     TAKE_WAIT,
     THROTTLES,
+    LANE_LEARNT_RATE,
     LEASE_TAKEOVERS,
     QUEUE_WAITING,
     QUEUE_RUNNING,

@@ -6,7 +6,7 @@ the :class:`PageContext` of the page it runs, which takes the lane's rate units 
 transaction its rows land in when their table is in the jobs database, and counts what they did to the table.
 A worker's attempt provides the context (``core/run/attempt.py``); landing (``core/land/``) uses nothing else of
 the worker. Outside a worker a job has no page: :data:`NO_PAGE` spends nothing, has no transaction, counts
-nothing and has no credentials.
+nothing, has no credentials and steers no lane.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
 from synclane_provider.core.errors import SyncLaneError
+from synclane_provider.core.rate_headers import RateNews, read_rate_headers
 from synclane_provider.core.records import Job, LandCounts
 
 if TYPE_CHECKING:
@@ -47,6 +48,10 @@ class PageContext(Protocol):
         queue's ``credentials_skew`` (refreshed first when it is not, once across every process)."""
         ...
 
+    def observe(self, news: RateNews) -> None:
+        """Steer the lane's budget by what an API's answer said of its rate limit."""
+        ...
+
 
 class _NoPage:
     """The context of a job outside a worker's page: no budget to take, no transaction, nowhere to count."""
@@ -65,6 +70,9 @@ class _NoPage:
             "a job outside a worker's page has no credentials: job.credentials() works in a handler that a worker "
             "calls (to try a handler by hand, pass it the credential some other way)"
         )
+
+    def observe(self, news: RateNews) -> None:
+        return None
 
     def __repr__(self) -> str:
         return "NO_PAGE"
@@ -111,6 +119,22 @@ class PageJob(Job):
         answer: the attempt is retried, and the owner's health is not marked.
         """
         return self.context.credentials()
+
+    def observe(self, answer: object) -> RateNews | None:
+        """Tell the lane what an API's answer said of its rate limit: hand over the response (requests, httpx,
+        urllib) or its headers, after every request, the refused ones too. Returns what was read (None: the
+        answer said nothing of its limit).
+
+        The common header families are read (``X-RateLimit-*``, ``RateLimit`` and ``RateLimit-Policy``,
+        ``Retry-After``; see :mod:`~synclane_provider.core.rate_headers`): what is left until the reset, spread
+        evenly, becomes the lane's pace for every worker on every machine (never faster than a declared rate);
+        nothing left holds the lane until the reset, and a reset further away than the queue's ``longest_wait``
+        is waited out with the lane's jobs handed back at their cursors. Outside a worker's page it only reads.
+        """
+        news = read_rate_headers(answer)
+        if news is not None:
+            self.context.observe(news)
+        return news
 
 
 _ROW = fields(Job)

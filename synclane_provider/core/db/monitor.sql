@@ -90,7 +90,8 @@ SELECT page.lane,
        r.processed_count AS running_records, r.attempt_count AS running_attempt, r.leased_by AS running_worker,
        r.started_at AS running_started_at, clock.now - r.heartbeat_at AS heartbeat_age,
        r.lease_expires_at AS running_lease_expires_at, r.lane_slot AS running_slot, r.lane_width AS running_width,
-       w.waiting, w.held, w.next_due, throttle.throttled_until, e.id AS error_job_id, e.error AS last_error,
+       w.waiting, w.held, w.next_due, throttle.throttled_until, throttle.quota_until, throttle.learnt_interval,
+       throttle.learnt_from, throttle.learnt_at, e.id AS error_job_id, e.error AS last_error,
        e.status AS error_status, clock.now
 FROM page
 CROSS JOIN clock
@@ -102,8 +103,11 @@ CROSS JOIN LATERAL (
     WHERE j.queue = %(queue)s AND j.lane = page.lane AND j.status IN ('pending', 'failed', 'deferred')
 ) AS w
 LEFT JOIN LATERAL (
-    SELECT b.throttled_until AS throttled_until FROM {schema}.lane_budgets AS b
-    WHERE b.queue = %(queue)s AND b.lane = page.lane AND b.throttled_until > clock.now
+    SELECT CASE WHEN b.throttled_until > clock.now THEN b.throttled_until END AS throttled_until,
+           CASE WHEN b.quota_until > clock.now THEN b.quota_until END AS quota_until,
+           b.learnt_interval, b.learnt_from, b.learnt_at
+    FROM {schema}.lane_budgets AS b
+    WHERE b.queue = %(queue)s AND b.lane = page.lane
 ) AS throttle ON true
 LEFT JOIN LATERAL (
     SELECT j.id, j.error, j.status
@@ -215,15 +219,19 @@ LEFT JOIN LATERAL (
 ORDER BY owners.owner;
 
 -- name: holds
--- Which of the jobs %(ids)s wait held by a pause, and by which: their owner paused, or their lane throttled
--- until a time to come (a server's named wait, lane_budgets.throttled_until). The jobs view says so instead of
--- showing them overdue. One probe of the owners key and of the lane budget key per job.
+-- Which of the jobs %(ids)s wait held by a pause, and by which: their owner paused, their lane on quota until a
+-- reset far away (lane_budgets.quota_until), or throttled until a time to come (a server's named wait,
+-- lane_budgets.throttled_until). The jobs view says so instead of showing them overdue. One probe of the owners
+-- key and of the lane budget key per job.
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now
 )
-SELECT j.id, NOT {owner_of_j_not_paused} AS owner_paused, b.throttled_until AS throttled_until
+SELECT j.id, NOT {owner_of_j_not_paused} AS owner_paused,
+       CASE WHEN b.throttled_until > clock.now THEN b.throttled_until END AS throttled_until,
+       CASE WHEN b.quota_until > clock.now THEN b.quota_until END AS quota_until
 FROM {schema}.jobs AS j
 CROSS JOIN clock
-LEFT JOIN {schema}.lane_budgets AS b ON b.queue = j.queue AND b.lane = j.lane AND b.throttled_until > clock.now
+LEFT JOIN {schema}.lane_budgets AS b ON b.queue = j.queue AND b.lane = j.lane
+                                    AND (b.throttled_until > clock.now OR b.quota_until > clock.now)
 WHERE j.id = ANY(%(ids)s::bigint[]) AND j.status IN ('pending', 'failed', 'deferred')
-  AND (b.throttled_until IS NOT NULL OR NOT {owner_of_j_not_paused});
+  AND (b.lane IS NOT NULL OR NOT {owner_of_j_not_paused});

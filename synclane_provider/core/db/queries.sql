@@ -81,9 +81,12 @@ paused AS (
 )
 
 -- fragment: let_go
--- The columns (of a SET) of a job no worker holds any more, as of now: unleased, no stop asked of it. Every
--- statement that takes a job out of a worker's hands writes them so (handed_back, abandon_job).
-next_run_at = coalesce(%(now)s::timestamptz, statement_timestamp()),
+-- The columns (of a SET) of a job no worker holds any more, as of now: unleased, no stop asked of it, due now or,
+-- when its lane waits out a quota (lane_budgets.quota_until), at the quota's reset. Every statement that takes a
+-- job out of a worker's hands writes them so (handed_back, abandon_job).
+next_run_at = greatest(coalesce(%(now)s::timestamptz, statement_timestamp()),
+                       (SELECT b.quota_until FROM {schema}.lane_budgets AS b
+                        WHERE b.queue = jobs.queue AND b.lane = jobs.lane)),
     leased_by = NULL,
     lease_expires_at = NULL,
     stop_reason = NULL
@@ -448,7 +451,7 @@ taken AS (
 --
 -- Returns one row: finished (whether the named job was written; false means its lease was lost),
 -- finished_status and finished_error (what was written), the leased job's columns (all NULL when nothing was
--- taken), lost_worker, throttle_left: the seconds left of the throttle on the taken job's lane (NULL:
+-- taken), lost_worker, throttle_left: the seconds left of the throttle or quota on the taken job's lane (NULL:
 -- none), which the worker waits out before its first page, and notified (how many notifications the finish
 -- sent: 0 or 1).
 WITH RECURSIVE clock AS (
@@ -473,7 +476,7 @@ candidate AS (
 SELECT EXISTS (SELECT 1 FROM finished) AS finished,
        (SELECT f.status FROM finished AS f) AS finished_status, (SELECT f.error FROM finished AS f) AS finished_error,
        taken.*,
-       (SELECT greatest(extract(epoch FROM b.throttled_until - clock.now), 0)::float8
+       (SELECT greatest(extract(epoch FROM greatest(b.throttled_until, b.quota_until) - clock.now), 0)::float8
         FROM {schema}.lane_budgets AS b, clock
         WHERE b.queue = taken.queue AND b.lane = taken.lane) AS throttle_left,
        (SELECT count(*) FROM first_load_news) AS notified
@@ -484,7 +487,7 @@ LEFT JOIN taken ON true;
 -- After a page: store the cursor and the absolute record count, and renew the lease. Fenced on the lease:
 -- zero rows means another worker holds the job now. Absolute values make a retried save harmless. Returns
 -- the stop reason a cancel may have set meanwhile: the worker then ends the job after this page; and the
--- seconds left of the throttle on the job's lane (NULL: none), to wait out before the next page; and
+-- seconds left of the throttle or quota on the job's lane (NULL: none), to wait out before the next page; and
 -- whether the job's owner has been paused meanwhile (one probe of the owners key): the worker then hands the
 -- job back at the cursor just saved instead of asking for another page. %(landed)s, when not NULL, is what the
 -- job's pages landed so far (inserted, updated, unchanged, stale, deleted: absolute, like the count), committed
@@ -501,15 +504,36 @@ SET cursor = %(cursor)s,
     lease_expires_at = coalesce(%(now)s::timestamptz, statement_timestamp()) + %(lease)s::interval
 WHERE id = %(id)s AND leased_by = %(worker)s AND status = 'running'
 RETURNING lease_expires_at, stop_reason,
-    (SELECT greatest(extract(epoch FROM b.throttled_until - coalesce(%(now)s::timestamptz, statement_timestamp())), 0)::float8
+    (SELECT greatest(extract(epoch FROM greatest(b.throttled_until, b.quota_until)
+                                      - coalesce(%(now)s::timestamptz, statement_timestamp())), 0)::float8
      FROM {schema}.lane_budgets AS b
      WHERE b.queue = jobs.queue AND b.lane = jobs.lane) AS throttle_left,
     {owner_of_jobs_paused};
 
 -- fragment: turn_of_b
--- When a take from the lane budget row b may send (take_lane_budget): the latest of now, the end of a throttle,
--- and each window's theoretical arrival time less what it allows ahead of it.
-greatest((SELECT now FROM clock), b.throttled_until, (SELECT max(b.tats[w.i] - w.allowance) FROM windows AS w))
+-- When a take from the lane budget row b may send (take_lane_budget): the latest of now, the end of a throttle
+-- or a quota, each window's theoretical arrival time (moved back by the previous request's lateness, %(late)s)
+-- less what it allows ahead of it, and the learnt pace's.
+greatest((SELECT now FROM clock), b.throttled_until, b.quota_until, b.learnt_tat + %(late)s::interval,
+         (SELECT max(b.tats[w.i] + %(late)s::interval - w.allowance) FROM windows AS w))
+
+-- fragment: turn_of_b_is_far
+-- The turn is further away than the worker waits (take_lane_budget): not taken, the lane held as a quota.
+coalesce({turn_of_b} - (SELECT now FROM clock) > %(longest)s::interval, false)
+
+-- fragment: history_waits_b
+-- A history take while fresh work is due, before history's own turn in the lane budget row b: it takes nothing
+-- and waits for that turn (then takes again), leaving the lane's turns meanwhile to the fresh work.
+((SELECT due FROM fresh) AND coalesce(b.history_tat > (SELECT now FROM clock), false))
+
+-- fragment: learnt_pace_of_b
+-- The spacing the lane budget row b learnt, now: as read from the API's headers, or, cut by its refusals,
+-- shrinking back as the rate grows by %(regrowth)s requests a second every second since the cut (so a lane
+-- halved from 10 a second is back at 10 in five seconds at 1 a second per second). NULL: nothing learnt.
+CASE WHEN b.learnt_from = 'refusals' AND %(regrowth)s > 0
+     THEN make_interval(secs => 1 / (1 / greatest(extract(epoch FROM b.learnt_interval), 1e-6)
+                                     + %(regrowth)s * greatest(extract(epoch FROM (SELECT now FROM clock) - b.learnt_at), 0)))
+     ELSE b.learnt_interval END
 
 -- fragment: owner_of_jobs_paused
 -- Whether the owner of the row ``jobs`` is paused (one probe of the owners key), as owner_paused: not one more page
@@ -533,15 +557,42 @@ WHERE id = %(id)s AND leased_by = %(worker)s AND status = 'running';
 -- by every worker on every machine, in each of its windows, shortest first (usually one): %(costs)s is the
 -- units x each rate's interval, %(allowances)s how far ahead of its turn each window lets them go (its burst,
 -- less the room the units after the first need). GCRA per window (see ratelimit.reserve_all): the requests go
--- at turn_at, when every window allows them -- never before now or the end of a throttle -- and each window's
--- tats[i] moves forward by its cost from then (or from where the last taker left it, if later), so no window
--- is ever exceeded. One statement, no lock held afterwards: the row lock is the statement's own, so concurrent
--- takers line up in turns and each gets its own wait. Returns wait: the seconds to sleep before sending (0: at
--- once). Before a page (%(id)s names the job, %(worker)s its worker), it also says whether the page may still
--- go, as page_clearance does, at no extra round trip: held (the job is still the worker's), its stop reason
--- and owner_paused; a page that waits for its turn asks page_clearance again once it has waited.
+-- at turn_at, when every window allows them -- never before now, the end of a throttle or quota, or the turn of
+-- what the lane learnt (learnt_pace_of_b, %(units)s at a time, no burst) -- and each window's tats[i] moves
+-- forward by its cost from then (or from where the last taker left it, if later), so no window is ever exceeded.
+-- A lane that learnt nothing and declares no window (no costs) takes nothing and is told its throttle.
+-- %(late)s: how long after its turn this job's previous request left (a busy machine); the lane's turns move
+-- back by as much, so the next request is spaced from when the last one really went.
+-- A turn further away than %(longest)s (a daily window used up) is not taken: nothing moves, the lane is held
+-- by quota_until to then, and the wait returned tells the worker to hand its job back until then.
+-- Fresh first: a take for history (%(history)s: an initial slice or a re-sync, of type priority %(priority)s, in
+-- a lane with a declared rate) while a recurring job of the lane is running or due keeps to its share of the
+-- budget as well: history's own turn, history_tat, moves by %(history_cost)s (the units' cost over the share).
+-- Before that turn it reserves nothing (reserving ahead would take the lane's turns from the fresh work):
+-- again says to wait the answer's wait and take again. When such a recurring job waits, due, for a lane whose
+-- %(lane_width)s slots are all taken, and would be taken first (type order), yield_lane says so: the worker
+-- hands the history job back after this page.
+-- One statement, no lock held afterwards: the row lock is the statement's own, so concurrent takers line up in
+-- turns and each gets its own wait. Returns wait: the seconds to sleep before sending (0: at once). Before a
+-- page (%(id)s names the job, %(worker)s its worker), it also says whether the page may still go, as
+-- page_clearance does, at no extra round trip: held (the job is still the worker's), its stop reason and
+-- owner_paused; a page that waits for its turn asks page_clearance again once it has waited.
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now
+),
+recurring AS (
+    SELECT j.status, j.priority, {owner_of_j_not_paused} AS owner_free
+    FROM {schema}.jobs AS j, clock
+    WHERE %(history)s AND j.queue = %(queue)s AND j.lane = %(lane)s AND j.mode = 'recurring'
+      AND (j.status = 'running' OR (j.status IN ('pending', 'failed') AND j.next_run_at <= clock.now))
+),
+fresh AS (
+    SELECT EXISTS (SELECT 1 FROM recurring AS r WHERE r.status = 'running' OR r.owner_free) AS due,
+           EXISTS (SELECT 1 FROM recurring AS r WHERE r.status <> 'running' AND r.owner_free
+                                                  AND r.priority <= %(priority)s)
+           AND (SELECT count(*) FROM {schema}.jobs AS j
+                WHERE %(history)s AND j.queue = %(queue)s AND j.lane = %(lane)s AND j.status = 'running')
+               >= %(lane_width)s AS waiting
 ),
 windows AS (
     SELECT w.cost, w.allowance, w.i
@@ -549,16 +600,25 @@ windows AS (
 ),
 taken AS (
     INSERT INTO {schema}.lane_budgets AS b (queue, lane, tats, turn_at)
-    SELECT %(queue)s, %(lane)s, array_agg(clock.now + w.cost ORDER BY w.i), clock.now
-    FROM windows AS w, clock
+    SELECT %(queue)s, %(lane)s, coalesce(array_agg(clock.now + w.cost ORDER BY w.i) FILTER (WHERE w.i IS NOT NULL), '{{}}'),
+           clock.now
+    FROM clock LEFT JOIN windows AS w ON true
     GROUP BY clock.now
     ON CONFLICT (queue, lane) DO UPDATE
-    SET turn_at = {turn_of_b},
-        tats = (SELECT array_agg(greatest(b.tats[w.i], turn.at) + w.cost ORDER BY w.i)
-                FROM windows AS w, (SELECT {turn_of_b} AS at) AS turn)
-    RETURNING b.turn_at
+    SET turn_at = CASE WHEN {history_waits_b} THEN b.history_tat ELSE {turn_of_b} END,
+        tats = CASE WHEN {history_waits_b} OR {turn_of_b_is_far} THEN b.tats
+               ELSE coalesce((SELECT array_agg(greatest(b.tats[w.i] + %(late)s::interval, turn.at) + w.cost ORDER BY w.i)
+                              FROM windows AS w, (SELECT {turn_of_b} AS at) AS turn), '{{}}') END,
+        learnt_tat = CASE WHEN b.learnt_interval IS NULL OR {history_waits_b} OR {turn_of_b_is_far} THEN b.learnt_tat
+                          ELSE {turn_of_b} + %(units)s * {learnt_pace_of_b} END,
+        quota_until = CASE WHEN NOT {history_waits_b} AND {turn_of_b_is_far} THEN {turn_of_b} ELSE b.quota_until END,
+        history_tat = CASE WHEN (SELECT due FROM fresh) AND NOT {history_waits_b} AND NOT {turn_of_b_is_far}
+                           THEN {turn_of_b} + %(history_cost)s::interval ELSE b.history_tat END
+    RETURNING b.turn_at, b.learnt_interval IS NOT NULL AS paced,
+              (SELECT due FROM fresh) AND b.turn_at = b.history_tat AS again
 )
-SELECT greatest(extract(epoch FROM taken.turn_at - clock.now), 0)::float8 AS wait,
+SELECT greatest(extract(epoch FROM taken.turn_at - clock.now), 0)::float8 AS wait, taken.paced, taken.again,
+       (SELECT waiting FROM fresh) AS yield_lane,
        jobs.id IS NOT NULL AS held, jobs.stop_reason, {owner_of_jobs_paused}
 FROM taken
 CROSS JOIN clock
@@ -590,6 +650,63 @@ held AS (
 )
 SELECT throttled.throttled_until, (SELECT count(*) FROM held)::int AS held
 FROM throttled;
+
+-- name: learn_lane
+-- What an API's answer said of the lane's limit (job.observe): %(pace)s, the spacing that spends what is left
+-- evenly until the reset, becomes the lane's learnt pace (NULL: the answer did not say); %(hold)s, when nothing is
+-- left, holds the lane until the reset -- as a throttle, or, further away than the worker waits (%(quota)s), as
+-- a quota, which its jobs wait out handed back. The lane's waiting jobs move to the end of the hold, as
+-- throttle_lane moves them. Returns the pace and hold as recorded.
+WITH clock AS (
+    SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now
+),
+learnt AS (
+    INSERT INTO {schema}.lane_budgets AS b (queue, lane, learnt_interval, learnt_from, learnt_at, throttled_until,
+                                            quota_until)
+    SELECT %(queue)s, %(lane)s, %(pace)s::interval, CASE WHEN %(pace)s::interval IS NOT NULL THEN 'headers' END,
+           clock.now, CASE WHEN NOT %(quota)s THEN clock.now + %(hold)s::interval END,
+           CASE WHEN %(quota)s THEN clock.now + %(hold)s::interval END
+    FROM clock
+    ON CONFLICT (queue, lane) DO UPDATE
+    SET learnt_interval = coalesce(excluded.learnt_interval, b.learnt_interval),
+        learnt_from = coalesce(excluded.learnt_from, b.learnt_from),
+        learnt_at = CASE WHEN excluded.learnt_interval IS NOT NULL THEN excluded.learnt_at ELSE b.learnt_at END,
+        throttled_until = greatest(b.throttled_until, excluded.throttled_until),
+        quota_until = greatest(b.quota_until, excluded.quota_until)
+    RETURNING b.learnt_interval, b.quota_until,
+              CASE WHEN %(hold)s::interval IS NOT NULL THEN greatest(b.throttled_until, b.quota_until) END AS held_until
+),
+held AS (
+    UPDATE {schema}.jobs AS j
+    SET next_run_at = learnt.held_until
+    FROM learnt
+    WHERE learnt.held_until IS NOT NULL
+      AND j.queue = %(queue)s AND j.lane = %(lane)s
+      AND j.status IN ('pending', 'failed', 'deferred')
+      AND j.next_run_at < learnt.held_until
+    RETURNING j.id
+)
+SELECT learnt.learnt_interval, learnt.quota_until, learnt.held_until, (SELECT count(*) FROM held)::int AS held
+FROM learnt;
+
+-- name: cut_lane_pace
+-- The API refused a request of the lane (a 429) and its answers say nothing of its limit: halve the lane's rate
+-- (double its learnt pace, from what it is now, and at least from one unit of the declared rate, %(unit)s); it
+-- grows back as learnt_pace_of_b says. A lane that learnt from headers in the last minute is left to them.
+-- Returns the pace as cut (no row: left to the headers).
+WITH clock AS (
+    SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now
+)
+INSERT INTO {schema}.lane_budgets AS b (queue, lane, learnt_interval, learnt_from, learnt_at)
+SELECT %(queue)s, %(lane)s, 2 * %(unit)s::interval, 'refusals', clock.now
+FROM clock
+ON CONFLICT (queue, lane) DO UPDATE
+SET learnt_interval = 2 * greatest(coalesce({learnt_pace_of_b}, %(unit)s::interval), %(unit)s::interval),
+    learnt_from = 'refusals',
+    learnt_at = (SELECT now FROM clock),
+    learnt_tat = coalesce(b.learnt_tat, (SELECT now FROM clock))
+WHERE b.learnt_from IS DISTINCT FROM 'headers' OR b.learnt_at < (SELECT now FROM clock) - interval '1 minute'
+RETURNING b.learnt_interval;
 
 -- name: paused_owners
 -- The queue's paused owners, whom the planner gives no new jobs (found through owners_paused, however many

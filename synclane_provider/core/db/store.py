@@ -100,6 +100,44 @@ class SavedPage:
 
 
 @dataclass(frozen=True)
+class LaneTake:
+    """What one take from a lane's budget asks (take_lane_budget): per declared window, shortest first, the cost
+    of the units taken, the burst and one unit's cost (``interval``, default the cost: one unit); and for what the
+    lane learnt, the ``units``, how ``late`` the job's previous request left after its turn, the ``longest`` wait
+    worth taking (a turn further away is not taken: the lane waits it out as a quota; None: any), and how fast a
+    rate cut by refusals grows back (``regrowth``, requests a second per second). A take for ``history`` (a job
+    not recurring, of type ``priority``, in a lane ``lane_width`` wide) keeps to its share of the budget while
+    the lane's recurring work is due: its units cost ``history_cost`` in history's own turn (the cost over the
+    share)."""
+
+    cost: Windows = ()
+    tolerance: Windows = ()
+    interval: Windows | None = None
+    units: int = 1
+    late: timedelta = timedelta(0)
+    longest: timedelta | None = None
+    regrowth: float = 0.0
+    history: bool = False
+    priority: int = 0
+    lane_width: int = 1
+    history_cost: timedelta | None = None
+
+
+@dataclass(frozen=True)
+class LaneTurn:
+    """A take's answer: the seconds to wait before sending, whether the lane keeps a learnt pace, and before a page
+    its clearance (None when the job is no longer the worker's)."""
+
+    wait: float
+    paced: bool = False
+    clearance: Clearance | None = None
+    yield_lane: bool = False
+    """A history job's page: the lane's recurring work waits for it, so it hands the job back after this page."""
+    again: bool = False
+    """History waiting for its share while fresh work is due: nothing was taken; wait ``wait``, then take again."""
+
+
+@dataclass(frozen=True)
 class Clearance:
     """What the table says of a job still leased to its worker, right before its next page is requested after a
     wait: whether the page may go."""
@@ -306,33 +344,52 @@ class Store:
         """Take ``cost`` of the lane's rate budget (``tolerance``: its burst); the seconds to wait before sending.
         A lane of several windows gives each window's cost and burst, shortest window first. ``interval``, one
         unit's cost, when ``cost`` is of several units sent at once (default: one unit)."""
-        wait, _ = self._take_lane_budget(
-            queue=queue, lane=lane, cost=cost, tolerance=tolerance, interval=interval, now=now, id=None, worker=None
-        )
-        return wait
+        return self._take_lane_budget(
+            LaneTake(cost=cost, tolerance=tolerance, interval=interval), queue=queue, lane=lane, now=now
+        ).wait
 
-    def take_page_budget(
-        self, queue: str, lane: str, *, job: int, worker: str, **take: Any
-    ) -> tuple[float, Clearance | None]:
-        """:meth:`take_lane_budget` (``take``: its ``cost``, ``tolerance`` and ``now``) of one unit before a page,
-        which also says whether the page may go, read in the same statement: ``(wait, clearance)``, the clearance
-        None when the job is no longer the worker's."""
-        return self._take_lane_budget(queue=queue, lane=lane, id=job, worker=worker, **take)
+    def take_turn(self, queue: str, lane: str, take: LaneTake, *, now: datetime | None) -> LaneTurn:
+        """Take a turn in the lane's budget as ``take`` says (its declared windows and what the lane learnt)."""
+        return self._take_lane_budget(take, queue=queue, lane=lane, now=now)
+
+    def take_page_turn(
+        self, queue: str, lane: str, take: LaneTake, *, job: int, worker: str, now: datetime | None
+    ) -> LaneTurn:
+        """:meth:`take_turn` before a page, which also says whether the page may go, read in the same statement
+        (the turn's clearance None when the job is no longer the worker's)."""
+        return self._take_lane_budget(take, queue=queue, lane=lane, now=now, job=job, worker=worker)
 
     def _take_lane_budget(
-        self, *, cost: Windows, tolerance: Windows, interval: Windows | None = None, **params: Any
-    ) -> tuple[float, Clearance | None]:
-        costs, tolerances = _windows(cost), _windows(tolerance)
-        intervals = costs if interval is None else _windows(interval)
-        if not costs or len(costs) != len(tolerances) or len(costs) != len(intervals):
-            raise ValueError(f"a take needs a cost, a burst and an interval for each window, got {cost!r}")
+        self, take: LaneTake, *, queue: str, lane: str, now: datetime | None, job: int | None = None,
+        worker: str | None = None,
+    ) -> LaneTurn:  # fmt: skip
+        costs, tolerances = _windows(take.cost), _windows(take.tolerance)
+        intervals = costs if take.interval is None else _windows(take.interval)
+        if len(costs) != len(tolerances) or len(costs) != len(intervals):
+            raise ValueError(f"a take needs a cost, a burst and an interval for each window, got {take.cost!r}")
         # the units after the first need room too: a window lets them go its burst less that room ahead of its turn
         allowances = [t - (c - i) for c, t, i in zip(costs, tolerances, intervals)]
-        row = self.session.one("take_lane_budget", costs=costs, allowances=allowances, **params)
+        row = self.session.one(
+            "take_lane_budget",
+            queue=queue,
+            lane=lane,
+            costs=costs,
+            allowances=allowances,
+            units=take.units,
+            late=take.late,
+            longest=take.longest,
+            regrowth=take.regrowth,
+            history=take.history,
+            priority=take.priority,
+            lane_width=take.lane_width,
+            history_cost=take.history_cost,
+            now=now,
+            id=job,
+            worker=worker,
+        )
         assert row is not None
-        asked = params["id"] is not None
-        clearance = Clearance(row["stop_reason"], row["owner_paused"]) if asked and row["held"] else None
-        return float(row["wait"]), clearance
+        clearance = Clearance(row["stop_reason"], row["owner_paused"]) if job is not None and row["held"] else None
+        return LaneTurn(float(row["wait"]), bool(row["paced"]), clearance, bool(row["yield_lane"]), bool(row["again"]))
 
     def page_clearance(self, job_id: int, *, worker: str) -> Clearance | None:
         """Whether the job's next page may still go, asked right before it after a wait; None when the lease is
@@ -341,6 +398,32 @@ class Store:
         if row is None:
             return None
         return Clearance(row["stop_reason"], row["owner_paused"])
+
+    def learn_lane(
+        self,
+        queue: str,
+        lane: str,
+        *,
+        pace: timedelta | None,
+        hold: timedelta | None,
+        quota: bool,
+        now: datetime | None,
+    ) -> datetime | None:
+        """Record what an API's answer said of the lane's limit: its learnt ``pace``, and a ``hold`` until its reset
+        when nothing is left (a ``quota`` when the reset is further away than a worker waits); returns until when
+        the lane is held (None: not held)."""
+        row = self.session.one("learn_lane", queue=queue, lane=lane, pace=pace, hold=hold, quota=quota, now=now)
+        assert row is not None
+        held_until: datetime | None = row["held_until"]
+        return held_until
+
+    def cut_lane_pace(
+        self, queue: str, lane: str, *, unit: timedelta, regrowth: float, now: datetime | None
+    ) -> timedelta | None:
+        """Halve the lane's rate after a refusal its answer said nothing about; the learnt pace as cut (None: the
+        lane follows its headers)."""
+        row = self.session.one("cut_lane_pace", queue=queue, lane=lane, unit=unit, regrowth=regrowth, now=now)
+        return None if row is None else row["learnt_interval"]
 
     def throttle_lane(self, queue: str, lane: str, *, wait: timedelta, now: datetime | None) -> datetime:
         """Hold the whole lane for ``wait`` (a wait a server named); returns until when it is held."""

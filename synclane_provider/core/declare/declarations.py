@@ -274,6 +274,15 @@ class Queue:
     credentials_skew: timedelta = DEFAULT_SKEW
     """How long before it expires an owner's access token is refreshed by ``job.credentials()``: longer than a
     page takes, so that no page outlives the token it started with."""
+    history_share: float = 0.5
+    """The share of a lane's rate budget its history (initial slices, re-syncs) may use while a recurring job of
+    the lane is due: the rest is kept for fresh data, and a history job in a lane with no slot free for the
+    recurring job hands the lane over after its page (continuing later from its cursor). 1 keeps nothing aside
+    (a full lane is still handed over). Without recurring work due, history uses the whole budget."""
+    longest_wait: timedelta = timedelta(minutes=1)
+    """The longest a worker waits before a page, for its lane's turn or the end of a hold on it. A longer wait
+    (an hourly or daily quota used up, a ``Retry-After`` of an hour) hands the job back at its cursor, due when
+    the wait ends: no worker slot waits with it, no attempt is counted, nothing counts against its owner."""
 
     def __post_init__(self, owner_backoff: OwnerStretch | None) -> None:
         checked_name("queue name", self.name)
@@ -304,6 +313,10 @@ class Queue:
         if self.oauth_conn_id is not None:
             checked_name(f"oauth_conn_id {label}", self.oauth_conn_id)
         _positive(f"credentials_skew {label}", self.credentials_skew)
+        _positive(f"longest_wait {label}", self.longest_wait)
+        share = self.history_share
+        if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 < share <= 1:
+            raise DeclarationError(f"history_share {label} must be a number above 0 and at most 1, got {share!r}")
         object.__setattr__(self, "owner_stretch", self._owner_stretch(owner_backoff, label))
 
     def _owner_stretch(self, owner_backoff: OwnerStretch | None, label: str) -> OwnerStretch:

@@ -214,6 +214,12 @@ def reserve_all(
     ], sent - now
 
 
+def regrowth(rates: Limits) -> float:
+    """How fast a rate cut by refusals grows back, in requests a second per second: a tenth of the tightest
+    declared window's rate each second (halved, it is whole again in five seconds); 0 without a declared rate."""
+    return 1 / (10 * rates[0].interval.total_seconds()) if rates else 0.0
+
+
 def most_units(rates: Limits) -> int:
     """The most units one take may ask for: what the tightest window allows in any period (``requests +
     burst``); more could never be sent at once without going over it."""

@@ -7,10 +7,10 @@ header is missing or unreadable, the queue's own throttle delay is the better gu
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
-from email.utils import parsedate_to_datetime
+from datetime import datetime, timedelta
 
 from synclane_provider.core.errors import JobThrottled
+from synclane_provider.core.rate_headers import read_rate_headers
 
 
 def parse_retry_after(value: str | bytes | int | float | None, *, now: datetime | None = None) -> timedelta | None:
@@ -22,6 +22,7 @@ def parse_retry_after(value: str | bytes | int | float | None, *, now: datetime 
 
     >>> parse_retry_after("120")
     datetime.timedelta(seconds=120)
+    >>> from datetime import timezone
     >>> parse_retry_after("Wed, 21 Oct 2026 07:28:00 GMT", now=datetime(2026, 10, 21, 7, 27, 30, tzinfo=timezone.utc))
     datetime.timedelta(seconds=30)
     >>> parse_retry_after("soon") is None
@@ -43,13 +44,6 @@ def _seconds(seconds: float) -> timedelta | None:
 
 
 def _from_text(text: str, now: datetime | None) -> timedelta | None:
-    if text.isascii() and text.isdigit():
-        return _seconds(int(text))
-    try:
-        until = parsedate_to_datetime(text)
-    except (TypeError, ValueError, IndexError):
-        return None
-    if until.tzinfo is None:  # an HTTP date is always GMT
-        until = until.replace(tzinfo=timezone.utc)
-    wait = max(until - (now or datetime.now(timezone.utc)), timedelta(0))
-    return wait if wait <= JobThrottled.MAX_RETRY_AFTER else None
+    """The header read by the one rule every response's headers go through."""
+    news = read_rate_headers([("Retry-After", text)], now=now)
+    return news.retry_after if news else None

@@ -21,6 +21,8 @@ from typing import Any, Generic, TypeVar
 
 from synclane_provider.core.credentials import CredentialState
 from synclane_provider.core.declare.declarations import Queue
+from synclane_provider.core.declare.owners import lane_limits
+from synclane_provider.core.declare.ratelimit import regrowth
 from synclane_provider.core.numbers import whole
 from synclane_provider.core.ops.operations import Operations
 from synclane_provider.core.records import Job
@@ -97,6 +99,15 @@ class Lane:
     """Until when a server's named wait (a 429's Retry-After) holds the whole lane; None: it does not."""
     error_status: str | None = None
     """The status of the job whose error is shown: ``failed`` is a retry on its way, not trouble yet."""
+    quota_until: datetime | None = None
+    """Until when the lane waits out a quota used up (a reset further away than a worker waits): its jobs are
+    handed back until then; None: it does not."""
+    learnt_rate: float | None = None
+    """The rate the lane keeps besides its declared one, in requests a second, as learnt from its API's answers
+    (None: nothing learnt)."""
+    learnt_from: str | None = None
+    """What it was learnt from: ``headers`` (what is left until the reset) or ``refusals`` (halved by each 429,
+    growing back towards the declared rate)."""
 
 
 @dataclass(frozen=True)
@@ -223,6 +234,9 @@ class Monitor:
                     held=first["held"],
                     throttled_until=first["throttled_until"],
                     error_status=first["error_status"],
+                    quota_until=first["quota_until"],
+                    learnt_rate=self._learnt_rate(queue, name, first),
+                    learnt_from=first["learnt_from"],
                 )
             )
         return Listing(lanes, lanes[-1].lane if len(lanes) == limit else None)
@@ -326,6 +340,25 @@ class Monitor:
         )
         return Listing(jobs, str(jobs[-1].id) if len(jobs) == limit else None, self._holds(jobs))
 
+    def _learnt_rate(self, queue: str, lane: str, row: dict[str, Any]) -> float | None:
+        """The lane's learnt rate now (requests a second): as read from headers, or, cut by refusals, grown back
+        since at the pace the workers grow it (``lane_gate.regrowth``), up to the declared rate."""
+        interval: timedelta | None = row["learnt_interval"]
+        if interval is None or interval <= timedelta(0):
+            return None
+        rate = 1 / interval.total_seconds()
+        if row["learnt_from"] != "refusals":
+            return rate
+        try:
+            declared = lane_limits(self.operations.synclane.queue(queue), lane)
+        except Exception:  # noqa: BLE001 - a listing shows what it knows when the owner source fails
+            return rate
+        if not declared:
+            return rate
+        grown = rate + regrowth(declared) * max((row["now"] - row["learnt_at"]).total_seconds(), 0.0)
+        ceiling = 1 / declared[0].interval.total_seconds()
+        return None if grown >= ceiling else grown
+
     def _holds(self, jobs: list[Job]) -> dict[str, str]:
         """What holds each waiting job of ``jobs`` that a pause holds (see :attr:`Listing.held`)."""
         waiting = [job.id for job in jobs if job.status in WAITING]
@@ -333,10 +366,12 @@ class Monitor:
             return {}
         held = {}
         for row in self._rows("holds", ids=waiting, now=self.operations.at(None)):
-            until = row["throttled_until"]
-            held[str(row["id"])] = (
-                "owner paused" if row["owner_paused"] else f"lane throttled until {until:%Y-%m-%d %H:%M:%S} UTC"
-            )
+            if row["owner_paused"]:
+                held[str(row["id"])] = "owner paused"
+            elif row["quota_until"] is not None:
+                held[str(row["id"])] = f"lane on quota until {row['quota_until']:%Y-%m-%d %H:%M:%S} UTC"
+            else:
+                held[str(row["id"])] = f"lane throttled until {row['throttled_until']:%Y-%m-%d %H:%M:%S} UTC"
         return held
 
 

@@ -30,6 +30,7 @@ from synclane_provider.core.declare.declarations import JobType, Queue
 from synclane_provider.core.errors import JobThrottled, OwnerPaused, PageTimeout
 from synclane_provider.core.metrics import PAGE_DURATION, PAGES, RECORDS, THROTTLES, Metrics
 from synclane_provider.core.page_context import PageJob
+from synclane_provider.core.rate_headers import RateNews
 from synclane_provider.core.records import Job, LandCounts, Page
 from synclane_provider.core.redact import redact
 from synclane_provider.core.run.lane_gate import LaneGate, PageNotSent, Turn
@@ -139,6 +140,9 @@ class AttemptPage:
     def credentials(self) -> str:
         return self._attempt.setting.tokens.credential(self._job.queue, self._job.owner)
 
+    def observe(self, news: RateNews) -> None:
+        self._attempt.setting.gate.observe(self._job, news)
+
 
 NOT_THE_OWNERS_FAULT = (JobThrottled, TokenEndpointUnavailable)
 """Failures retried without counting against the owner's health: a throttle says "not now", and a token endpoint
@@ -228,7 +232,14 @@ class Attempt:
             self.release()
             raise
         self.timed(started)
-        return self.page_done(page)
+        ended = self.page_done(page)
+        if ended is None and turn.yields:  # the lane's recurring work waits for this history job's slot
+            self.setting.log.info(
+                "%s: hands lane %s over to its recurring work due, at cursor %r", self.current.describe(),
+                self.current.lane, self.current.cursor,
+            )  # fmt: skip
+            return self.release()
+        return ended
 
     def wait_turn(self) -> Turn:
         """The page's turn in its lane's rate budget, and out of any throttle on the lane (none when stopping); raises
@@ -255,7 +266,7 @@ class Attempt:
     def on_turn(self, handler: Callable[[PageJob], object], turn: Turn) -> Callable[[PageJob], object]:
         """The handler, run on the work thread once the page is sure to go on its turn (see LaneGate.keep_turn);
         a lane without a rate has no turn to keep."""
-        if not turn.rates:
+        if not turn.kept:
             return handler
 
         def page(job: PageJob) -> object:
@@ -346,6 +357,11 @@ class Attempt:
             return self.release(pausing=exc)
         if self.lease.lost:
             return self.lost()
+        if isinstance(exc, JobThrottled):
+            setting.gate.refused(self.current)  # a lane its answers' headers do not steer learns from the refusal
+            if exc.retry_after and exc.retry_after > setting.queue.longest_wait:  # a quota's reset, far away
+                setting.gate.hold_quota(self.current, exc.retry_after)
+                return self.release()  # due at the reset, its cursor kept, the attempt not counted
         if isinstance(exc, JobThrottled) and exc.retry_after:  # a named wait (zero is none)
             setting.gate.throttle(self.current, exc.retry_after)  # before the finish: its take must see it
         failure = setting.queue.retry.after_failure(self.taken.attempt_count, exc)

@@ -50,12 +50,15 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from synclane_provider.core.clock import Clock
-from synclane_provider.core.db.store import Clearance, Store
+from synclane_provider.core.db.store import Clearance, LaneTake, LaneTurn, Store
 from synclane_provider.core.declare.declarations import Queue
 from synclane_provider.core.declare.owners import owners_of
-from synclane_provider.core.declare.ratelimit import Limits, check_units, lateness, limits
+from synclane_provider.core.declare.ratelimit import Limits, check_units, lateness, limits, regrowth
+from synclane_provider.core.metrics import LANE_LEARNT_RATE, NO_METRICS, Metrics
 from synclane_provider.core.numbers import whole
+from synclane_provider.core.rate_headers import RateNews
 from synclane_provider.core.records import Job
+from synclane_provider.core.states import JobMode
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +74,11 @@ class PageNotSent(Exception):
         """Seconds the page waited (its turn, a throttle on its lane) before it was held back."""
 
 
+class LaneHeld(PageNotSent):
+    """The page would wait longer than the queue's ``longest_wait`` (a quota used up until a reset far away): the
+    worker hands the job back at its cursor, due when the wait ends, instead of waiting in the slot."""
+
+
 @dataclass(frozen=True)
 class Turn:
     """A lane's turn a page (or a ``spend``) holds: the units taken, and the latest instant to send on it."""
@@ -84,6 +92,17 @@ class Turn:
     """Seconds slept for it."""
     page: bool = False
     """A page's turn (whether it may still go is asked with each take), not the turn of a ``spend`` within one."""
+    due: float = math.inf
+    """time.monotonic() of the turn: how late the request then leaves is the next take's ``late``."""
+    paced: bool = False
+    """The lane keeps a pace it learnt from its API's answers (a turn to keep even without a declared rate)."""
+    yields: bool = False
+    """A history page whose lane's recurring work waits for it: the job is handed back after the page."""
+
+    @property
+    def kept(self) -> bool:
+        """Whether there is a turn to keep: a declared rate or a learnt pace."""
+        return bool(self.rates) or self.paced
 
 
 class LaneGate:
@@ -98,8 +117,10 @@ class LaneGate:
         stop: threading.Event,
         refresh: timedelta,
         log: logging.Logger | logging.LoggerAdapter[logging.Logger] | None = None,
+        metrics: Metrics = NO_METRICS,
     ) -> None:
         self._store = store
+        self._metrics = metrics
         self._queue = queue
         self._clock = clock
         self._stop = stop
@@ -107,6 +128,12 @@ class LaneGate:
         self._log = log or logging.getLogger(__name__)
         self._rates: dict[str, Limits] = {}
         self._read_at: float | None = None
+        self._paced: set[str] = set()
+        """Lanes whose takes said they keep a learnt pace: their pages take a turn even without a declared rate."""
+        self._learnt: dict[str, timedelta | None] = {}
+        """The pace this slot last wrote for each lane from headers (a repeat of it is not written again)."""
+        self._late: tuple[int, float] = (0, 0.0)
+        """The job whose request last left, and how many seconds after its turn: its next take is spaced from then."""
 
     def limits_of(self, job: Job) -> Limits:
         """The rates of the job's lane (none, one, or several windows): its owner's, as the owner source lists
@@ -136,7 +163,9 @@ class LaneGate:
         :class:`PageNotSent` when the page must not go (see :meth:`_check`).
         """
         rates = self.limits_of(job)
-        if not rates:
+        if throttle_left > self._queue.longest_wait.total_seconds():
+            raise self._held(job, throttle_left)
+        if not rates and job.lane not in self._paced:
             waited = self._sleep(throttle_left)
             if waited > 0 or not heard:
                 self._check(job, self._store.page_clearance(job.id, worker=self._worker_of(job)), waited=waited)
@@ -165,6 +194,8 @@ class LaneGate:
                 raise PageNotSent(
                     f"{job.describe()}: asked to stop while waiting for a new turn in lane {job.lane}", waited=waited
                 )
+        if turn.kept:
+            self._late = (job.id, max(time.monotonic() - turn.due, 0.0))
         return waited
 
     def spend(self, job: Job, units: int) -> timedelta:
@@ -173,9 +204,10 @@ class LaneGate:
         if not whole(units, 1):
             raise ValueError(f"spend() takes a positive number of units, got {units!r}")
         rates = self.limits_of(job)
-        if not rates:
+        if not rates and job.lane not in self._paced:
             return timedelta(0)
-        check_units(f"spend({units})", units, rates, job.lane)
+        if rates:
+            check_units(f"spend({units})", units, rates, job.lane)
         turn = self._wait_turn(job, rates, units)
         return timedelta(seconds=turn.waited + self.keep_turn(job, turn))
 
@@ -194,35 +226,137 @@ class LaneGate:
     def _wait_turn(self, job: Job, rates: Limits, units: int, *, page: bool = False) -> Turn:
         """Take ``units`` of the lane's budget and sleep until their turn. The turn is reckoned from the instant
         the take was sent: the database placed it no earlier, so what the answer took to come back counts as
-        lateness, never as time in hand.
+        lateness, never as time in hand. A turn further away than the queue's ``longest_wait`` is not waited for
+        (nor taken): :class:`LaneHeld`.
 
         A page's turn (``page``) also says whether the page may still go, in the take's own statement; a page
         that then sleeps for its turn asks again once it has slept (see :meth:`_check`)."""
         sent = time.monotonic()
-        costs, now = [rate.interval * units for rate in rates], self._clock()
-        tolerances = [rate.tolerance for rate in rates]
-        if page:
-            wait, clearance = self._store.take_page_budget(
-                self._queue.name,
-                job.lane,
-                cost=costs,
-                tolerance=tolerances,
-                now=now,
-                job=job.id,
-                worker=self._worker_of(job),
-            )
-            self._check(job, clearance, waited=0.0)
-        else:
-            intervals = [rate.interval for rate in rates]
-            wait = self._store.take_lane_budget(
-                self._queue.name, job.lane, cost=costs, tolerance=tolerances, interval=intervals, now=now
-            )
-        room = lateness(rates).total_seconds() / 2
-        latest = sent + wait + room if room > 0 else math.inf
-        slept = self._sleep(wait)
+        late_job, late = self._late
+        take = LaneTake(
+            cost=[rate.interval * units for rate in rates],
+            tolerance=[rate.tolerance for rate in rates],
+            interval=None if page else [rate.interval for rate in rates],
+            units=units,
+            late=timedelta(seconds=late if late_job == job.id else 0.0),
+            longest=self._queue.longest_wait,
+            regrowth=regrowth(rates),
+            history=bool(rates) and job.mode != JobMode.RECURRING,
+            priority=job.priority,
+            lane_width=job.lane_width,
+            history_cost=rates[0].interval * units / self._queue.history_share if rates else None,
+        )
+        shared = 0.0  # waited for history's share of the lane while its fresh work was due
+        while True:
+            if page:
+                turn = self._store.take_page_turn(
+                    self._queue.name, job.lane, take, job=job.id, worker=self._worker_of(job), now=self._clock()
+                )
+                self._check(job, turn.clearance, waited=shared)
+            else:
+                turn = self._store.take_turn(self._queue.name, job.lane, take, now=self._clock())
+            if not turn.again:
+                break
+            shared += self._sleep(turn.wait)
+            if self._stop.is_set():
+                raise PageNotSent(f"{job.describe()}: asked to stop while history waited for its share", waited=shared)
+            sent = time.monotonic()
+        self._note_paced(job.lane, turn)
+        if turn.wait > self._queue.longest_wait.total_seconds():
+            raise self._held(job, turn.wait)
+        room = lateness(rates).total_seconds() / 2 if rates else 0.0
+        latest = sent + turn.wait + room if room > 0 else math.inf
+        slept = self._sleep(turn.wait)
         if page and slept > 0:
-            self._check(job, self._store.page_clearance(job.id, worker=self._worker_of(job)), waited=slept)
-        return Turn(rates, units, latest, slept, page)
+            self._check(job, self._store.page_clearance(job.id, worker=self._worker_of(job)), waited=shared + slept)
+        return Turn(
+            rates, units, latest, shared + slept, page, due=sent + turn.wait, paced=turn.paced, yields=turn.yield_lane
+        )
+
+    def _note_paced(self, lane: str, turn: LaneTurn) -> None:
+        if turn.paced:
+            self._paced.add(lane)
+        else:
+            self._paced.discard(lane)
+
+    def _held(self, job: Job, seconds: float) -> LaneHeld:
+        """A wait too long to wait in the slot: the job goes back, due when it ends (its lane's quota_until)."""
+        self._log.info(
+            "%s: lane %s is held for %s more (a quota used up); handed back until then",
+            job.describe(),
+            job.lane,
+            timedelta(seconds=round(seconds)),
+        )
+        return LaneHeld(f"{job.describe()}: lane {job.lane} held for {seconds:.0f} s more", waited=0.0)
+
+    def observe(self, job: Job, news: RateNews) -> None:
+        """What an API's answer said of the lane's limit (``job.observe``): what is left until the reset, spread
+        evenly, becomes the lane's learnt pace; nothing left holds the lane until the reset -- handed back as a
+        quota when further away than the queue's ``longest_wait``. A pace this slot already wrote for the lane
+        (within a twentieth) is not written again."""
+        pace = news.pace
+        hold = news.reset if news.exhausted else None
+        if hold is None and news.retry_after is not None and news.exhausted:
+            hold = news.retry_after
+        if pace is None and hold is None:
+            return
+        last = self._learnt.get(job.lane)
+        if hold is None and pace is not None and last is not None and abs(pace - last) <= last / 20:
+            return
+        quota = hold is not None and hold > self._queue.longest_wait
+        held_until = self._store.learn_lane(
+            self._queue.name, job.lane, pace=pace, hold=hold, quota=quota, now=self._clock()
+        )
+        if pace is not None:
+            self._learnt[job.lane] = pace
+            self._paced.add(job.lane)
+            self._learnt_rate(job, pace)
+        if held_until is not None:
+            self._log.info(
+                "lane %s of queue %s %s until %s (its API said nothing is left, to %s)",
+                job.lane,
+                self._queue.name,
+                "on quota" if quota else "throttled",
+                held_until.isoformat(),
+                job.describe(),
+            )
+
+    def refused(self, job: Job) -> None:
+        """The API refused a page of the lane (a 429): a lane with a declared rate and no headers to go by halves
+        its rate, which grows back to the declared one as requests pass (AIMD)."""
+        rates = self.limits_of(job)
+        if not rates:
+            return
+        cut = self._store.cut_lane_pace(
+            self._queue.name, job.lane, unit=rates[0].interval, regrowth=regrowth(rates), now=self._clock()
+        )
+        if cut is not None:
+            self._paced.add(job.lane)
+            self._learnt_rate(job, cut)
+            self._log.info(
+                "lane %s of queue %s refused: its rate cut to %.3g a second, growing back to %s",
+                job.lane,
+                self._queue.name,
+                1 / cut.total_seconds(),
+                rates[0].describe(),
+            )
+
+    def _learnt_rate(self, job: Job, pace: timedelta) -> None:
+        if pace > timedelta(0):
+            tags = {"queue": self._queue.name, "lane": job.lane}
+            self._metrics.gauge(LANE_LEARNT_RATE, tags, 1 / pace.total_seconds())
+
+    def hold_quota(self, job: Job, wait: timedelta) -> None:
+        """A server named a wait longer than the queue's ``longest_wait`` (a quota's reset): the lane waits it out
+        as a quota, its jobs handed back until then."""
+        until = self._store.learn_lane(self._queue.name, job.lane, pace=None, hold=wait, quota=True, now=self._clock())
+        self._log.info(
+            "lane %s of queue %s on quota until %s (named by the server to %s)",
+            job.lane,
+            self._queue.name,
+            until.isoformat() if until else "?",
+            job.describe(),
+        )
 
     def _check(self, job: Job, clearance: Clearance | None, *, waited: float) -> None:
         """Raise :class:`PageNotSent` when the page must not go: the job's owner was paused or a cancel asked it to

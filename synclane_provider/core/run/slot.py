@@ -126,7 +126,13 @@ class WorkerSlot:
         )
         """Where this slot's jobs run, their pages watched from the thread that asked for them."""
         self.gate = LaneGate(
-            self.store, self.queue, clock=clock, stop=self.stop, refresh=synclane.plan_interval, log=logger or log
+            self.store,
+            self.queue,
+            clock=clock,
+            stop=self.stop,
+            refresh=synclane.plan_interval,
+            log=logger or log,
+            metrics=metrics,
         )
         self.taking = Taking(
             self.store, self.queue, worker=self.worker_id, clock=clock, stop=self.stop, metrics=metrics

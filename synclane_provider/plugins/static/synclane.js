@@ -39,9 +39,17 @@ function nextRun(job, held) {
 }
 // A lane's next due job, or what holds the lane: a server's named wait on the whole lane, or paused owners.
 function laneNext(l) {
+  if (l.quota_until) return `<span class="held">held: quota until ${when(l.quota_until)}</span>`;
   if (l.throttled_until) return `<span class="held">held: lane throttled until ${when(l.throttled_until)}</span>`;
   if (!l.next_due && l.held) return '<span class="held">held: owner paused</span>';
   return nextDue(l.next_due);
+}
+// The rate a lane keeps besides its declared one, as learnt from its API's answers.
+function learntRate(l) {
+  if (l.learnt_rate == null) return '<span class="muted">–</span>';
+  const rate = l.learnt_rate >= 10 ? l.learnt_rate.toFixed(0) : l.learnt_rate.toPrecision(2);
+  const from = l.learnt_from === "refusals" ? "cut by 429s, growing back" : "from its headers";
+  return `${rate}/s <span class="muted">${from}</span>`;
 }
 // An error of a job waiting to retry is routine: said quietly, in grey.
 function errorText(error, status) {
@@ -253,7 +261,7 @@ function renderQueues(queues) {
 function renderLanes(page) {
   if (!page.items.length) return `<p class="muted">No lane has a job running or waiting.</p>`;
   return `<table id="lanes-table"><thead><tr><th>Lane</th><th>Running</th><th>Window</th><th>Cursor</th><th class="num">Records</th>
-    <th>Heartbeat</th><th>Worker</th><th class="num">Waiting</th><th>Next due</th><th>Last error</th></tr></thead><tbody>
+    <th>Heartbeat</th><th>Worker</th><th class="num">Waiting</th><th>Next due</th><th>Learnt rate</th><th>Last error</th></tr></thead><tbody>
     ${page.items.map((l) => {
       // A lane k wide runs up to k jobs: one row each, the lane's own cells spanning them.
       const running = l.running.length ? l.running : [null];
@@ -268,6 +276,7 @@ function renderLanes(page) {
         <td><code>${r ? esc(r.worker) : ""}</code></td>
         ${i === 0 ? `<td class="num" ${span}>${number(l.waiting)}${l.held ? ` <span class="muted">(${number(l.held)} held)</span>` : ""}</td>
         <td ${span}>${laneNext(l)}</td>
+        <td ${span}>${learntRate(l)}</td>
         <td ${span}>${l.last_error ? `${errorText(l.last_error, l.error_status)} (${button("show-job", `#${l.error_job_id}`, {job: l.error_job_id})})` : ""}</td>` : ""}
       </tr>`).join("");
     }).join("")}</tbody></table>`;
