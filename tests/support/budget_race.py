@@ -2,7 +2,8 @@
 
 Used by the test suite (no more than the budget in any window, at least 90 % of it used, and the same run
 overrunning with the budget statement taken out) and by ``bench/ratelimit.py``. The worker processes run
-``tests/support/budget_worker.py``, whose declaration is :func:`declaration` here.
+``tests/support/budget_worker.py``, whose declaration is :func:`declaration` here; ``bench/adaptive_rate.py`` runs
+them against an API of its own (any that :class:`Answers` can be served).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 from urllib.request import urlopen
 
 from synclane_provider.core import (
@@ -43,6 +44,9 @@ QUEUE = "api"
 WARM_UP = timedelta(seconds=3)
 """How long after the jobs are enqueued they are due: time for the worker processes to start and warm up."""
 WARM_UP_ACCOUNT = "warm-up"
+OWNERS = (Owner("acme-us", lane="acme"), Owner("acme-eu", lane="acme"))
+"""Two owners sharing one lane (one API account): the workers draw on one budget for both."""
+ACCOUNTS = tuple(owner.id for owner in OWNERS)
 
 
 @dataclass
@@ -105,6 +109,12 @@ class FakeAPI:
             self.log.append((now, account, status))
             return status
 
+    def respond(self, account: str, arrived: float | None) -> tuple[int, dict[str, str]]:
+        """The answer's status and headers (``Retry-After`` on a 429)."""
+        status = self.answer(account, arrived)
+        retry_after = self.throttle.retry_after if self.throttle else 1
+        return status, {"Retry-After": str(retry_after)} if status == 429 else {}
+
     def times(self, account: str | None = None, status: int | None = None) -> list[float]:
         with self._lock:
             return [t for t, a, s in self.log if (account is None or a == account) and (status is None or s == status)]
@@ -137,10 +147,21 @@ class AcceptTimes(ThreadingHTTPServer):
         super().shutdown_request(request)
 
 
-class Served:
-    """A :class:`FakeAPI` on a local HTTP server, on a thread, until closed."""
+class Answers(Protocol):
+    """What :class:`Served` asks of an API: each request's status and headers, from its account and its arrival (the
+    monotonic instant its connection was accepted), and how long to take over each answer."""
 
-    def __init__(self, api: FakeAPI) -> None:
+    latency: float
+
+    def respond(self, account: str, arrived: float | None) -> tuple[int, dict[str, str]]: ...
+
+
+class Served:
+    """An API (:class:`FakeAPI`, or another that :class:`Answers`) on a local HTTP server, on a thread, until closed.
+
+    It answers ``GET /<account>/<anything>`` with the API's status and headers, and a small JSON body."""
+
+    def __init__(self, api: Answers) -> None:
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
 
@@ -149,12 +170,12 @@ class Served:
 
             def do_GET(self) -> None:  # noqa: N802 - the base class's name
                 account = self.path.strip("/").split("/")[0]
-                status = api.answer(account, arrived=server.accepted_at(self.connection))
+                status, headers = api.respond(account, server.accepted_at(self.connection))
                 time.sleep(api.latency)
                 body = json.dumps({"ok": status == 200}).encode()
                 self.send_response(status)
-                if status == 429:
-                    self.send_header("Retry-After", str(api.throttle.retry_after if api.throttle else 1))
+                for name, value in headers.items():
+                    self.send_header(name, value)
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
                 self.wfile.write(body)
@@ -178,9 +199,10 @@ class Served:
         self.close()
 
 
-def handler(url: str, *, pages: int, requests_per_page: int) -> object:
+def handler(url: str, *, pages: int, requests_per_page: int, observe: bool = False) -> object:
     """A page of ``requests_per_page`` requests to the API (the first paid by the worker, the rest by
-    ``job.spend()``); a 429 raises ``JobThrottled`` with the wait it names."""
+    ``job.spend()``); a 429 raises ``JobThrottled`` with the wait it names. With ``observe``, every answer's
+    headers (a 429's too) are handed to ``job.observe()``, which steers the lane's budget from them."""
 
     def page(job: Job) -> Page:
         number = int(job.cursor or 0)
@@ -190,8 +212,12 @@ def handler(url: str, *, pages: int, requests_per_page: int) -> object:
             try:
                 with urlopen(f"{url}/{job.owner}/{number}", timeout=10) as response:
                     response.read()
+                    if observe:
+                        job.observe(response)
             except OSError as exc:
                 headers = getattr(exc, "headers", None)
+                if observe and headers is not None:
+                    job.observe(headers)
                 if getattr(exc, "code", None) == 429 and headers is not None:
                     raise JobThrottled(
                         "the API said 429", retry_after=parse_retry_after(headers.get("Retry-After"))
@@ -210,7 +236,8 @@ def declaration(
     rate: Rate | None,
     pages: int = 5,
     requests_per_page: int = 2,
-    owners: tuple[Owner, ...] = (Owner("acme-us", lane="acme"), Owner("acme-eu", lane="acme")),
+    observe: bool = False,
+    owners: tuple[Owner, ...] = OWNERS,
 ) -> SyncLane:
     retry = RetryPolicy(
         retry_delay=timedelta(milliseconds=200),
@@ -229,7 +256,9 @@ def declaration(
                 rate=rate,
                 types=[
                     SnapshotType(
-                        "items", handler(url, pages=pages, requests_per_page=requests_per_page), every=timedelta(days=1)
+                        "items",
+                        handler(url, pages=pages, requests_per_page=requests_per_page, observe=observe),
+                        every=timedelta(days=1),
                     )
                 ],
             )
@@ -264,6 +293,64 @@ class BudgetRun:
     """Requests the API refused as over its limit (``requests + burst`` in any ``per``)."""
 
 
+WORKERS = 2
+"""Worker processes in a run, each with a pool of slots."""
+
+
+def enqueue_due(synclane: SyncLane, database_url: str, jobs_per_owner: int) -> datetime:
+    """Enqueue ``jobs_per_owner`` jobs for each owner of the lane, all due after :data:`WARM_UP`; when they are due.
+
+    Due once both processes are up and have sent one warm-up request each (not counted): what is measured is how
+    workers keep to the lane's budget, not how long a fresh process takes to its first request."""
+    with Operations(synclane, synclane.database(database_url)) as ops:
+        due = datetime.now(timezone.utc) + WARM_UP
+        for owner in ACCOUNTS:
+            for n in range(jobs_per_owner):
+                ops.enqueue(QUEUE, owner, "items", key=f"run-{n}", run_at=due)
+    return due
+
+
+def rate_spec(rate: Rate | None) -> dict[str, Any]:
+    """The lane's rate as a worker's spec names it (``requests`` None: no rate)."""
+    if rate is None:
+        return {"requests": None}
+    return {"requests": rate.requests, "per": rate.per.total_seconds(), "burst": rate.burst, "headroom": rate.headroom}
+
+
+def run_workers(
+    database_url: str, schema: str, api_url: str, spec: dict[str, Any], *, slots: int, timeout: float
+) -> float:
+    """Run :data:`WORKERS` worker processes (``budget_worker.py``) of ``slots`` slots each with ``spec`` (the lane's
+    rate, the handler's pages and settings, and when to stop) until they exit; the seconds they took. Raises
+    naming each process that failed or was still running after ``timeout`` seconds, with the end of its stderr."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    started = time.monotonic()
+    workers: list[subprocess.Popen[str]] = [
+        subprocess.Popen(
+            [sys.executable, str(WORKER), database_url, schema, api_url, json.dumps(spec), str(slots)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(WORKERS)
+    ]
+    failures = []
+    for worker in workers:
+        try:
+            out, err = worker.communicate(timeout=max(timeout - (time.monotonic() - started), 1))
+        except subprocess.TimeoutExpired:
+            worker.kill()
+            out, err = worker.communicate()
+            failures.append(f"worker {worker.pid} still running after {timeout:.0f}s:\n{err[-3000:]}")
+            continue
+        if worker.returncode != 0:
+            failures.append(f"worker {worker.pid} exited {worker.returncode}:\n{err[-3000:]}")
+    if failures:
+        raise AssertionError("\n".join(failures))
+    return time.monotonic() - started
+
+
 def budget_run(
     database_url: str,
     schema: str,
@@ -284,61 +371,24 @@ def budget_run(
     ``requests + burst`` in any ``per`` (counted in ``over_limit``). With ``loaded``, a busy loop per core keeps
     the machine busy throughout; with ``wakes_late_every``, every so many waits for a turn in each worker
     process end 0.3 s late."""
-    limit = Limit(("acme-us", "acme-eu"), rate.requests + rate.burst, rate.per.total_seconds())
+    limit = Limit(ACCOUNTS, rate.requests + rate.burst, rate.per.total_seconds())
     with FakeAPI(limit=limit).serve() as served, busy_loops((os.cpu_count() or 1) if loaded else 0):
         synclane = declaration(
             schema, served.url, rate=rate if enforce else None, pages=pages, requests_per_page=requests_per_page
         )
-        with Operations(synclane, synclane.database(database_url)) as ops:
-            # Due once both processes are up and have sent one warm-up request each (not counted): what is
-            # measured is how workers keep to the budget, not how long a fresh process takes to its first request.
-            due = datetime.now(timezone.utc) + WARM_UP
-            for owner in ("acme-us", "acme-eu"):
-                for n in range(jobs_per_owner):
-                    ops.enqueue(QUEUE, owner, "items", key=f"run-{n}", run_at=due)
-        env = {**os.environ, "PYTHONPATH": str(ROOT)}
-        spec = json.dumps(
-            {
-                "requests": rate.requests,
-                "per": rate.per.total_seconds(),
-                "burst": rate.burst,
-                "headroom": rate.headroom,
-                "enforce": enforce,
-                "pages": pages,
-                "requests_per_page": requests_per_page,
-                "wakes_late_every": wakes_late_every,
-            }
-        )
-        started = time.monotonic()
-        workers: list[subprocess.Popen[str]] = [
-            subprocess.Popen(
-                [sys.executable, str(WORKER), database_url, schema, served.url, spec, str(slots)],
-                env=env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-            )
-            for _ in range(2)
-        ]
-        failures = []
-        for worker in workers:
-            try:
-                out, err = worker.communicate(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                worker.kill()
-                out, err = worker.communicate()
-                failures.append(f"worker {worker.pid} still running after {timeout:.0f}s:\n{err[-3000:]}")
-                continue
-            if worker.returncode != 0:
-                failures.append(f"worker {worker.pid} exited {worker.returncode}:\n{err[-3000:]}")
-        if failures:
-            raise AssertionError("\n".join(failures))
-        seconds = time.monotonic() - started
-        times = served.api.times("acme-us") + served.api.times("acme-eu")
+        enqueue_due(synclane, database_url, jobs_per_owner)
+        spec = {
+            **rate_spec(rate if enforce else None),
+            "pages": pages,
+            "requests_per_page": requests_per_page,
+            "wakes_late_every": wakes_late_every,
+        }
+        seconds = run_workers(database_url, schema, served.url, spec, slots=slots, timeout=timeout)
+        times = [t for account in ACCOUNTS for t in served.api.times(account)]
         warmed = len(served.api.times(WARM_UP_ACCOUNT))
         over_limit = served.api.over_limit
-    if warmed != len(workers):
-        raise AssertionError(f"{warmed} of the {len(workers)} worker processes warmed up")
+    if warmed != WORKERS:
+        raise AssertionError(f"{warmed} of the {WORKERS} worker processes warmed up")
     times.sort()
     per_s = rate.requests / rate.per.total_seconds()
     allowed = ((times[-1] - times[0]) + rate.interval.total_seconds()) * per_s + rate.burst if times else 0

@@ -1,7 +1,12 @@
-"""A worker process for the rate-budget run: a pool of slots on the queue of ``tests.support.budget_race`` until every job
-is settled; exits non-zero (with the traceback on stderr) if the pool raised.
+"""A worker process for the rate-budget runs: a pool of slots on the queue of ``tests.support.budget_race`` until every
+job is settled, or until the instant its spec names; exits non-zero (with the traceback on stderr) if the pool raised.
 
     python tests/support/budget_worker.py DATABASE_URL SCHEMA API_URL SPEC_JSON SLOTS
+
+The spec (see :func:`tests.support.budget_race.run_workers`) names the lane's rate (``requests`` None: none), the
+handler's ``pages``, ``requests_per_page`` and whether it hands every answer to ``job.observe()`` (``observe``), and
+optionally ``stop_at`` (a Unix time: the pool is shut down then, its jobs handed back at their cursors) and
+``wakes_late_every`` (see :func:`wake_late`).
 """
 
 from __future__ import annotations
@@ -9,11 +14,13 @@ from __future__ import annotations
 import itertools
 import json
 import sys
+import threading
 import time
 from datetime import timedelta
+from typing import Any
 from urllib.request import urlopen
 
-from synclane_provider.core import Rate, WorkerPool
+from synclane_provider.core import Rate, Summary, WorkerPool
 from synclane_provider.core.run.lane_gate import LaneGate
 from tests.support.budget_race import QUEUE, WARM_UP_ACCOUNT, declaration
 
@@ -21,20 +28,37 @@ from tests.support.budget_race import QUEUE, WARM_UP_ACCOUNT, declaration
 def main() -> None:
     url, schema, api_url, spec_json, slots = sys.argv[1:6]
     spec = json.loads(spec_json)
-    rate = Rate(spec["requests"], per=timedelta(seconds=spec["per"]), burst=spec["burst"], headroom=spec["headroom"])
     synclane = declaration(
         schema,
         api_url,
-        rate=rate if spec["enforce"] else None,
+        rate=rate_of(spec),
         pages=spec["pages"],
         requests_per_page=spec["requests_per_page"],
+        observe=spec.get("observe", False),
     )
     if spec.get("wakes_late_every"):
         wake_late(spec["wakes_late_every"])
     with urlopen(f"{api_url}/{WARM_UP_ACCOUNT}/0", timeout=10) as response:  # a fresh process's first request is slow
         response.read()
-    summary = WorkerPool(synclane, synclane.database(url), QUEUE, slots=int(slots)).run_until_settled()
+    pool = WorkerPool(synclane, synclane.database(url), QUEUE, slots=int(slots))
+    summary = pool.run_until_settled() if spec.get("stop_at") is None else run_until(pool, spec["stop_at"])
     print(json.dumps(summary.as_dict()), flush=True)
+
+
+def rate_of(spec: dict[str, Any]) -> Rate | None:
+    if spec["requests"] is None:
+        return None
+    return Rate(spec["requests"], per=timedelta(seconds=spec["per"]), burst=spec["burst"], headroom=spec["headroom"])
+
+
+def run_until(pool: WorkerPool, stop_at: float) -> Summary:
+    """Run the pool until the Unix time ``stop_at``, then shut it down (running pages finish first)."""
+    timer = threading.Timer(max(stop_at - time.time(), 0.0), pool.shutdown)
+    timer.start()
+    try:
+        return pool.run()
+    finally:
+        timer.cancel()
 
 
 LATE = 0.3
