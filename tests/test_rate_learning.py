@@ -241,3 +241,55 @@ def test_a_faster_pace_learnt_brings_a_turn_reserved_at_the_slower_one_forward(l
     assert [take(lane_store, T0) for _ in range(2)] == [0.0, 1.0]
     lane_store.learn_lane(QUEUE, LANE, pace=SECOND / 10, hold=None, quota=False, now=T0)
     assert take(lane_store, T0) == pytest.approx(0.1)
+
+
+class Prepares:
+    """A handler that does 0.3 s of work of its own before its first request (a token's refresh), none before the
+    others; when it says so (``job.sent()``), right before sending."""
+
+    def __init__(self, *, says: bool, pages: int = 3) -> None:
+        self.says, self.pages, self.sent = says, pages, []
+
+    def __call__(self, job) -> Page:
+        if job.cursor is None:
+            time.sleep(0.3)
+        if self.says:
+            job.sent()
+        self.sent.append(time.monotonic())
+        done = int(job.cursor or 0) + 1
+        return Page(str(done) if done < self.pages else None, 1)
+
+
+@pytest.mark.parametrize("says", [True, False])
+def test_a_request_sent_late_in_its_page_spaces_the_next_from_when_it_really_left(database_url, schema, says):
+    """Two a second: the first request, sent 0.3 s into its page, and the next still leave 0.5 s apart when the
+    handler says when it sends; otherwise the lane reckons from the handler's start, and they leave 0.2 s apart."""
+    handler = Prepares(says=says)
+    result, _ = run_one(declare(schema, products(handler), rate=Rate(2, headroom=0)), database_url, "now")
+    assert result.outcome is Outcome.COMPLETED
+    gaps = [b - a for a, b in zip(handler.sent, handler.sent[1:])]
+    assert (min(gaps) >= 0.49) is says, gaps
+
+
+def test_a_response_that_knows_how_long_it_took_says_when_its_request_left(database_url, schema):
+    """The first page works 0.3 s before its request, which takes 0.1 s; its answer's ``elapsed`` (requests',
+    httpx's) says so: the next request goes 0.5 s after the first left, not 0.5 s after the handler was called."""
+
+    class Answer:
+        headers: dict[str, str] = {}
+        elapsed = timedelta(seconds=0.1)
+
+    sent: list[float] = []
+
+    def handler(job) -> Page:
+        if job.cursor is None:
+            time.sleep(0.3)
+        sent.append(time.monotonic())
+        time.sleep(0.1)  # the request in flight
+        job.observe(Answer())
+        done = int(job.cursor or 0) + 1
+        return Page(str(done) if done < 3 else None, 1)
+
+    result, _ = run_one(declare(schema, products(handler), rate=Rate(2, headroom=0)), database_url, "now")
+    assert result.outcome is Outcome.COMPLETED
+    assert min(b - a for a, b in zip(sent, sent[1:])) >= 0.49

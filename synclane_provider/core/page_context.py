@@ -11,6 +11,7 @@ nothing, has no credentials and steers no lane.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field, fields
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Protocol
@@ -52,6 +53,10 @@ class PageContext(Protocol):
         """Steer the lane's budget by what an API's answer said of its rate limit."""
         ...
 
+    def sent(self, at: float) -> None:
+        """The page's request left at ``at`` (time.monotonic()): the lane's next turn is spaced from then."""
+        ...
+
 
 class _NoPage:
     """The context of a job outside a worker's page: no budget to take, no transaction, nowhere to count."""
@@ -72,6 +77,9 @@ class _NoPage:
         )
 
     def observe(self, news: RateNews) -> None:
+        return None
+
+    def sent(self, at: float) -> None:
         return None
 
     def __repr__(self) -> str:
@@ -131,10 +139,20 @@ class PageJob(Job):
         nothing left holds the lane until the reset, and a reset further away than the queue's ``longest_wait``
         is waited out with the lane's jobs handed back at their cursors. Outside a worker's page it only reads.
         """
+        elapsed = getattr(answer, "elapsed", None)  # requests' and httpx's: from sending to the answer's headers
+        if isinstance(elapsed, timedelta):
+            self.context.sent(time.monotonic() - elapsed.total_seconds())
         news = read_rate_headers(answer)
         if news is not None:
             self.context.observe(news)
         return news
+
+    def sent(self) -> None:
+        """Say that the page's request leaves now, right before sending it, when the handler does work of its own
+        first (a query, a token's refresh): the lane's next turn is spaced from this instant rather than from
+        when the handler was called. ``job.observe(response)`` says as much for a response that knows how long
+        it took (requests', httpx's ``elapsed``)."""
+        self.context.sent(time.monotonic())
 
 
 _ROW = fields(Job)

@@ -323,6 +323,9 @@ class ByHand:
         still read, and returned, by ``job.observe``."""
         return NO_PAGE.observe(news)
 
+    def sent(self, at: float) -> None:
+        NO_PAGE.sent(at)
+
 
 class Observing(ByHand):
     """A page by hand that keeps what its handler's answers said of the shop's limit, in the order told."""

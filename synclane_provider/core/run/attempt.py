@@ -143,6 +143,9 @@ class AttemptPage:
     def observe(self, news: RateNews) -> None:
         self._attempt.setting.gate.observe(self._job, news)
 
+    def sent(self, at: float) -> None:
+        self._attempt.setting.gate.sent(self._job, at)
+
 
 NOT_THE_OWNERS_FAULT = (JobThrottled, TokenEndpointUnavailable)
 """Failures retried without counting against the owner's health: a throttle says "not now", and a token endpoint

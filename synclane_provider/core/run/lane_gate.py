@@ -134,6 +134,8 @@ class LaneGate:
         """The pace this slot last wrote for each lane from headers (a repeat of it is not written again)."""
         self._late: tuple[int, float] = (0, 0.0)
         """The job whose request last left, and how many seconds after its turn: its next take is spaced from then."""
+        self._due: tuple[int, float] = (0, math.inf)
+        """The job whose turn was last kept, and its instant (time.monotonic()), for :meth:`sent` to measure from."""
 
     def limits_of(self, job: Job) -> Limits:
         """The rates of the job's lane (none, one, or several windows): its owner's, as the owner source lists
@@ -195,8 +197,17 @@ class LaneGate:
                     f"{job.describe()}: asked to stop while waiting for a new turn in lane {job.lane}", waited=waited
                 )
         if turn.kept:
-            self._late = (job.id, max(time.monotonic() - turn.due, 0.0))
+            self._due = (job.id, turn.due)
+            self.sent(job)  # the request leaves now, unless the handler says later (job.sent, job.observe)
         return waited
+
+    def sent(self, job: Job, at: float | None = None) -> None:
+        """The job's request left at ``at`` (time.monotonic(); default now): the lane's next turn is spaced from
+        then, however late after its turn that was. Nothing for a job whose turn this slot did not keep."""
+        due_job, due = self._due
+        if due_job == job.id and due != math.inf:
+            left = time.monotonic() if at is None else at
+            self._late = (job.id, max(left - due, 0.0))
 
     def spend(self, job: Job, units: int) -> timedelta:
         """Take ``units`` more of the job's lane's budget within a page and wait until they may be used (a turn
