@@ -24,6 +24,16 @@ its handler, until resumed): the two words are kept apart everywhere.
   or requeued during the throttle, or running beside, in a wider lane -- still sends nothing before it ends). A lane
   without a rate learns of a throttle at no cost: the take and the cursor save return what is left of it.
 
+* **Learnt.** What the API's answers say (``job.observe``, :meth:`LaneGate.observe`) is kept on the lane's row
+  too: what is left until the reset becomes a pace every worker keeps besides the declared rate, nothing left a
+  hold until the reset; a 429 the headers do not explain halves a declared rate, which grows back
+  (:meth:`LaneGate.refused`). Each take is spaced from when the job's request before it really left (``late``:
+  measured when the handler was called, or when it said, :meth:`LaneGate.sent`).
+* **Quota.** A wait longer than the queue's ``longest_wait`` is not waited in the slot: :class:`LaneHeld` hands the
+  job back at its cursor, due when the lane's ``quota_until`` ends.
+* **Fresh first.** A history page keeps to the queue's ``history_share`` of a declared budget while the lane's
+  recurring work is due, and hands a full lane over after its page (``Turn.yields``).
+
 * **Clearance.** A wait before a page leaves time for the job's owner to be paused or for a cancel to ask the job
   to stop, and either promises that no page is requested for it from then on. So the gate asks the table right
   before the page whenever the job waited since the table last told the worker about it (``page_clearance``):
