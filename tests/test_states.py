@@ -73,6 +73,7 @@ LIST_MEANINGS = {
     "requeue": {"STOPPED"},
     "resync_progress": {"STOPPED", "ATTEMPTS_SPENT"},
     "finish_and_take": {"WAITING", "WAITING_IN_TURN"},
+    "take_lane_budget": {"WAITING_IN_TURN"},  # a lane's recurring job due, which a take would pick in its turn
     "abandon_job": {"UNSETTLED"},
     "cancel": {"UNSETTLED"},
     "move_lanes": {"NOT_WAITING"},

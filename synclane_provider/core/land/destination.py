@@ -399,7 +399,7 @@ class Destination:
         several workers land their first pages at once: two creations of one table collide in the catalogue
         (a unique violation on its row type), so they take turns on a lock named after the table."""
         with conn.transaction():
-            conn.execute(sql.SQL(landing_texts()["lock_seen"]), {"seen": self._seen.as_string(conn)})
+            conn.execute(sql.SQL(landing_texts()["lock_seen"]).format(name=sql.Literal(self._seen.as_string(conn))))
             for name in ("create_seen", "index_seen"):
                 conn.execute(
                     sql.SQL(landing_texts()[name]).format(

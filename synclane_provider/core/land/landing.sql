@@ -167,7 +167,7 @@ FROM written;
 -- name: lock_seen
 -- Held by whoever creates the table of keys seen (create_seen, index_seen) until its transaction ends: the
 -- creations of several workers' first pages take turns instead of colliding in the catalogue.
-SELECT pg_advisory_xact_lock(hashtextextended(%(seen)s, 0));
+SELECT pg_advisory_xact_lock(hashtextextended({name}, 0));
 
 -- name: create_seen
 -- Where a snapshot's pages note the keys they landed, by job, in the table's own database and schema: what
