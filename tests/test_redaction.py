@@ -69,8 +69,11 @@ def page_json(operations: Operations, clock) -> str:
 
 
 @pytest.mark.parametrize("form", FORMS)
-def test_a_handlers_error_is_stored_and_shown_with_its_secret_masked(form, database_url, schema, admin, clock):
+def test_a_handlers_error_is_stored_shown_and_logged_with_its_secret_masked(
+    form, database_url, schema, admin, clock, caplog
+):
     exc, secret = FORMS[form]
+    caplog.set_level("INFO")
     remember_secret("k-remembered-7341")  # as a credential read for an owner is
     declaration = declare(schema, products(failing(exc)), owner_source=owners("acme"))
     database = declaration.database(database_url)
@@ -87,6 +90,7 @@ def test_a_handlers_error_is_stored_and_shown_with_its_secret_masked(form, datab
         assert secret not in stored and MASK in stored
         shown = page_json(ops, clock)
         assert secret not in shown and MASK in shown
+    assert secret not in caplog.text and MASK in caplog.text  # the worker's log of the failure
 
 
 def test_a_handlers_pause_reason_is_stored_and_logged_with_its_secret_masked(
