@@ -3,6 +3,9 @@
 From the bottom: the vocabulary at the top of ``core`` (errors, states, records, page_context, clock, durations, metrics),
 then ``db``, ``declare`` and ``land`` side by side, ``plan``, ``run``, ``ops``. ``plan`` and ``run`` do not import
 each other; only ``ops`` brings them together. Nothing in ``db`` imports ``land``. Each folder's ``__init__`` docstring says the same in words.
+
+A job crosses the layers as a row and nothing more: its fields are the jobs table's columns, of a row's kinds of
+value, and nothing in the engine puts an attribute on it; a handler's job adds only its page's context.
 """
 
 from __future__ import annotations
@@ -13,9 +16,15 @@ import typing
 from datetime import datetime
 from pathlib import Path
 
+import pytest
+
 import synclane_provider.core
+from synclane_provider.core import Operations, Page, WorkerSlot
+from synclane_provider.core.page_context import PageJob
 from synclane_provider.core.records import Job
+from synclane_provider.core.run.results import Outcome
 from synclane_provider.core.states import JobMode, JobStatus
+from tests.support.helpers import declare, owners, products
 
 CORE = Path(synclane_provider.core.__file__).parent
 
@@ -107,7 +116,7 @@ def test_a_job_carries_no_attribute_beside_its_fields():
                 continue
             for node in ast.walk(function):
                 where = f"{_module(path)}.{function.name}:{getattr(node, 'lineno', '?')}"
-                if isinstance(node, ast.Attribute) and node.attr == "__dict__":
+                if (isinstance(node, ast.Attribute) and node.attr == "__dict__") or _is_vars(node):
                     if (path.name, function.name) != ("records.py", "from_row"):
                         smuggled.append(f"{where} reaches into __dict__")
                 elif isinstance(node, ast.Call) and _sets_attribute(node):
@@ -117,8 +126,81 @@ def test_a_job_carries_no_attribute_beside_its_fields():
     assert smuggled == []
 
 
+def _is_vars(node: ast.AST) -> bool:
+    """``vars(…)``: an object's ``__dict__`` by another name."""
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "vars"
+
+
 def _sets_attribute(call: ast.Call) -> bool:
     """``setattr(…)`` or ``object.__setattr__(…)``."""
     return (isinstance(call.func, ast.Name) and call.func.id == "setattr") or (
         isinstance(call.func, ast.Attribute) and call.func.attr == "__setattr__"
     )
+
+
+NOT_ON_A_JOB = {"requeue_count"}
+"""Columns of the jobs table a Job does not carry: how often a job was requeued is read by the requeue alone."""
+
+
+def test_a_jobs_fields_are_the_columns_of_the_jobs_table(admin, declaration, database):
+    """A field that is not a column (a callable, a flag for a far module) has no place on a Job."""
+    with Operations(declaration, database) as ops:
+        ops.enqueue("shops", "acme", "products")  # the table made, as a worker finds it
+    columns = {
+        row["column_name"]
+        for row in admin.execute(
+            "SELECT column_name FROM information_schema.columns WHERE table_schema = %s AND table_name = 'jobs'",
+            (declaration.schema,),
+        )
+    }
+    assert {f.name for f in dataclasses.fields(Job)} == columns - NOT_ON_A_JOB
+    assert NOT_ON_A_JOB <= columns
+    assert Job.__dataclass_params__.frozen and PageJob.__dataclass_params__.frozen
+
+
+def test_the_jobs_a_worker_builds_hold_their_fields_and_nothing_else(declaration, database, received):
+    """The jobs a worker builds carry exactly their dataclass fields, none of them callable: each job its handler is
+    given (the page's context besides) and the job of each attempt's result (for a job whose only page completes it,
+    the very job the slot took). Whatever is put on a job on its way from the row to the handler, by
+    ``object.__setattr__`` or by a field of its own, shows here."""
+    with Operations(declaration, database) as ops:
+        ops.enqueue("shops", "acme", "products")  # one page
+        ops.enqueue("shops", "globex", "products")  # two pages
+    with WorkerSlot(declaration, database, "shops") as slot:
+        results = [slot.run_one(then_continue=False), slot.run_one(then_continue=False)]
+    ended = {r.job.owner: r for r in results if r is not None}
+    assert {owner: r.outcome for owner, r in ended.items()} == {"acme": Outcome.COMPLETED, "globex": Outcome.COMPLETED}
+    assert ended["acme"].job.cursor is None  # its one page saved no cursor: the result's job is the job as taken
+    row, page = {f.name for f in dataclasses.fields(Job)}, {f.name for f in dataclasses.fields(PageJob)}
+    assert page == row | {"context"}
+    built = [(f"result {owner}", r.job, row) for owner, r in sorted(ended.items())]
+    built += [(f"handler's {job.owner} {job.cursor}", job, page) for job in received]
+    assert len(received) == 3
+    assert [(name, type(job).__name__) for name, job, _ in built] == [
+        (name, "Job" if fields == row else "PageJob") for name, _, fields in built
+    ]
+    assert {name: set(vars(job)) ^ fields for name, job, fields in built if set(vars(job)) != fields} == {}
+    assert {
+        name: [k for k, v in vars(job).items() if callable(v)]
+        for name, job, _ in built
+        if any(callable(v) for v in vars(job).values())
+    } == {}
+
+
+@pytest.fixture
+def received() -> list[PageJob]:
+    return []
+
+
+@pytest.fixture
+def declaration(schema, received):
+    def handler(job: PageJob) -> Page:
+        received.append(job)
+        return Page("1" if job.owner == "globex" and job.cursor is None else None, 1)
+
+    return declare(schema, products(handler), owner_source=owners("acme", "globex"))
+
+
+@pytest.fixture
+def database(declaration, database_url):
+    return declaration.database(database_url)
