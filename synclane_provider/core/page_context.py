@@ -101,8 +101,9 @@ class PageJob(Job):
     context: PageContext = field(default=NO_PAGE, compare=False, repr=False)
 
     @classmethod
-    def of(cls, job: Job, context: PageContext) -> PageJob:
-        """``job`` (its row's values) in the page whose context is ``context``."""
+    def of(cls, job: Job, context: PageContext = NO_PAGE) -> PageJob:
+        """``job`` (its row's values) in the page whose context is ``context``; with none, outside a worker's page
+        (:data:`NO_PAGE`: to call a handler by hand)."""
         return cls(**{f.name: getattr(job, f.name) for f in _ROW}, context=context)
 
     def spend(self, units: int = 1) -> timedelta:

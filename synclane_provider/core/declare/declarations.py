@@ -24,10 +24,13 @@ from synclane_provider.core.numbers import whole
 
 if TYPE_CHECKING:
     from synclane_provider.core.db.database import ConnectionFactory, Database
-    from synclane_provider.core.records import Job, Page
+    from synclane_provider.core.page_context import PageJob
+    from synclane_provider.core.records import Page
 
-Handler = Callable[["Job"], "Page"]
-"""Does one page of a job: fetch, store with upserts, return the next cursor and the record count."""
+Handler = Callable[["PageJob"], "Page"]
+"""Does one page of a job: fetch, store with upserts, return the next cursor and the record count. It is given the
+job's row with its page's context (:class:`~synclane_provider.core.page_context.PageJob`); a handler typed for a
+plain ``Job`` fits too."""
 
 OwnerSource = Callable[[str], Iterable[Union["Owner", str]]]
 """Lists the connected owners of a queue (given the queue's name)."""
