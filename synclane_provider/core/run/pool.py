@@ -97,7 +97,7 @@ class WorkerPool:
         Jobs due later (a retry, a throttle, the next recurring window) stay waiting. The slots'
         connections are closed when it returns.
         """
-        return self._on_threads(lambda slot: self._work(slot, ends=lambda activity: activity.drained))
+        return self._on_threads(lambda slot: self._work(slot, done_when=lambda activity: activity.drained))
 
     def run_until_settled(self) -> Summary:
         """Run until no job of the queue is running or waiting: each one completed or abandoned.
@@ -111,14 +111,14 @@ class WorkerPool:
             raise ValueError(
                 "run_until_settled() waits for time to pass; with a pinned clock use drain() and advance it"
             )
-        return self._on_threads(lambda slot: self._work(slot, ends=lambda activity: activity.settled))
+        return self._on_threads(lambda slot: self._work(slot, done_when=lambda activity: activity.settled))
 
     def run(self) -> Summary:
         """Keep running jobs until :meth:`shutdown` (running jobs are then handed back with their cursors).
 
         The slots' connections are closed when it returns.
         """
-        return self._on_threads(lambda slot: self._work(slot, ends=None))
+        return self._on_threads(lambda slot: self._work(slot, done_when=None))
 
     def shutdown(self) -> None:
         """Ask every slot to stop after its current page; safe to call from any thread.
@@ -139,17 +139,18 @@ class WorkerPool:
         """
         self._wake(everyone=True)
 
-    def _work(self, slot: WorkerSlot, *, ends: Callable[[Wakeup], bool] | None) -> None:
+    def _work(self, slot: WorkerSlot, *, done_when: Callable[[Wakeup], bool] | None) -> None:
         try:
-            slot.thread.run(self._working(slot, ends=ends))
+            slot.thread.run(self._working(slot, done_when=done_when))
         except DatabaseUnavailableError:
             if not self._finished.is_set():
                 raise  # a slot that never got a connection while the others finished the work just ends
         finally:
             slot.close()  # on the slot's own thread: a pool of many slots stops as fast as one
 
-    def _working(self, slot: WorkerSlot, *, ends: Callable[[Wakeup], bool] | None) -> Work[None]:
-        """A slot's life in the pool, all on its work thread: run jobs, and between them wait to be woken."""
+    def _working(self, slot: WorkerSlot, *, done_when: Callable[[Wakeup], bool] | None) -> Work[None]:
+        """A slot's life in the pool, all on its work thread: run jobs, and between them wait to be woken; the pool's
+        run is over when ``done_when`` holds of what the queue looks like (never, when None)."""
         idle = False  # the last wait ended with nothing to do
         while not self.stop.is_set():
             woken = self._wakes  # a lane left after this instant ends the wait below before it starts
@@ -162,7 +163,7 @@ class WorkerPool:
                 if following is not None or not slot.found_nothing:
                     continue
             look = slot.store.wakeup(self.queue.name, now=slot.clock())
-            if ends is not None and ends(look):
+            if done_when is not None and done_when(look):
                 self._finished.set()
                 self._wake(everyone=True)
                 return
