@@ -4,10 +4,10 @@ against ``synclane_provider/core/states.py``.
 * The CHECK constraints on ``status`` and ``mode``, the status default and the partial indexes' predicates of
   a freshly migrated table are read from the catalog and compared with ``JobStatus``, ``JobMode`` and the
   named sets (``WAITING`` …).
-* Every status and mode literal in the migrations and in ``queries.sql`` is found (``status = '…'``,
-  ``status <> '…'``, ``SET status = '…'``, ``status IN (…)``, ``%(status)s = '…'``) and checked to be a
-  member; every ``IN`` list must be one of the named sets. A state literal the patterns do not understand
-  fails too, so a new way of writing a comparison cannot slip past.
+* Every status, mode and owner health (``OwnerHealth``) literal in the migrations, ``queries.sql`` and
+  ``monitor.sql`` is found (``status = '…'``, ``status <> '…'``, ``SET status = '…'``, ``status IN (…)``,
+  ``%(status)s = '…'``) and checked to be a member; every ``IN`` list must be one of the named sets. A state
+  literal the patterns do not understand fails too, so a new way of writing a comparison cannot slip past.
 * A trigger, installed in this test's schema only, records every change of status (or of the worker holding
   a job) while the real engine plans, takes, saves, fails, defers, abandons, throttles, completes, hands
   back, takes over an expired lease, requeues and cancels. Every recorded pair must be in
