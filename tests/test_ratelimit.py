@@ -32,7 +32,6 @@ from synclane_provider.core.db.database import Session
 from synclane_provider.core.db.store import Store
 from synclane_provider.core.declare.owners import owners_of
 from synclane_provider.core.declare.ratelimit import reserve
-from synclane_provider.core.page_context import PageJob
 from synclane_provider.core.run.lane_gate import LaneGate
 from synclane_provider.core.run.runner import Outcome
 from tests.support.budget_race import QUEUE, FakeAPI, Throttle, budget_run, declaration, max_in_any_window
@@ -251,7 +250,7 @@ def test_the_wait_shows_in_the_jobs_log_line(database_url, schema, caplog):
 def test_spend_outside_a_worker_or_without_a_rate_waits_for_nothing(database_url, schema):
     synclane = declare(schema, products())
     job = _any_job(synclane, database_url)
-    assert PageJob.of(job).spend(3) == timedelta(0)
+    assert job.spend(3) == timedelta(0)
     gate = LaneGate(
         Store(Session(synclane.database(database_url))),
         synclane.queue("shops"),

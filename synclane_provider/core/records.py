@@ -163,6 +163,12 @@ class Job:
             self.inserted_count, self.updated_count, self.unchanged_count, self.stale_count, self.deleted_count
         )
 
+    def spend(self, units: int = 1) -> timedelta:
+        """Take ``units`` more of the lane's rate budget: a row outside a worker's page has none to take, and waits
+        for nothing. A handler's job is a :class:`~synclane_provider.core.page_context.PageJob`, whose page spends
+        them (see :meth:`PageJob.spend <synclane_provider.core.page_context.PageJob.spend>`)."""
+        return timedelta(0)
+
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> "Job":
         """From a row of the table; times in UTC whatever the connection's ``TimeZone`` setting.
