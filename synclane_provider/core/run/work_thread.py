@@ -34,6 +34,7 @@ from typing import Any, TypeVar
 
 from synclane_provider.core.durations import duration_text
 from synclane_provider.core.errors import PageTimeout
+from synclane_provider.core.page_context import PageJob
 
 WAKE_EVERY = 0.5
 """Longest wait between two looks at the page in flight (its clock, its lease and the stop flag), in seconds."""
@@ -57,8 +58,9 @@ class WorkLeft(BaseException):
 class PageCall:
     """A page the work asks its thread to run: ``handler(job)``, within ``timeout`` seconds while the lease holds."""
 
-    handler: Callable[[Any], Any]
-    job: Any
+    handler: Callable[[PageJob], object]
+    job: PageJob
+    """The job's row with its page's context: what the handler may do during this page."""
     timeout: float
     describe: Callable[[], str]
     """Names the job in the warning a long page gets."""
