@@ -83,8 +83,16 @@ def test_the_state_says_set_expires_refreshed_and_never_shows_a_value(ops, clock
     assert globex.describe(clock.now) == "set (api_key)"
     assert set(vars(acme)) == set(CredentialState.__dataclass_fields__)  # no field could hold a value
     assert "at_x_1234" not in repr(ops.credentials("shops")) and "x_1234" not in repr(OAUTH)
-    assert ops.credentials("shops", "nobody") == []
     assert CredentialState("shops", "nobody").describe(clock.now) == "not set"
+
+
+def test_every_listed_owner_has_a_state_and_one_without_credentials_reads_not_set(ops, clock):
+    ops.set_credentials("shops", "globex", Credentials("api_key", api_key="sk_live_clear_4455"))
+    acme, globex = ops.credentials("shops")
+    assert (acme.owner, acme.describe(clock.now), globex.describe(clock.now)) == ("acme", "not set", "set (api_key)")
+    assert ops.credentials("shops", "acme") == [acme]
+    with pytest.raises(UnknownOwnerError, match="nobody"):
+        ops.credentials("shops", "nobody")
 
 
 def test_setting_again_replaces_the_credentials(ops, clock):

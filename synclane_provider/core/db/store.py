@@ -837,10 +837,10 @@ class Store:
         owner: str | None = None,
         owners: Sequence[str] | None = None,
         after: str | None = None,
-        limit: int = 500,
+        limit: int | None = 500,
     ) -> list[CredentialState]:
         """The state of the queue's owners' credentials by owner (only ``owner``'s, or those of ``owners``, when
-        given): never a value."""
+        given; ``limit`` None: all of them): never a value."""
         rows = self.session.run(
             "credential_states",
             queue=queue,

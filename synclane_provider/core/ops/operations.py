@@ -417,10 +417,18 @@ class Operations:
 
     def credentials(self, queue: str, owner: str | None = None) -> list[CredentialState]:
         """The state of the queue's owners' credentials (only ``owner``'s when given), by owner: set, when they
-        expire and were refreshed, whether they need reconnecting -- never a value. An owner without credentials
-        has no entry."""
-        self.synclane.queue(queue)
-        return self.store.credential_states(queue, owner=owner)
+        expire and were refreshed, whether they need reconnecting -- never a value. Every owner the source lists
+        has an entry, ``not set`` when it has no credentials (the owner a worker pauses as needing reconnecting),
+        and so has every owner whose credentials are kept though the source no longer lists it.
+
+        Refused with the bad value named: an unknown queue, an owner with no credentials the source does not list.
+        """
+        declared = self.synclane.queue(queue)
+        kept = {state.owner: state for state in self.store.credential_states(queue, owner=owner, limit=None)}
+        if owner is not None:
+            return [kept.get(owner) or CredentialState(queue, listed_owner(declared, owner).id)]
+        names = sorted(kept.keys() | {listed.id for listed in owners_of(declared)})
+        return [kept.get(name) or CredentialState(queue, name) for name in names]
 
     def owner(self, queue: str, owner: str) -> OwnerState:
         """The owner's state: health, consecutive failures, pause (a healthy owner that is not paused when it has
