@@ -188,6 +188,18 @@ def test_owners_can_be_narrowed_to_one_or_to_those_in_trouble(monitor, scene, cl
     assert [o.owner for o in monitor.owners("shops", after=first.next, limit=2, now=clock.now).items] == ["initech"]
 
 
+def test_an_owner_with_a_row_but_no_job_yet_is_listed_with_its_condition(monitor, scene, clock):
+    """Paused before its first plan (an account connected and paused at once): no job, but a row of its own."""
+    monitor.operations.store.upsert_owner(
+        OwnerState("shops", "hooli", paused_at=clock.now, paused_reason="not yet approved", paused_by="ana")
+    )
+    listed = {o.owner: o.condition for o in monitor.owners("shops", now=clock.now).items}
+    assert listed == {"acme": "healthy", "globex": "degraded", "hooli": "paused", "initech": "healthy"}
+    [hooli] = monitor.owners("shops", owner="hooli", now=clock.now).items
+    assert (hooli.condition, hooli.initial_total, hooli.paused_reason) == ("paused", 0, "not yet approved")
+    assert monitor.owners("shops", owner="nobody", now=clock.now).items == []
+
+
 def test_an_owner_shows_its_health_and_pause_and_a_paused_or_unhealthy_one_is_in_trouble(monitor, scene, clock):
     ops = monitor.operations
     ops.pause("shops", "initech", "token revoked", by="ana", now=clock.now)

@@ -18,7 +18,7 @@ from synclane_provider.core import DeclarationError, Operations, SyncLaneError
 from synclane_provider.core.credentials import Credentials, CredentialState
 from synclane_provider.core.durations import duration_text
 from synclane_provider.core.ops.monitor import Monitor, OwnerSummary, plain
-from synclane_provider.core.records import PAUSED_BY_CREDENTIALS, OwnerState, ResyncProgress, ResyncRequest
+from synclane_provider.core.records import PAUSED_BY_CREDENTIALS, ResyncProgress, ResyncRequest
 
 
 def _connections_as_airflow_commands_find_them() -> None:
@@ -232,29 +232,35 @@ def _progress_row(owner: OwnerSummary) -> dict[str, Any]:
 
 OWNER_COLUMNS = ("owner", "state", "failures", "paused", "reason")
 """What ``owners``, ``pause`` and ``resume`` print of an owner in a terminal (``--wide``, json and yaml: every
-field of the owner's row)."""
+field ``progress`` has of it)."""
 
 REASON_WIDTH = 40
 """A pause reason is cut to this many characters in a terminal, so that a row fits 100 columns."""
 
 
-def _owner_row(state: OwnerState) -> dict[str, Any]:
-    """One owner's recorded state as a terminal shows it: ``paused`` whenever it is (never its health beside a
-    pause), else its health; when and by whom it was paused, and why, cut to fit. ``progress`` adds what the
-    rest of the table says of it (abandoned jobs, lag)."""
-    reason = state.paused_reason or ""
+def _owner_row(owner: OwnerSummary) -> dict[str, Any]:
+    """One owner as a terminal shows it: its condition, the one answer the page, ``progress``, the planning log
+    line and the gauges give too (``paused`` or ``needs reconnecting`` whenever it is paused, never its health
+    beside a pause); failures in a row; when and by whom it was paused, and why, cut to fit."""
+    reason = owner.paused_reason or ""
     return {
-        "owner": state.owner,
-        "state": _condition("paused", state.paused_by) if state.paused_at else str(state.health),
-        "failures": state.consecutive_failures,
-        "paused": f"{state.paused_at:%Y-%m-%d %H:%M} by {state.paused_by or '?'}" if state.paused_at else "",
+        "owner": owner.owner,
+        "state": _condition(owner.condition, owner.paused_by),
+        "failures": owner.consecutive_failures,
+        "paused": f"{owner.paused_at:%Y-%m-%d %H:%M} by {owner.paused_by or '?'}" if owner.paused_at else "",
         "reason": reason if len(reason) <= REASON_WIDTH else reason[: REASON_WIDTH - 1] + "…",
     }
 
 
-def _print_owners(states: list[OwnerState], args: Any, **paging: Any) -> None:
-    rows = [_owner_row(state) for state in states] if _narrow(args) else [plain(state) for state in states]
+def _print_owners(owners: list[OwnerSummary], args: Any, **paging: Any) -> None:
+    rows = [_owner_row(owner) for owner in owners] if _narrow(args) else [plain(owner) for owner in owners]
     _print(rows, args, **paging)
+
+
+def _owner_now(operations: Operations, queue: str, owner: str) -> OwnerSummary:
+    """The owner as ``owners`` lists it, after an action on it."""
+    [summary] = Monitor(operations).owners(queue, owner=owner).items
+    return summary
 
 
 def plan_command(args: Any) -> None:
@@ -312,20 +318,24 @@ def cancel_command(args: Any) -> None:
 
 def pause_command(args: Any) -> None:
     with _operations(args) as operations:
-        by = args.by or getpass.getuser()
-        _print_owners([operations.pause(_queue(operations, args), args.owner, args.reason, by=by)], args)
+        queue, by = _queue(operations, args), args.by or getpass.getuser()
+        paused = operations.pause(queue, args.owner, args.reason, by=by)
+        _print_owners([_owner_now(operations, queue, paused.owner)], args)
 
 
 def resume_command(args: Any) -> None:
     with _operations(args) as operations:
-        _print_owners([operations.resume(_queue(operations, args), args.owner)], args)
+        queue = _queue(operations, args)
+        resumed = operations.resume(queue, args.owner)
+        _print_owners([_owner_now(operations, queue, resumed.owner)], args)
 
 
 def owners_command(args: Any) -> None:
     with _operations(args) as operations:
-        found = operations.owners(_queue(operations, args), troubled=args.troubled, after=args.after, limit=args.limit)
-        more = len(found) == args.limit
-        _print_owners(found, args, next_page=found[-1].owner if more else None, hint="--after")
+        page = Monitor(operations).owners(
+            _queue(operations, args), troubled=args.troubled, after=args.after, limit=args.limit
+        )
+        _print_owners(page.items, args, next_page=page.next, hint="--after")
 
 
 def _day_or_instant(text: str, name: str) -> datetime:

@@ -48,7 +48,6 @@ ARG_FORCE_DELETIONS = Arg(
 ARG_REASON = Arg(("--reason",), required=True, help="why (written into each job's error), e.g. 'account disconnected'")
 ARG_PAUSE_REASON = Arg(("--reason",), required=True, help="why the owner is paused, e.g. 'token revoked'")
 ARG_BY = Arg(("--by",), help="who pauses it (default: the user running the command)")
-ARG_OWNERS_TROUBLED = Arg(("--troubled",), action="store_true", help="only owners paused, degraded or failing")
 ARG_WINDOW_START = Arg(("--window-start",), help="the window's start, ISO 8601 with a time zone (windowed types)")
 ARG_WINDOW_END = Arg(("--window-end",), help="the window's end, ISO 8601 with a time zone (windowed types)")
 ARG_KEY = Arg(("--key",), help="the job's key (default: its window, or the time of the enqueue)")
@@ -177,9 +176,9 @@ SYNCLANE_COMMANDS = (
     ),
     _command(
         "owners",
-        "Owners' health and pauses (the owners that have a state of their own)",
+        "Owners' condition (paused, failing, degraded, behind or healthy) and pauses",
         ARG_QUEUE,
-        ARG_OWNERS_TROUBLED,
+        ARG_TROUBLED,
         ARG_AFTER,
         ARG_LIMIT,
         ARG_WIDE,

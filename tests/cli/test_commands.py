@@ -304,11 +304,13 @@ def test_pause_owners_and_resume_an_owner(scene, env, database_url, cli_schema):
     assert max(len(line.rstrip()) for line in table) <= 100, "\n".join(table)
     synclane("resume", "initech", env=env)
     [listed] = json.loads(synclane("owners", "--troubled", "-o", "json", env=env))
-    assert (listed["owner"], listed["health"], listed["paused_reason"]) == ("globex", "healthy", "token revoked")
+    assert (listed["owner"], listed["condition"], listed["paused_reason"]) == ("globex", "paused", "token revoked")
     [resumed] = json.loads(synclane("resume", "globex", "-o", "json", env=env))
     assert (resumed["owner"], resumed["paused_at"], resumed["paused_by"]) == ("globex", None, None)
+    assert resumed["condition"] == "degraded"  # its abandoned job waits for a person: it never reads healthy
     assert "owner" in synclane("owners", "-o", "table", env=env)
-    assert json.loads(synclane("owners", "--troubled", "-o", "json", env=env) or "[]") == []
+    [still] = json.loads(synclane("owners", "--troubled", "-o", "json", env=env))
+    assert (still["owner"], still["condition"], still["abandoned"]) == ("globex", "degraded", "1")
 
 
 def test_resume_refuses_an_owner_nobody_lists_in_one_line(scene, env):

@@ -144,8 +144,23 @@ all_owners AS (
     FROM all_owners AS o WHERE o.owner IS NOT NULL
 ),
 page AS (
-    SELECT owner FROM all_owners
-    WHERE owner IS NOT NULL AND %(owner)s::text IS NULL AND NOT %(troubled)s
+    -- the owners with jobs, and those with only a row of their own (paused, say, before their first plan)
+    SELECT owner FROM (
+        (
+            SELECT owner FROM all_owners
+            WHERE owner IS NOT NULL AND %(owner)s::text IS NULL AND NOT %(troubled)s
+            LIMIT %(limit)s
+        )
+        UNION
+        (
+            SELECT o.owner FROM {schema}.owners AS o
+            WHERE %(owner)s::text IS NULL AND NOT %(troubled)s
+              AND o.queue = %(queue)s AND o.owner > coalesce(%(after)s::text, '')
+            ORDER BY o.owner
+            LIMIT %(limit)s
+        )
+    ) AS known
+    ORDER BY owner
     LIMIT %(limit)s
 ),
 troubled_page AS (
@@ -164,9 +179,9 @@ troubled_page AS (
     LIMIT %(limit)s
 ),
 one_owner AS (
-    SELECT j.owner FROM {schema}.jobs AS j
-    WHERE j.queue = %(queue)s AND j.owner = %(owner)s
-    LIMIT 1
+    SELECT %(owner)s::text AS owner
+    WHERE EXISTS (SELECT 1 FROM {schema}.jobs AS j WHERE j.queue = %(queue)s AND j.owner = %(owner)s)
+       OR EXISTS (SELECT 1 FROM {schema}.owners AS o WHERE o.queue = %(queue)s AND o.owner = %(owner)s)
 ),
 owners AS (
     SELECT owner FROM page UNION ALL SELECT owner FROM troubled_page UNION ALL SELECT owner FROM one_owner
