@@ -9,6 +9,7 @@ import sys
 from datetime import datetime, timezone
 
 import pytest
+from psycopg import sql
 
 from tests.support import provider_declaration as decl
 from tests.support.airflow_env import REPO
@@ -345,7 +346,104 @@ def test_the_resync_dag_makes_one_request_from_its_params_and_the_workers_comple
                 pass
         [progress] = ops.resyncs("shops", key="march")
     assert (progress.done, progress.total, progress.request.reason) == (made["jobs"], made["jobs"], "March totals")
-    assert progress.request.requested_by.startswith("dag run ")
+    assert (progress.request.type, progress.request.requested_by[:8]) == ("orders", "dag run ")
+    assert {job["type"] for job in rows(admin, provider_schema, "request_key = 'march'")} == {"orders"}
+
+
+def test_the_resync_dags_form_chooses_no_type_and_needs_its_days_and_a_reason(dags):
+    # What Airflow's "Trigger DAG" form is built from: no value preselected for the four a request needs.
+    from airflow.sdk.exceptions import ParamValidationError
+
+    params = dags["synclane_resync"].params
+    declared = [t.name for t in decl.synclane.queue("shops").types]
+    assert params.get_param("type").schema == {"type": "string", "enum": declared}
+    assert (params.get_param("start").schema["format"], params.get_param("end").schema["format"]) == ("date", "date")
+    assert params.get_param("reason").schema["minLength"] == 1
+    for name in ("type", "start", "end", "reason"):
+        with pytest.raises(ParamValidationError, match="No value passed"):
+            params.get_param(name).resolve()
+    assert (params["owners"], params["key"]) == (None, None)  # optional
+
+
+def requests(admin, schema: str) -> list[str]:
+    """The keys of the re-sync requests recorded (the table is kept across tests)."""
+    query = sql.SQL("SELECT key FROM {}.resync_requests ORDER BY key").format(sql.Identifier(schema))
+    return [row["key"] for row in admin.execute(query)]
+
+
+RESYNC = {"type": "orders", "start": "2026-03-01", "end": "2026-03-03", "reason": "March totals"}
+
+
+@pytest.mark.parametrize(
+    ("conf", "refusal"),
+    [
+        ({}, "Invalid input for param type: No value passed"),
+        ({**RESYNC, "type": None}, "Invalid input for param type: None is not of type 'string'"),
+        ({k: v for k, v in RESYNC.items() if k != "type"}, "Invalid input for param type: No value passed"),
+        ({"type": "orders", "reason": "March totals"}, "Invalid input for param start: No value passed"),
+        ({**RESYNC, "type": "prices"}, "Invalid input for param type: 'prices' is not one of ['orders', 'products']"),
+        ({**RESYNC, "start": ""}, "Invalid input for param start: '' is not a 'date'"),
+        ({**RESYNC, "start": "March"}, "Invalid input for param start: 'March' is not a 'date'"),
+        ({**RESYNC, "end": "2026-02-30"}, "Invalid input for param end: '2026-02-30' is not a 'date'"),
+        ({**RESYNC, "end": None}, "Invalid input for param end: None is not of type 'string'"),
+        ({**RESYNC, "reason": ""}, "Invalid input for param reason: '' should be non-empty"),
+    ],
+    ids=[
+        "nothing",
+        "null type",
+        "days only",
+        "type only",
+        "unknown type",
+        "empty start",
+        "garbled start",
+        "no such day",
+        "null end",
+        "no reason",
+    ],
+)
+def test_a_resync_trigger_without_a_type_or_with_a_bad_day_is_refused_naming_the_param_and_makes_nothing(
+    dags, provider_schema, admin, conf, refusal
+):
+    from airflow.sdk.exceptions import ParamValidationError
+
+    before = requests(admin, provider_schema)
+    with pytest.raises(ParamValidationError) as refused:
+        dags["synclane_resync"].test(run_conf=conf)
+    assert str(refused.value).splitlines()[0] == refusal  # then Airflow adds the schema the value failed
+    assert rows(admin, provider_schema) == []
+    assert requests(admin, provider_schema) == before
+
+
+@pytest.mark.parametrize(
+    ("params", "refusal"),
+    [
+        ({}, "start of a re-sync must be a day written YYYY-MM-DD (UTC), e.g. 2026-03-01; got None"),
+        ({**RESYNC, "start": ""}, "start of a re-sync must be a day written YYYY-MM-DD (UTC), e.g. 2026-03-01; got ''"),
+        (
+            {**RESYNC, "end": "2026-02-30"},
+            "end of a re-sync must be a day written YYYY-MM-DD (UTC), e.g. 2026-03-01; got '2026-02-30'",
+        ),
+        (
+            {**RESYNC, "end": "2026-03-03T00:00"},
+            "end of a re-sync must be a day written YYYY-MM-DD (UTC), e.g. 2026-03-01; got '2026-03-03T00:00'",
+        ),
+        ({**RESYNC, "type": None}, "queue 'shops' has no job type None (it declares 'orders', 'products')"),
+        ({**RESYNC, "reason": " "}, "reason must be a non-empty string, got ' '"),
+    ],
+    ids=["nothing", "empty start", "no such day", "an instant", "no type", "blank reason"],
+)
+def test_the_resync_task_itself_refuses_a_bad_param_in_one_line_and_makes_nothing(
+    dags, provider_schema, admin, params, refusal
+):
+    # Values Airflow let through (its checks of params off, or the task called as a function) meet the same refusal.
+    from synclane_provider.core import SyncLaneError
+
+    before = requests(admin, provider_schema)
+    with pytest.raises(SyncLaneError) as refused:
+        dags["synclane_resync"].get_task("resync").python_callable(params=params)
+    assert str(refused.value) == refusal
+    assert rows(admin, provider_schema) == []
+    assert requests(admin, provider_schema) == before
 
 
 def test_the_downstream_dag_rebuilds_exactly_the_days_a_re_sync_fetched_again(dags):

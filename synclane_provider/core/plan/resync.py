@@ -18,7 +18,8 @@ goes before them.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+import re
+from datetime import date, datetime, timedelta, timezone
 
 from synclane_provider.core.clock import utc
 from synclane_provider.core.declare.declarations import JobType, SnapshotType, WindowedType
@@ -109,6 +110,38 @@ def checked_range(start: object, end: object) -> tuple[datetime, datetime]:
             f"a re-sync's start ({instant_text(start)}) must be before its end ({instant_text(end)})"
         )
     return utc(start), utc(end)
+
+
+_WRITTEN_DAY = re.compile(r"\d{4}-\d{2}-\d{2}", re.ASCII)
+
+
+def range_day(name: str, value: object) -> datetime:
+    """A bound of a re-sync's range written as a day, ``YYYY-MM-DD``, as that day's midnight UTC: how the page's
+    form and the ``synclane_resync`` DAG's form take ``start`` and ``end``. Anything else -- nothing, an empty or
+    garbled text, a day the calendar lacks, an instant -- is refused in one line naming ``name`` and the value, so
+    a bad form is refused before anything is written.
+
+    >>> range_day("start", "2026-03-01")
+    datetime.datetime(2026, 3, 1, 0, 0, tzinfo=datetime.timezone.utc)
+    >>> range_day("end", "2026-02-30")
+    Traceback (most recent call last):
+    ...
+    synclane_provider.core.errors.DeclarationError: end of a re-sync must be a day written YYYY-MM-DD (UTC), e.g. 2026-03-01; got '2026-02-30'
+    >>> range_day("start", None)
+    Traceback (most recent call last):
+    ...
+    synclane_provider.core.errors.DeclarationError: start of a re-sync must be a day written YYYY-MM-DD (UTC), e.g. 2026-03-01; got None
+    """
+    if isinstance(value, str) and _WRITTEN_DAY.fullmatch(value):
+        try:
+            day = date.fromisoformat(value)
+        except ValueError:
+            pass
+        else:
+            return datetime(day.year, day.month, day.day, tzinfo=timezone.utc)
+    raise DeclarationError(
+        f"{name} of a re-sync must be a day written YYYY-MM-DD (UTC), e.g. 2026-03-01; got {value!r}"
+    )
 
 
 def resync_key(request: str, window_start: datetime | None) -> str:
