@@ -21,7 +21,7 @@ from synclane_provider.core import (
     UnknownQueueError,
     WorkerSlot,
 )
-from synclane_provider.core.errors import UnknownJobTypeError
+from synclane_provider.core.errors import UnknownJobTypeError, UnknownOwnerError
 from synclane_provider.core.run.runner import Outcome
 from tests.support.fault_tools import wait_for
 from tests.support.helpers import Background, declare, execute, failing, orders, owners, paged, products, rows
@@ -535,3 +535,25 @@ def test_a_stop_request_does_not_outlive_its_attempt(database_url, admin, schema
         )
         again = slot.run_one()
         assert (again.job.id, again.outcome, again.pages) == (job.id, Outcome.COMPLETED, 3)
+
+
+def test_an_owner_or_type_nobody_knows_is_refused_by_name_rather_than_matching_nothing(
+    ops, declaration, database_url, admin, schema
+):
+    ops.plan("shops")
+    for refused in (
+        lambda: ops.list_jobs("shops", owner="acne"),
+        lambda: ops.requeue("shops", owner="acne"),
+        lambda: ops.cancel("shops", "acne", "account disconnected"),
+        lambda: ops.progress("shops", "acne"),
+    ):
+        with pytest.raises(UnknownOwnerError, match="'acne'.*acme"):  # the owners listed, to show the right one
+            refused()
+    with pytest.raises(UnknownJobTypeError, match="'order'"):
+        ops.requeue("shops", type="order")
+    # An account disconnected since (no longer listed) still has its history to look at and requeue.
+    gone = declare(schema, products(), orders(), owner_source=owners("acme"))
+    with Operations(gone, gone.database(database_url)) as later:
+        assert {job.owner for job in later.list_jobs("shops", owner="globex")} == {"globex"}
+        assert later.requeue("shops", owner="globex") == 0
+    assert rows(admin, schema, "owner = 'acne'") == []

@@ -322,6 +322,22 @@ def test_resume_refuses_an_owner_nobody_lists_in_one_line(scene, env):
     )
 
 
+@pytest.mark.parametrize(
+    "command",
+    [
+        ("progress", "umbrela"),
+        ("jobs", "--owner", "umbrela"),
+        ("requeue", "--owner", "umbrela"),
+        ("credentials", "show", "umbrela"),
+    ],
+)
+def test_a_mistyped_owner_is_refused_in_one_line_naming_it_rather_than_answered_with_nothing(scene, env, command):
+    refused = airflow("synclane", *command, env=env)
+    assert refused.returncode != 0 and "Traceback" not in refused.stderr, refused.stderr
+    [line] = refused.stderr.strip().splitlines()
+    assert line.startswith("synclane: owner 'umbrela' is not listed by the owner source of queue 'shops'"), line
+
+
 def test_a_command_whose_owner_source_fails_changes_nothing_and_says_why_in_one_line(scene, env, database_url):
     synclane("pause", "initech", "--reason", "token revoked", env=env)
     down = {**env, "SYNCLANE_OPERATE_ACCOUNTS_DOWN": "1"}

@@ -1558,6 +1558,11 @@ WHERE queue = %(queue)s AND health <> 'healthy';
 -- One owner's state (its row in the owners table); no row: healthy and not paused.
 SELECT * FROM {schema}.owners WHERE queue = %(queue)s AND owner = %(owner)s;
 
+-- name: owner_known
+-- Whether the table knows the owner: a job of it, or a row of its own (one probe of each key).
+SELECT EXISTS (SELECT 1 FROM {schema}.jobs WHERE queue = %(queue)s AND owner = %(owner)s)
+    OR EXISTS (SELECT 1 FROM {schema}.owners WHERE queue = %(queue)s AND owner = %(owner)s) AS known;
+
 -- name: upsert_owner
 -- Write one owner's whole state, creating its row when it has none; stamps updated_at. Safe to repeat: it
 -- writes the same values again. (Changes made by the engine as things happen, such as a pause, have their own

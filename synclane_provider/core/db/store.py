@@ -758,6 +758,11 @@ class Store:
         row = self.session.one("get_owner", queue=queue, owner=owner)
         return OwnerState.from_row(row) if row else OwnerState(queue, owner)
 
+    def owner_known(self, queue: str, owner: str) -> bool:
+        """Whether the table knows the owner: it has a job, or a row of its own."""
+        row = self.session.one("owner_known", queue=queue, owner=owner)
+        return bool(row and row["known"])
+
     def paused_owners(self, queue: str) -> frozenset[str]:
         """The queue's paused owners."""
         return frozenset(row["owner"] for row in self.session.run("paused_owners", queue=queue))

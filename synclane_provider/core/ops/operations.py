@@ -12,7 +12,7 @@ from synclane_provider.core.credentials import Credentials, CredentialState, Sea
 from synclane_provider.core.db.database import Database, Session
 from synclane_provider.core.db.store import Store
 from synclane_provider.core.db.transient import Backoff, passes_from_anywhere
-from synclane_provider.core.declare.declarations import Owner, SyncLane, WindowedType, checked_name
+from synclane_provider.core.declare.declarations import Owner, Queue, SyncLane, WindowedType, checked_name
 from synclane_provider.core.declare.owners import lane_limits, listed_owner, owners_of, resolve_owner
 from synclane_provider.core.declare.ratelimit import check_units
 from synclane_provider.core.errors import DeclarationError, UnknownOwnerError
@@ -247,8 +247,10 @@ class Operations:
         fresh attempts from their cursors. Returns how many. The jobs of a cancelled re-sync request stay as the
         cancel left them. With ``force_deletions`` a snapshot's landing that was refused for the share of the
         owner's rows it would delete (see :class:`~synclane_provider.core.land.destination.Destination`) goes ahead.
-        Refused for a ``request`` the queue has no request of."""
-        self.synclane.queue(queue)
+        Refused for a ``request`` the queue has no request of, a type it does not declare and an owner it does
+        not know (see :meth:`list_jobs`)."""
+        declared = self.synclane.queue(queue)
+        self._known_filters(declared, owner, type)
         if request is not None and self.store.resync_request(queue, request) is None:
             raise DeclarationError(f"queue {queue!r} has no re-sync request {request!r}")
         requeued = self.store.requeue(
@@ -286,13 +288,12 @@ class Operations:
 
         A request's row records when and by whom (``by``) it was cancelled, and a :meth:`requeue` leaves its jobs
         as they are; its reason defaults to ``re-sync <key> cancelled by <by>``. Refused for a request the queue
-        has no request of, and for an owner's cancel without a reason.
+        has no request of, for an owner's cancel without a reason, and for an owner or type it does not know.
         """
         declared = self.synclane.queue(queue)
         if (owner is None) == (request is None):
             raise DeclarationError(f"cancel an owner or a re-sync request of queue {queue!r} (one of them)")
-        if type is not None:
-            declared.job_type(type)
+        self._known_filters(declared, owner, type)
         if request is not None:
             reason = reason or f"re-sync {request} cancelled" + (f" by {by}" if by else "")
         elif reason is None:
@@ -480,8 +481,11 @@ class Operations:
     ) -> list[Job]:
         """Jobs of a queue, the most recently created first (by id), optionally of one owner, status, type and
         mode; at most ``limit`` of them (1 to 10,000). ``before`` pages on: only jobs with a smaller id than it
-        (the last id of the previous page)."""
-        self.synclane.queue(queue)
+        (the last id of the previous page).
+
+        Refused, with the bad value named, for a type the queue does not declare and an owner it does not know
+        (neither listed by its source nor found in the table: a mistyped name, rather than an empty answer)."""
+        self._known_filters(self.synclane.queue(queue), owner, type)
         if not whole(limit, 1, MAX_LIST):
             raise ValueError(f"limit must be an integer from 1 to {MAX_LIST}, got {limit!r}")
         status_value = JobStatus(status).value if status is not None else None
@@ -489,6 +493,20 @@ class Operations:
         return self.store.list_jobs(
             queue, owner=owner, status=status_value, type=type, mode=mode_value, before=before, limit=limit
         )
+
+    def _known_owner(self, declared: Queue, owner: str) -> str:
+        """``owner`` when the table knows it (a job, or a row of its own: an account disconnected since still has
+        its history) or the source lists it; refused by name, with the owners listed, otherwise."""
+        if self.store.owner_known(declared.name, checked_name("owner", owner)):
+            return owner
+        return listed_owner(declared, owner).id
+
+    def _known_filters(self, declared: Queue, owner: str | None, type: str | None) -> None:
+        """A listing's or an action's owner and type filters, refused by name when they cannot match anything."""
+        if type is not None:
+            declared.job_type(type)
+        if owner is not None:
+            self._known_owner(declared, owner)
 
     def job(self, job_id: int) -> Job | None:
         return self.store.job(job_id)
@@ -498,7 +516,7 @@ class Operations:
         declared = self.synclane.queue(queue)
         if type is not None:
             declared.job_type(type)
-        return self.store.initial_progress(queue, owner, type=type)
+        return self.store.initial_progress(queue, self._known_owner(declared, owner), type=type)
 
     def freshness(self, queue: str, owner: str) -> dict[str, datetime | None]:
         """When the owner's data of each job type was last brought up to date: the newest completion of its
