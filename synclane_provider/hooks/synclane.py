@@ -74,6 +74,7 @@ class SyncLaneHook(PostgresHook):
         for name, value in conn.extra_dejson.items():
             if name not in self.ignored_extra_options and name != "iam":
                 kwargs[name] = value
+        kwargs.setdefault("connect_timeout", 10)  # as get_conn: an unreachable host fails in seconds
         return make_conninfo(**{k: v for k, v in kwargs.items() if v not in (None, "")})
 
     async def connect_async(self) -> psycopg.AsyncConnection:
