@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import threading
 import warnings
+from datetime import timedelta
 
 from synclane_provider.core import DeclarationError, Operations, SyncLane
 from synclane_provider.core.credentials import Sealer
@@ -78,13 +79,28 @@ def conn_id(given: str | None = None) -> str:
     return given or conf.get(SECTION, "conn_id", fallback=None) or DEFAULT_CONN_ID
 
 
-def open_operations(declaration: str | None = None, connection: str | None = None) -> Operations:
-    """New :class:`Operations` on the configured declaration and connection; the caller closes it."""
+IMPATIENT = timedelta(seconds=5)
+"""How long a command line waits for an unreachable database (the page waits as long as workers, minutes)."""
+
+
+def open_operations(
+    declaration: str | None = None, connection: str | None = None, *, migrate: bool = True, patient: bool = True
+) -> Operations:
+    """New :class:`Operations` on the configured declaration and connection; the caller closes it.
+
+    ``migrate=False`` (``airflow synclane``): a schema that is missing or behind is refused with
+    :class:`~synclane_provider.core.errors.SchemaNotReadyError`, never created or upgraded, whatever the
+    declaration's ``create_schema`` says. ``patient=False``: an unreachable database is given up after
+    :data:`IMPATIENT`, and a connection the server turns down (no such database, a refused login) at once.
+    """
     from synclane_provider.hooks.synclane import SyncLaneHook
 
     synclane: SyncLane = locate_synclane(declaration_path(declaration))
     database = SyncLaneHook(synclane_conn_id=conn_id(connection)).get_database(synclane)
-    return Operations(synclane, database, sealer=credentials_sealer())
+    database.create_schema = database.create_schema and migrate
+    if patient:
+        return Operations(synclane, database, sealer=credentials_sealer())
+    return Operations(synclane, database, sealer=credentials_sealer(), give_up_after=IMPATIENT, wait_out_refusals=False)
 
 
 CREDENTIALS_KEY_NAMED = "[synclane] credentials_key (AIRFLOW__SYNCLANE__CREDENTIALS_KEY) or [core] fernet_key"

@@ -6,17 +6,22 @@ those calls; nothing here changes the table by itself.
 from __future__ import annotations
 
 import getpass
+import logging
 import os
+import shlex
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from typing import Any
 
-from synclane_provider.configured import conn_id, declaration_path, open_operations
+from synclane_provider.configured import IMPATIENT, conn_id, declaration_path, open_operations
 from synclane_provider.core import DeclarationError, Operations, SyncLaneError
 from synclane_provider.core.credentials import Credentials, CredentialState
+from synclane_provider.core.db import database as database_module
+from synclane_provider.core.db.transient import connect_failure, refused
 from synclane_provider.core.durations import duration_text
+from synclane_provider.core.errors import DatabaseUnavailableError, SchemaNotReadyError
 from synclane_provider.core.ops.monitor import Monitor, OwnerSummary, plain
 from synclane_provider.core.records import PAUSED_BY_CREDENTIALS, ResyncProgress, ResyncRequest
 
@@ -33,18 +38,83 @@ def _connections_as_airflow_commands_find_them() -> None:
 
 @contextmanager
 def _operations(args: Any) -> Iterator[Operations]:
-    """The configured operations, closed afterwards; a refusal by the engine ends the command with its message."""
+    """The configured operations, closed afterwards; a refusal by the engine ends the command with its message.
+
+    A command never creates or upgrades the jobs table's schema (a wrong connection would put it in the wrong
+    database): a schema missing or behind ends it with one line naming the database and ``schema apply``. It
+    waits seconds, not a worker's minutes, for an unreachable database, and none for one that refuses it.
+    """
     _connections_as_airflow_commands_find_them()
+    verbose = getattr(args, "verbose", False)
     try:
-        with _connection_found(), open_operations(args.declaration, args.conn_id) as operations:
-            yield operations
+        with _connection_found(), _retries_unlogged(unless=verbose):
+            with open_operations(args.declaration, args.conn_id, migrate=False, patient=False) as operations:
+                yield operations
+    except SchemaNotReadyError as exc:
+        sys.exit(_schema_not_ready(exc, args))
+    except DatabaseUnavailableError as exc:
+        sys.exit(_unreachable(exc, args))
     except (SyncLaneError, ValueError) as exc:
         sys.exit(f"synclane: {exc}")
     except Exception as exc:  # the user's code (an owner source, a handler's import) or the database failed
-        if getattr(args, "verbose", False):
+        if verbose:
             raise
-        command = getattr(getattr(args, "func", None), "__name__", "command").removesuffix("_command")
-        sys.exit(f"synclane: {command} failed: {type(exc).__name__}: {exc} (-v shows the traceback)")
+        sys.exit(f"synclane: {_command_name(args)} failed: {type(exc).__name__}: {exc} (-v shows the traceback)")
+
+
+def _command_name(args: Any) -> str:
+    return str(getattr(getattr(args, "func", None), "__name__", "command")).removesuffix("_command")
+
+
+@contextmanager
+def _retries_unlogged(*, unless: bool) -> Iterator[None]:
+    """The sessions' "retrying in …" warnings left out: a command gives up within seconds and then says why
+    in one line (``-v`` shows them)."""
+    log = logging.getLogger(database_module.__name__)
+    before = log.level
+    if not unless:
+        log.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        log.setLevel(before)
+
+
+def _same_target(args: Any) -> str:
+    """The ``--conn-id`` and ``--declaration`` the command was given, to repeat in the command it suggests."""
+    given = [("--conn-id", args.conn_id), ("--declaration", args.declaration)]
+    return "".join(f" {option} {shlex.quote(value)}" for option, value in given if value)
+
+
+def _schema_not_ready(exc: SchemaNotReadyError, args: Any) -> str:
+    """One line: which schema of which database is missing or behind, and the command that brings it up to date."""
+    status = exc.status
+    if status is None or (status.missing_tables and not status.pending):
+        return f"synclane: {exc}"
+    if status.pending and not status.version_table and not status.jobs_table:
+        state, verb = "has no jobs table", "creates"
+    elif status.pending and not status.version_table:
+        state, verb = "holds a jobs table that records no version (made by 0.1.0)", "upgrades"
+    elif status.pending:
+        state, verb = f"is at version {status.version}, this SyncLane needs {status.pending[-1].version}", "upgrades"
+    else:
+        state, verb = f"lacks the index(es) {', '.join(status.missing_indexes)}", "re-creates"
+    return (
+        f'synclane: schema "{status.schema}" in database {status.database} {state}; `airflow synclane '
+        f"{_command_name(args)}` changes no schema: `airflow synclane schema apply{_same_target(args)}` {verb} it "
+        f"(so does the planner DAG's next run)"
+    )
+
+
+def _unreachable(exc: DatabaseUnavailableError, args: Any) -> str:
+    """One line: the database (name, host, port, user; never the password) and why it could not be used."""
+    cause = exc.__cause__
+    if cause is None:
+        return f"synclane: {exc}"
+    target = f"(connection {conn_id(args.conn_id)!r})"
+    if refused(cause):
+        return f"synclane: the database refused the connection: {connect_failure(cause)} {target}"
+    return f"synclane: database unreachable for {duration_text(IMPATIENT)}: {connect_failure(cause)} {target}"
 
 
 @contextmanager
@@ -471,7 +541,10 @@ def schema_command(args: Any) -> None:
             sys.exit(f"synclane: {exc} (or name the schema with --schema)")
     _connections_as_airflow_commands_find_them()
     with _connection_found():
-        url = SyncLaneHook(synclane_conn_id=conn_id(args.conn_id)).conninfo()
+        try:
+            url = SyncLaneHook(synclane_conn_id=conn_id(args.conn_id)).conninfo()
+        except SyncLaneError as exc:  # not a PostgreSQL connection
+            sys.exit(f"synclane: {exc}")
     code = schema.main(["--schema", name, args.action, "--database-url", url])
     if code:
         sys.exit(code)

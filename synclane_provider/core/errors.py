@@ -10,6 +10,7 @@ failure.
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 
 class SyncLaneError(Exception):
@@ -120,9 +121,18 @@ class UnknownOwnerError(SyncLaneError, LookupError):
     """An owner that the queue's owner source does not list."""
 
 
+class ConnectionTypeError(SyncLaneError, ValueError):
+    """The connection named for the jobs table is not a PostgreSQL one (its type says another system)."""
+
+
 class SchemaNotReadyError(SyncLaneError):
     """The jobs table's schema is missing, behind this release, or lacks an index, and SyncLane may not fix it
-    (``create_schema`` is off). The message names what is missing and the command that applies it."""
+    (``create_schema`` is off). The message names what is missing and the command that applies it; ``status``
+    holds what was read (a :class:`~synclane_provider.core.db.schema_versions.SchemaStatus`), when it was."""
+
+    def __init__(self, message: str, status: Any = None) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 class MigrationPrivilegeError(SchemaNotReadyError, PermissionError):

@@ -16,6 +16,7 @@ from airflow.providers.postgres.hooks.postgres import PostgresHook
 from psycopg.conninfo import make_conninfo
 
 from synclane_provider.core import Database, SyncLane
+from synclane_provider.core.errors import ConnectionTypeError
 from synclane_provider.masking import join_airflow_masker
 
 
@@ -30,6 +31,24 @@ class SyncLaneHook(PostgresHook):
     default_conn_name = "synclane_default"
     conn_type = "synclane"
     hook_name = "SyncLane"
+    accepted_conn_types = ("synclane", "postgres", "postgresql")
+    """The connection types that name a PostgreSQL database (``postgresql`` as a JSON connection may spell it)."""
+
+    def _postgres_only(self, conn: Any) -> Any:
+        """``conn``, if its type names a PostgreSQL database. Any other type (an ``http`` connection given by
+        mistake) would still be handed to libpq, which fills what it lacks with defaults (the OS user, a
+        database of that name) and connects somewhere unintended: it is refused before any connection."""
+        if conn.conn_type not in self.accepted_conn_types:
+            raise ConnectionTypeError(
+                f"connection {conn.conn_id!r} is of type {conn.conn_type!r}: the jobs table needs a connection of "
+                f"type {' or '.join(self.accepted_conn_types[:2])} (--conn-id, [synclane] conn_id)"
+            )
+        return conn
+
+    def get_conn(self) -> Any:
+        """The PostgreSQL hook's connection, once the Airflow connection's type is known to be PostgreSQL."""
+        self._postgres_only(self.connection)
+        return super().get_conn()
 
     def get_database(self, synclane: SyncLane) -> Database:
         """The engine's view of the table: a new psycopg connection per session, made by the PostgreSQL hook.
@@ -44,7 +63,7 @@ class SyncLaneHook(PostgresHook):
     def conninfo(self) -> str:
         """The connection as a libpq conninfo string, for tools that connect on their own (``airflow synclane
         schema`` hands it to the schema command). No IAM token: such a connection goes through ``get_conn``."""
-        conn = self.get_connection(self.get_conn_id())
+        conn = self._postgres_only(self.get_connection(self.get_conn_id()))
         kwargs: dict[str, Any] = {
             "host": conn.host,
             "user": conn.login,
@@ -55,6 +74,7 @@ class SyncLaneHook(PostgresHook):
         for name, value in conn.extra_dejson.items():
             if name not in self.ignored_extra_options and name != "iam":
                 kwargs[name] = value
+        kwargs.setdefault("connect_timeout", 10)  # as get_conn: an unreachable host fails in seconds
         return make_conninfo(**{k: v for k, v in kwargs.items() if v not in (None, "")})
 
     async def connect_async(self) -> psycopg.AsyncConnection:
@@ -63,7 +83,7 @@ class SyncLaneHook(PostgresHook):
         The Airflow connection is read with ``aget_connection`` so the
         triggerer's event loop is never blocked on a secrets backend.
         """
-        conn = await self.aget_connection(self.get_conn_id())
+        conn = self._postgres_only(await self.aget_connection(self.get_conn_id()))
         return await psycopg.AsyncConnection.connect(**await self._connect_kwargs(conn), autocommit=True)
 
     def _create_connection(self, conn_args: dict[str, Any]) -> Any:

@@ -11,7 +11,9 @@ import dataclasses
 import json
 import subprocess
 import sys
+import time
 import uuid
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -20,10 +22,12 @@ import psycopg
 import pytest
 import yaml
 from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from synclane_demo.local import airflow_connection
 from synclane_provider.cli.commands import NARROW_JOB, PROGRESS_COLUMNS
 from synclane_provider.core import WorkerSlot
+from synclane_provider.core.db.schema_versions import migrate, read_status, shipped_migrations
 from tests.support import operate_declaration
 from tests.support.airflow_env import copy_migrated_metadata
 from tests.support.api_server import PROJECT, airflow, airflow_env
@@ -474,3 +478,139 @@ def test_credentials_set_without_a_key_or_for_an_unknown_owner_is_refused_by_nam
     done = credentials("set", "umbrela", env=env, stdin="sk_live_never_stored_6464")
     assert done.returncode != 0 and "'umbrela'" in done.stderr
     assert "sk_live_never_stored_6464" not in done.stderr + stored_credentials(database_url, cli_schema)
+
+
+# --- the wrong connection, a schema missing or behind, an unreachable database ----------------------------------
+
+SCRATCH = "cliconn_scratch"
+"""A database of its own, made and dropped by the test, that no command may put a schema into."""
+
+ON_JOBS = (
+    ("progress",),
+    ("owners",),
+    ("lanes",),
+    ("jobs",),
+    ("queues",),
+    ("requeue", "--owner", "globex"),
+    ("cancel", "globex", "--reason", "r"),
+    ("pause", "globex", "--reason", "r"),
+    ("resume", "globex"),
+    ("credentials", "show"),
+    ("resync", "--type", "orders", "--from", "2026-03-01", "--to", "2026-03-03", "--reason", "r"),
+    ("plan",),
+    ("enqueue", "globex", "products"),
+)
+"""Commands that read or change jobs: none of them creates or upgrades the schema."""
+
+
+@pytest.fixture
+def scratch(database_url: str) -> Iterator[str]:
+    """The conninfo of an empty database, dropped afterwards."""
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(SCRATCH)))
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(SCRATCH)))
+    try:
+        yield make_conninfo(database_url, dbname=SCRATCH)
+    finally:
+        with psycopg.connect(database_url, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(SCRATCH)))
+
+
+def schemas_in(conninfo: str) -> list[str]:
+    with psycopg.connect(conninfo) as conn:
+        rows = conn.execute("SELECT nspname FROM pg_namespace WHERE nspname NOT LIKE 'pg\\_%' ORDER BY 1").fetchall()
+        return [name for (name,) in rows if name not in ("public", "information_schema")]
+
+
+def last_line(done: subprocess.CompletedProcess[str]) -> str:
+    assert done.returncode != 0 and "Traceback" not in done.stderr, done.stderr
+    return done.stderr.strip().splitlines()[-1]
+
+
+def test_a_connection_that_is_not_postgresql_is_refused_by_name_and_nothing_is_created(env, scratch):
+    """An ``http`` connection would still reach a PostgreSQL server through libpq's defaults (here: the scratch
+    database) and used to get the whole schema made there."""
+    parts = conninfo_to_dict(scratch)
+    http = json.dumps({"conn_type": "http", "host": "127.0.0.1", "login": parts.get("user"), "schema": SCRATCH})
+    wrong = {**env, "AIRFLOW_CONN_HTTP": http}
+    done = at_once(
+        ("synclane", "progress", "--conn-id", "http"),
+        ("synclane", "schema", "apply", "--conn-id", "http"),
+        env=wrong,
+    )
+    for command in done:
+        assert last_line(command) == (
+            "synclane: connection 'http' is of type 'http': the jobs table needs a connection of type synclane or "
+            "postgres (--conn-id, [synclane] conn_id)"
+        )
+    assert schemas_in(scratch) == []
+
+
+def test_a_command_on_jobs_never_creates_a_missing_schema_and_says_how_to_make_it(env, scratch, cli_schema):
+    where = {**env, "AIRFLOW_CONN_SCRATCH": airflow_connection(scratch)}
+    parts = conninfo_to_dict(scratch)
+    database = f'"{SCRATCH}" on {parts.get("host") or "localhost"}:{parts.get("port") or 5432}'
+    with ThreadPoolExecutor(4) as pool:
+        done = list(pool.map(lambda call: airflow("synclane", *call, "--conn-id", "scratch", env=where), ON_JOBS))
+    for call, command in zip(ON_JOBS, done, strict=True):
+        assert last_line(command) == (
+            f'synclane: schema "{cli_schema}" in database {database} has no jobs table; `airflow synclane {call[0]}` '
+            f"changes no schema: `airflow synclane schema apply --conn-id scratch` creates it (so does the planner "
+            f"DAG's next run)"
+        ), call
+    assert schemas_in(scratch) == []
+
+
+def test_a_command_on_jobs_never_upgrades_a_schema_behind_and_schema_apply_does(env, scratch, cli_schema):
+    where = {**env, "AIRFLOW_CONN_SCRATCH": airflow_connection(scratch)}
+    shipped = shipped_migrations()
+    with psycopg.connect(scratch, autocommit=True) as conn:
+        migrate(conn, cli_schema, shipped[:-1])
+    owners = airflow("synclane", "owners", "--conn-id", "scratch", env=where)
+    assert f"is at version {shipped[-2].version}, this SyncLane needs {shipped[-1].version};" in last_line(owners)
+    assert "`airflow synclane schema apply --conn-id scratch` upgrades it" in last_line(owners)
+    with psycopg.connect(scratch, autocommit=True) as conn:
+        assert read_status(conn, cli_schema).pending == (shipped[-1],)  # unchanged
+    assert f"applied {shipped[-1].label}" in synclane("schema", "apply", "--conn-id", "scratch", env=where)
+    assert json.loads(synclane("owners", "--conn-id", "scratch", "-o", "json", env=where) or "[]") == []
+
+
+def test_an_unreachable_database_fails_a_command_in_seconds_in_one_line_and_a_refusal_at_once(env, database_url):
+    """A worker waits minutes for its database (tests/faults); a person at a command line is told in seconds.
+    A database that does not exist or a role the server does not know is reported without waiting."""
+    parts = conninfo_to_dict(database_url)
+    host, port = parts.get("host") or "localhost", int(parts.get("port") or 5432)
+    secret = "pw_cliconn_never_shown_5999"
+
+    def connection(**fields: object) -> str:
+        given = {"conn_type": "postgres", "host": host, "port": port, "login": "postgres", "schema": "synclane"}
+        return json.dumps({**given, "password": secret, **fields})
+
+    where = {
+        **env,
+        "AIRFLOW_CONN_BADPG": connection(host="127.0.0.1", port=5999),
+        "AIRFLOW_CONN_NODB": connection(schema="cliconn_no_such_database"),
+        "AIRFLOW_CONN_NOROLE": connection(login="cliconn_no_such_role"),
+    }
+
+    def timed(*args: str) -> tuple[float, subprocess.CompletedProcess[str]]:
+        started = time.monotonic()
+        done = airflow("synclane", "owners", *args, env=where)
+        return time.monotonic() - started, done
+
+    with ThreadPoolExecutor(3) as pool:
+        # -v shows each retry's warning: a refused connection has none
+        calls = [("--conn-id", "badpg"), ("--conn-id", "nodb", "-v"), ("--conn-id", "norole")]
+        (slow, unreachable), (_, no_db), (_, no_role) = pool.map(lambda call: timed(*call), calls)
+    assert slow < 30, slow
+    assert unreachable.returncode != 0 and unreachable.stderr.strip().splitlines() == [
+        "synclane: database unreachable for 5 s: database 'synclane' on 127.0.0.1:5999 as 'postgres': Connection "
+        "refused (connection 'badpg')"
+    ], unreachable.stderr
+    assert no_db.stderr.strip().splitlines() == [
+        f"synclane: the database refused the connection: database 'cliconn_no_such_database' on {host}:{port} as "
+        f"'postgres': database \"cliconn_no_such_database\" does not exist (connection 'nodb')"
+    ], no_db.stderr
+    assert no_role.returncode != 0 and last_line(no_role).startswith("synclane: the database refused the connection")
+    assert "role \"cliconn_no_such_role\" does not exist (connection 'norole')" in last_line(no_role)
+    assert all(secret not in done.stdout + done.stderr for done in (unreachable, no_db, no_role))

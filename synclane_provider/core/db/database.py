@@ -28,7 +28,7 @@ from psycopg.rows import dict_row, tuple_row
 
 from synclane_provider.core.db.queries import Statement, statement
 from synclane_provider.core.db.schema_versions import Migration, ensure_schema
-from synclane_provider.core.db.transient import Backoff, describe, passes
+from synclane_provider.core.db.transient import Backoff, describe, passes, refused
 from synclane_provider.core.errors import DatabaseUnavailableError
 
 log = logging.getLogger(__name__)
@@ -214,8 +214,13 @@ class Session:
         let_go: Callable[[], bool] | None = None,
         settings: Mapping[str, str] | None = None,
         prepare_threshold: int | None = 5,
+        wait_out_refusals: bool = True,
     ) -> None:
         self.database = database
+        self.wait_out_refusals = wait_out_refusals
+        """Whether a connection the server turns down (no such database, a refused login: see
+        :func:`~synclane_provider.core.db.transient.refused`) is tried again like an unreachable one. A worker
+        waits it out (a database being restored, a role being re-created); a command line reports it at once."""
         self.settings = dict(settings or {})
         """Server settings for this session's connections (``SET name TO value`` after each connect)."""
         self.prepare_threshold = prepare_threshold
@@ -289,6 +294,8 @@ class Session:
                 try:
                     conn = self._connection()
                 except psycopg.OperationalError as exc:
+                    if not self.wait_out_refusals and refused(exc):
+                        raise DatabaseUnavailableError(f"the database refused the connection: {describe(exc)}") from exc
                     error = exc  # could not connect
                 else:
                     try:

@@ -180,6 +180,8 @@ class SchemaStatus:
     then left as they are)."""
     version_table: bool
     jobs_table: bool
+    database: str = ""
+    """Where it was read: the database's name, host and port (``"jobs" on 10.0.0.5:5432``)."""
 
     @property
     def version(self) -> int:
@@ -261,6 +263,7 @@ def read_status(conn: psycopg.Connection, schema: str, migrations: Sequence[Migr
         newer=newer,
         version_table=VERSION_TABLE in tables,
         jobs_table="jobs" in tables,
+        database=f"{_quoted(conn.info.dbname)} on {conn.info.host}:{conn.info.port}",
     )
 
 
@@ -283,12 +286,13 @@ def ensure_schema(
     if status.ready:
         return status
     if status.missing_tables and not status.pending:
-        raise SchemaNotReadyError(status.describe())
+        raise SchemaNotReadyError(status.describe(), status)
     if not create:
         raise SchemaNotReadyError(
             f"{status.describe()}, and create_schema is off. Apply it with {_command(schema, 'apply')} (or "
             f"${DATABASE_URL_VARIABLE}), or turn create_schema on; {_command(schema, 'sql')} prints the SQL for your "
-            f"own migration tool."
+            f"own migration tool.",
+            status,
         )
     migrate(conn, schema, migrations)
     return read_status(conn, schema, migrations)

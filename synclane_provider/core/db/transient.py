@@ -60,6 +60,38 @@ NO_ROOM = ("too many clients", "too many connections", "remaining connection slo
 does not report as such)."""
 
 
+REFUSED = ("does not exist", "authentication failed", "no pg_hba.conf entry", "no password supplied")
+"""How the server (or libpq) words a connection turned down for where or as whom it was asked: no such database
+or role, a login refused. A failed connect reports no SQLSTATE, so the words are all there is to go on."""
+
+
+def refused(error: BaseException) -> bool:
+    """Whether a connection failed because the server will not have it (no such database, a refused login),
+    not because it could not be reached: a caller that cannot wait (a command line) stops at once.
+
+    >>> refused(psycopg.OperationalError('connection failed: … failed: FATAL:  database "x" does not exist'))
+    True
+    >>> refused(psycopg.OperationalError('connection failed: … port 5999 failed: Connection refused'))
+    False
+    """
+    return isinstance(error, CONNECTION_ERRORS) and any(words in str(error) for words in REFUSED)
+
+
+def connect_failure(error: BaseException) -> str:
+    """Where a connection failed and why, in one line and without the password: ``database "jobs" on
+    10.0.0.5:5432 as "sync": Connection refused`` (what libpq tried, defaults filled in)."""
+    reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    reason = reason.rpartition(" failed: ")[2].removeprefix("FATAL:").strip()
+    pgconn = getattr(error, "pgconn", None)
+    if pgconn is None:
+        return reason
+
+    def text(value: bytes | None) -> str:
+        return (value or b"").decode("utf-8", "replace")
+
+    return f"database {text(pgconn.db)!r} on {text(pgconn.host)}:{text(pgconn.port)} as {text(pgconn.user)!r}: {reason}"
+
+
 def describe(error: BaseException) -> str:
     """The error for a log line or a message, naming a server without room for another connection."""
     text = str(error).strip()

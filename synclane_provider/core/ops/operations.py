@@ -59,6 +59,11 @@ class Operations:
 
     ``sealer`` holds the Fernet key owners' credentials are encrypted with (see
     :mod:`~synclane_provider.core.credentials`); only the calls that set or read credentials need one.
+
+    ``give_up_after`` is how long a call waits for an unreachable database before it raises
+    :class:`~synclane_provider.core.errors.DatabaseUnavailableError`; with ``wait_out_refusals`` off, a
+    connection the server turns down (no such database, a refused login) raises it at once (see
+    :class:`~synclane_provider.core.db.database.Session`). A person at a command line waits seconds, not minutes.
     """
 
     def __init__(
@@ -68,9 +73,11 @@ class Operations:
         *,
         clock: Clock = database_clock,
         sealer: Sealer | None = None,
+        give_up_after: timedelta = timedelta(minutes=5),
+        wait_out_refusals: bool = True,
     ) -> None:
         self.synclane = synclane
-        self.session = Session(database)
+        self.session = Session(database, give_up_after=give_up_after, wait_out_refusals=wait_out_refusals)
         self.store = Store(self.session)
         self.clock = clock
         self.sealer = sealer or Sealer(None)
