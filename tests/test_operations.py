@@ -21,7 +21,7 @@ from synclane_provider.core import (
     UnknownQueueError,
     WorkerSlot,
 )
-from synclane_provider.core.errors import UnknownJobTypeError, UnknownOwnerError
+from synclane_provider.core.errors import UnknownJobTypeError
 from synclane_provider.core.run.runner import Outcome
 from tests.support.fault_tools import wait_for
 from tests.support.helpers import Background, declare, execute, failing, orders, owners, paged, products, rows
