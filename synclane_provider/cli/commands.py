@@ -22,7 +22,7 @@ from synclane_provider.core.db import database as database_module
 from synclane_provider.core.db.transient import connect_failure, refused
 from synclane_provider.core.durations import duration_text
 from synclane_provider.core.errors import DatabaseUnavailableError, SchemaNotReadyError
-from synclane_provider.core.ops.monitor import Monitor, OwnerSummary, plain
+from synclane_provider.core.ops.monitor import Lane, Monitor, OwnerSummary, RunningJob, plain
 from synclane_provider.core.records import PAUSED_BY_CREDENTIALS, ResyncProgress, ResyncRequest
 
 
@@ -247,13 +247,60 @@ LANE_RUNNING = (
 def lanes_command(args: Any) -> None:
     with _operations(args) as operations:
         page = Monitor(operations).lanes(_queue(operations, args), after=args.after, limit=args.limit)
-        rows = []
+        now, rows = datetime.now(timezone.utc), []
         for lane in page.items:  # a row per running job (a wide lane has several), one for a lane with none
+            if _narrow(args):
+                rows.extend(_lane_rows(lane, now))
+                continue
             data = plain(lane)
             name = data.pop("lane")
             for running in data.pop("running") or [{}]:
                 rows.append(_flat({"lane": name, "running": {key: running.get(key) for key in LANE_RUNNING}, **data}))
         _print(rows, args, next_page=page.next, hint="--after")
+
+
+LANE_COLUMNS = ("lane", "running", "cursor", "records", "waiting", "next", "rate")
+"""What ``lanes`` prints of each running job in a terminal (``--wide``, json and yaml: every field)."""
+
+CURSOR_WIDTH = 16
+"""A cursor is cut to this many characters in a terminal, so that a row fits 100 columns."""
+
+
+def _lane_rows(lane: Lane, now: datetime) -> list[dict[str, Any]]:
+    """A lane as a terminal shows it, a row per running job: the job and its type, its cursor and records; the
+    lane's waiting jobs (those a pause holds said so), when the next one goes or what holds them, and its rate
+    (the learnt one when the lane learnt one), as the Lanes view writes them."""
+    waiting = f"{lane.waiting} ({lane.held} held)" if lane.held else str(lane.waiting)
+    rate = f"{lane.learnt_rate:.3g}/s learnt" if lane.learnt_rate is not None else lane.rate
+    runs: list[RunningJob | None] = [*lane.running] or [None]
+    return [
+        {
+            "lane": lane.lane,
+            "running": f"#{running.id} {running.type}" if running else "-",
+            "cursor": _cut(running.cursor or "-", CURSOR_WIDTH) if running else "-",
+            "records": running.records if running else "-",
+            "waiting": waiting,
+            "next": _lane_next(lane, now),
+            "rate": rate,
+        }
+        for running in runs
+    ]
+
+
+def _lane_next(lane: Lane, now: datetime) -> str:
+    """When the lane's next waiting job goes, or what holds the lane's waiting work instead."""
+    if lane.quota_until is not None:
+        return f"held: lane quota until {lane.quota_until:%H:%M:%S}"
+    if lane.throttled_until is not None:
+        return f"throttled until {lane.throttled_until:%H:%M:%S}"
+    if lane.next_due is None:
+        return "held: owner paused" if lane.held else "-"
+    due = lane.next_due - now
+    return f"in {duration_text(due)}" if due.total_seconds() > 0 else f"due {duration_text(-due)} ago"
+
+
+def _cut(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def progress_command(args: Any) -> None:
@@ -318,7 +365,7 @@ def _owner_row(owner: OwnerSummary) -> dict[str, Any]:
         "state": _condition(owner.condition, owner.paused_by),
         "failures": owner.consecutive_failures,
         "paused": f"{owner.paused_at:%Y-%m-%d %H:%M} by {owner.paused_by or '?'}" if owner.paused_at else "",
-        "reason": reason if len(reason) <= REASON_WIDTH else reason[: REASON_WIDTH - 1] + "…",
+        "reason": _cut(reason, REASON_WIDTH),
     }
 
 

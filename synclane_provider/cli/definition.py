@@ -117,7 +117,12 @@ SYNCLANE_COMMANDS = (
         ARG_LIMIT,
     ),
     _command(
-        "lanes", "Busy lanes: the running job, waiting jobs, next due, last error", ARG_QUEUE, ARG_AFTER, ARG_LIMIT
+        "lanes",
+        "Busy lanes: the running jobs, waiting jobs, when the next goes or what holds it, the rate",
+        ARG_QUEUE,
+        ARG_AFTER,
+        ARG_LIMIT,
+        ARG_WIDE,
     ),
     _command(
         "progress",

@@ -25,7 +25,7 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from synclane_demo.local import airflow_connection
-from synclane_provider.cli.commands import NARROW_JOB, PROGRESS_COLUMNS
+from synclane_provider.cli.commands import LANE_COLUMNS, NARROW_JOB, PROGRESS_COLUMNS
 from synclane_provider.core import WorkerSlot
 from synclane_provider.core.db.schema_versions import migrate, read_status, shipped_migrations
 from tests.support import operate_declaration
@@ -94,7 +94,7 @@ def test_a_listing_prints_the_same_rows_as_json_yaml_plain_and_table(listings, n
     header = listings[name, "plain"].splitlines()[0].split()
     # a table of jobs or owners' progress shows the columns an operator scans; every other listing the same
     # columns as json
-    narrow = {"jobs": list(NARROW_JOB), "progress": list(PROGRESS_COLUMNS)}
+    narrow = {"jobs": list(NARROW_JOB), "progress": list(PROGRESS_COLUMNS), "lanes": list(LANE_COLUMNS)}
     assert header == narrow.get(name, list(rows[0]))
     for row in rows:
         first = str(next(iter(row.values())))
@@ -107,6 +107,15 @@ def test_owners_progress_fits_a_terminal_of_100_columns_with_durations_as_people
     rows = json.loads(listings["progress", "json"])
     assert all(row["condition"] in ("paused", "failing", "degraded", "behind", "healthy") for row in rows)
     assert not any(str(row["lag"]) in listings["progress", "plain"] for row in rows if row["lag"])  # no raw seconds
+
+
+def test_lanes_fit_a_terminal_of_100_columns_and_say_what_holds_a_lane(listings, env):
+    table = listings["lanes", "plain"].splitlines()
+    assert max(len(line.rstrip()) for line in table) <= 100, "\n".join(table)
+    rows = {row.split()[0]: row for row in table[1:]}
+    assert "75" in rows["globex"] and "#" in rows["globex"]  # its running job and cursor
+    wide = synclane("lanes", "--wide", "-o", "plain", env=env).splitlines()[0].split()
+    assert wide == list(json.loads(listings["lanes", "json"])[0])  # every field, as json has them
 
 
 def test_queues_count_jobs_by_status(listings, database_url, cli_schema):
