@@ -67,6 +67,8 @@ def test_the_tutorials_reconnect_command_sets_new_tokens_from_the_shop_and_shows
     shop = start_shop()
     settings = demo_settings(shop)
     Store(settings.database_url, settings.data_schema).prepare()
+    synclane = build(settings)
+    synclane.database(settings.database_url).connect().close()  # the jobs table, as the demo's first plan makes it
     env = airflow_env(tmp_path / "airflow", database_url=settings.database_url, schema=settings.schema)
     env.update(
         AIRFLOW__SYNCLANE__DECLARATION="synclane_demo.sync:synclane",
@@ -84,7 +86,6 @@ def test_the_tutorials_reconnect_command_sets_new_tokens_from_the_shop_and_shows
     done = subprocess.run(["bash", "-c", command], env=env, capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stderr
     assert "set (oauth), expires in 5 min" in done.stdout or "set (oauth), expires in 4 min" in done.stdout, done.stdout
-    synclane = build(settings)
     with Operations(synclane, synclane.database(settings.database_url), sealer=Sealer(KEY)) as operations:
         row = operations.store.sealed_credentials("shops", "umbrella")
     opened = Sealer(KEY).open(row["sealed"], kind=row["kind"], expires_at=row["expires_at"], whose="umbrella")
