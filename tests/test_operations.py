@@ -417,7 +417,8 @@ def test_progress_of_an_owners_first_load(ops, admin, schema, clock):
     assert (orders_only.total, orders_only.completed, round(orders_only.fraction, 2)) == (2, 1, 0.5)
     execute(admin, schema, "UPDATE {jobs} SET status = 'completed' WHERE owner = 'acme' AND mode = 'initial'")
     assert ops.progress("shops", "acme").complete
-    assert ops.progress("shops", "nobody").total == 0
+    with pytest.raises(UnknownOwnerError, match="'nobody'"):  # a mistyped owner, rather than 0 of 0
+        ops.progress("shops", "nobody")
 
 
 def test_activity_says_what_is_due_running_and_next(ops, admin, schema, clock):
