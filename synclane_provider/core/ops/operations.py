@@ -492,14 +492,19 @@ class Operations:
 
         Refused, with the bad value named, for a type the queue does not declare and an owner it does not know
         (neither listed by its source nor found in the table: a mistyped name, rather than an empty answer)."""
-        self._known_filters(self.synclane.queue(queue), owner, type)
+        declared = self.synclane.queue(queue)
+        if type is not None:
+            declared.job_type(type)
         if not whole(limit, 1, MAX_LIST):
             raise ValueError(f"limit must be an integer from 1 to {MAX_LIST}, got {limit!r}")
         status_value = JobStatus(status).value if status is not None else None
         mode_value = JobMode(mode).value if mode is not None else None
-        return self.store.list_jobs(
+        found = self.store.list_jobs(
             queue, owner=owner, status=status_value, type=type, mode=mode_value, before=before, limit=limit
         )
+        if not found and owner is not None:  # nothing found: a mistyped owner is said so (no look otherwise)
+            self._known_owner(declared, owner)
+        return found
 
     def _known_owner(self, declared: Queue, owner: str) -> str:
         """``owner`` when the table knows it (a job, or a row of its own: an account disconnected since still has
@@ -523,7 +528,10 @@ class Operations:
         declared = self.synclane.queue(queue)
         if type is not None:
             declared.job_type(type)
-        return self.store.initial_progress(queue, self._known_owner(declared, owner), type=type)
+        done = self.store.initial_progress(queue, checked_name("owner", owner), type=type)
+        if done.total == 0:  # nothing planned yet, or a mistyped owner: the latter is refused by name
+            self._known_owner(declared, owner)
+        return done
 
     def freshness(self, queue: str, owner: str) -> dict[str, datetime | None]:
         """When the owner's data of each job type was last brought up to date: the newest completion of its
