@@ -296,7 +296,7 @@ def _lane_next(lane: Lane, now: datetime) -> str:
     if lane.next_due is None:
         return "held: owner paused" if lane.held else "-"
     due = lane.next_due - now
-    return f"in {duration_text(due)}" if due.total_seconds() > 0 else f"due {duration_text(-due)} ago"
+    return f"in {duration_text(due)}" if due.total_seconds() > 0 else f"overdue {duration_text(-due)}"
 
 
 def _cut(text: str, width: int) -> str:
