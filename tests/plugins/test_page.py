@@ -261,6 +261,10 @@ def test_an_operator_asks_for_a_re_sync_on_the_owners_view_and_follows_it_on_the
     for a, b in made:  # each window within one of globex's history slices, where it meets them
         met = [(s, e) for s, e in history if s < b and a < e]
         assert len(met) <= 1 and all(s <= a and b <= e for s, e in met)
+    for _ in range(100):  # the page's answers reach this side as events, dispatched while playwright is called
+        if len(asked) >= 2:
+            break
+        page.wait_for_timeout(100)
     [(preview, previewed), (yes, _)] = asked
     assert (preview["dry_run"], yes.get("dry_run", False), yes["key"]) == (True, False, previewed["key"])
     assert request["key"] == previewed["key"]  # the yes asked for the very request the confirmation showed
