@@ -280,7 +280,7 @@ def test_a_page_that_wakes_too_late_for_its_turn_asks_for_no_page_once_its_owner
     takes = []
 
     def woke_late(gate, job, **kwargs):
-        turn = before_page(gate, job, **kwargs)
+        turn = yield from before_page(gate, job, **kwargs)
         time.sleep(0.2)
         return turn
 

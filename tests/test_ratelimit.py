@@ -34,6 +34,7 @@ from synclane_provider.core.declare.owners import owners_of
 from synclane_provider.core.declare.ratelimit import reserve
 from synclane_provider.core.run.lane_gate import LaneGate
 from synclane_provider.core.run.runner import Outcome
+from synclane_provider.core.run.waits import waited_out
 from tests.support.budget_race import QUEUE, FakeAPI, Throttle, budget_run, declaration, max_in_any_window
 from tests.support.helpers import Background, declare, paged, products, race
 
@@ -178,7 +179,7 @@ def test_a_slot_asked_to_stop_while_it_waits_for_a_new_turn_sends_nothing_and_ha
     takes = []
 
     def woke_late(gate, job, **waits):
-        turn = before_page(gate, job, **waits)
+        turn = yield from before_page(gate, job, **waits)
         time.sleep(0.2)
         return turn
 
@@ -318,7 +319,7 @@ def test_a_page_later_than_half_the_rates_lateness_gives_its_turn_up_and_one_wit
     """The other half of the lateness is the handler's way to the API: a page that starts 5.1 s after its turn
     (within the rate's 10 s of lateness, but past half of it) takes a new turn; one 4.9 s late keeps its own."""
     gate, job, watch, turns_taken = late_gate
-    turn = gate.before_page(job, throttle_left=0.0)  # its turn is now, sent at 1000.0
+    turn = waited_out(gate.before_page(job, throttle_left=0.0), threading.Event())  # its turn is now, sent at 1000.0
     assert turns_taken() == 1
     watch.now = 1000.0 + late
     gate.keep_turn(job, turn)
@@ -341,7 +342,7 @@ def test_a_turn_is_reckoned_from_when_the_take_was_sent_so_a_slow_answer_counts_
         return wait
 
     monkeypatch.setattr(Store, "take_page_turn", slow_answer)
-    turn = gate.before_page(job, throttle_left=0.0)  # sent at 1000.0, answered at 1003.0
+    turn = waited_out(gate.before_page(job, throttle_left=0.0), threading.Event())  # sent at 1000.0, answered at 1003.0
     watch.now = 1003.0 + after_the_answer
     gate.keep_turn(job, turn)
     assert turns_taken() == turns

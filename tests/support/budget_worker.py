@@ -21,7 +21,7 @@ from typing import Any
 from urllib.request import urlopen
 
 from synclane_provider.core import Rate, Summary, WorkerPool
-from synclane_provider.core.run.lane_gate import LaneGate
+from synclane_provider.core.run import waits
 from tests.support.budget_race import QUEUE, WARM_UP_ACCOUNT, declaration
 
 
@@ -68,17 +68,17 @@ LATE = 0.3
 def wake_late(every: int) -> None:
     """Make every ``every``-th wait for a lane's turn in this process end ``LATE`` seconds late, as a thread the
     machine did not schedule in time would."""
-    waits = itertools.count(1)
-    sleep = LaneGate._sleep
+    turns = itertools.count(1)
+    sleep = waits.slept_on
 
-    def late(gate: LaneGate, seconds: float) -> float:
-        slept = sleep(gate, seconds)
-        if seconds > 0 and next(waits) % every == 0:
+    def late(wait: waits.Wait, stop: threading.Event) -> float:
+        slept = sleep(wait, stop)
+        if next(turns) % every == 0:
             time.sleep(LATE)
             slept += LATE
         return slept
 
-    LaneGate._sleep = late  # type: ignore[method-assign]
+    waits.slept_on = late
 
 
 if __name__ == "__main__":

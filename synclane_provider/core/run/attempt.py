@@ -10,6 +10,7 @@ runner reads.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 import threading
@@ -38,7 +39,8 @@ from synclane_provider.core.run.lease import LeaseKeeper, why_lost
 from synclane_provider.core.run.outcomes import CANCELLED, describe_error
 from synclane_provider.core.run.results import Outcome, RunResult
 from synclane_provider.core.run.tokens import TokenSource
-from synclane_provider.core.run.work_thread import PageCall, PageLeftBehind, Work, WorkLeft
+from synclane_provider.core.run.waits import Sleeps
+from synclane_provider.core.run.work_thread import PageCall, PageLeftBehind, Work, WorkLeft, asynchronous
 from synclane_provider.core.states import JobStatus
 
 
@@ -201,7 +203,7 @@ class Attempt:
     def page(self) -> Work[Ended | None]:
         """One page: wait its turn, call the handler, write what came back; None when the next page follows."""
         try:
-            turn = self.wait_turn()
+            turn = yield from self.wait_turn()
         except PageNotSent as held:  # its owner was paused or a cancel came while it waited: not one more page
             self.waited += held.waited
             return self.release()
@@ -244,13 +246,13 @@ class Attempt:
             return self.release()
         return ended
 
-    def wait_turn(self) -> Turn:
+    def wait_turn(self) -> Sleeps[Turn]:
         """The page's turn in its lane's rate budget, and out of any throttle on the lane (none when stopping); raises
         PageNotSent when the page must not go any more."""
         if self.setting.stop.is_set():
             return Turn(())
         heard, self.heard = self.heard, True  # a page's cursor save is heard right before the next page
-        turn = self.setting.gate.before_page(self.current, throttle_left=self.throttle_left, heard=heard)
+        turn = yield from self.setting.gate.before_page(self.current, throttle_left=self.throttle_left, heard=heard)
         self.waited += turn.waited
         return turn
 
@@ -263,14 +265,26 @@ class Attempt:
             timeout=self.job_type.page_timeout.total_seconds(),
             describe=self.current.describe,
             lease_lost=self.lease_lost,
+            asynchronous=asynchronous(self.job_type.handler),
         )
         return Page.check(answer, job_type=self.taken.type, counted=self.current.processed_count)
 
     def on_turn(self, handler: Callable[[PageJob], object], turn: Turn) -> Callable[[PageJob], object]:
-        """The handler, run on the work thread once the page is sure to go on its turn (see LaneGate.keep_turn);
-        a lane without a rate has no turn to keep."""
+        """The handler, run once the page is sure to go on its turn (see LaneGate.keep_turn); a lane without a rate
+        has no turn to keep. An ``async def`` handler's turn is kept on a thread of the loop's, not on the loop."""
         if not turn.kept:
             return handler
+        if asynchronous(handler):
+
+            async def async_page(job: PageJob) -> object:
+                try:
+                    self.waited += await asyncio.to_thread(self.setting.gate.keep_turn, job, turn)
+                except PageNotSent as held:
+                    self.waited += held.waited
+                    raise
+                return await handler(job)  # type: ignore[misc]
+
+            return async_page
 
         def page(job: PageJob) -> object:
             try:

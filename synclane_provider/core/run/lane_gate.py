@@ -42,7 +42,9 @@ its handler, until resumed): the two words are kept apart everywhere.
   waits asks again. A page held back raises :class:`PageNotSent`, and the worker hands the job back (a cancelled
   one ends abandoned, as the cancel promised).
 
-Waits sleep on the slot's stop event, holding no transaction and polling nothing; the job's lease is renewed
+Waits before a page are yielded to the slot (:mod:`~synclane_provider.core.run.waits`), which sleeps them on its
+stop event or runs other jobs meanwhile; waits within a page (``keep_turn``, ``spend``) sleep on the handler's own
+thread. Either way they hold no transaction and poll nothing; the job's lease is renewed
 meanwhile by its :class:`~synclane_provider.core.run.lease.LeaseKeeper`. A throttle without a named wait is our
 own guess (doubled and jittered per job), so it delays only its job; the budget is the tool for pacing a lane.
 
@@ -68,6 +70,7 @@ from synclane_provider.core.metrics import LANE_LEARNT_RATE, NO_METRICS, Metrics
 from synclane_provider.core.numbers import whole
 from synclane_provider.core.rate_headers import RateNews
 from synclane_provider.core.records import Job
+from synclane_provider.core.run.waits import Sleeps, sleep, waited_out
 from synclane_provider.core.states import JobMode
 
 log = logging.getLogger(__name__)
@@ -165,24 +168,25 @@ class LaneGate:
                 )
         return self._rates.get(job.owner) or limits(self._queue.rate)
 
-    def before_page(self, job: Job, *, throttle_left: float, heard: bool = True) -> Turn:
+    def before_page(self, job: Job, *, throttle_left: float, heard: bool = True) -> Sleeps[Turn]:
         """Take one unit of the lane's budget (if it has one), wait until the page may start, and make sure it still
         may: the turn, to be kept with :meth:`keep_turn` immediately before the page is sent.
 
         ``throttle_left`` is what the take or the last cursor save said was left of a throttle on the lane; a lane with
         a rate is told afresh by its budget statement. ``heard``: whether that take or save told the worker about
         the job with no wait since (False for a job taken with the previous job's finish and run later). Raises
-        :class:`PageNotSent` when the page must not go (see :meth:`_check`).
+        :class:`PageNotSent` when the page must not go (see :meth:`_check`). Its waits are yielded to the slot
+        (see :mod:`~synclane_provider.core.run.waits`).
         """
         rates = self.limits_of(job)
         if throttle_left > self._queue.longest_wait.total_seconds():
             raise self._held(job, throttle_left)
         if not rates and job.lane not in self._paced:
-            waited = self._sleep(throttle_left)
+            waited = yield from sleep(throttle_left)
             if waited > 0 or not heard:
                 self._check(job, self._store.page_clearance(job.id, worker=self._worker_of(job)), waited=waited)
             return Turn((), waited=waited)
-        return self._wait_turn(job, rates, 1, page=True)
+        return (yield from self._wait_turn(job, rates, 1, page=True))
 
     def keep_turn(self, job: Job, turn: Turn) -> float:
         """Called immediately before sending: while the turn has been missed, give it up and take (and wait for)
@@ -197,7 +201,7 @@ class LaneGate:
                 job.lane,
             )
             try:
-                turn = self._wait_turn(job, turn.rates, turn.units, page=turn.page)
+                turn = waited_out(self._wait_turn(job, turn.rates, turn.units, page=turn.page), self._stop)
             except PageNotSent as held:
                 held.waited += waited
                 raise
@@ -229,7 +233,7 @@ class LaneGate:
             return timedelta(0)
         if rates:
             check_units(f"spend({units})", units, rates, job.lane)
-        turn = self._wait_turn(job, rates, units)
+        turn = waited_out(self._wait_turn(job, rates, units), self._stop)
         return timedelta(seconds=turn.waited + self.keep_turn(job, turn))
 
     def throttle(self, job: Job, wait: timedelta) -> None:
@@ -244,7 +248,7 @@ class LaneGate:
             job.describe(),
         )
 
-    def _wait_turn(self, job: Job, rates: Limits, units: int, *, page: bool = False) -> Turn:
+    def _wait_turn(self, job: Job, rates: Limits, units: int, *, page: bool = False) -> Sleeps[Turn]:
         """Take ``units`` of the lane's budget and sleep until their turn. The turn is reckoned from the instant
         the take was sent: the database placed it no earlier, so what the answer took to come back counts as
         lateness, never as time in hand. A turn further away than the queue's ``longest_wait`` is not waited for
@@ -278,7 +282,7 @@ class LaneGate:
                 turn = self._store.take_turn(self._queue.name, job.lane, take, now=self._clock())
             if not turn.again:
                 break
-            shared += self._sleep(turn.wait)
+            shared += yield from sleep(turn.wait)
             if self._stop.is_set():
                 raise PageNotSent(f"{job.describe()}: asked to stop while history waited for its share", waited=shared)
             sent = time.monotonic()
@@ -287,7 +291,7 @@ class LaneGate:
             raise self._held(job, turn.wait)
         room = lateness(rates).total_seconds() / 2 if rates else 0.0
         latest = sent + turn.wait + room if room > 0 else math.inf
-        slept = self._sleep(turn.wait)
+        slept = yield from sleep(turn.wait)
         if page and slept > 0:
             self._check(job, self._store.page_clearance(job.id, worker=self._worker_of(job)), waited=shared + slept)
         return Turn(
@@ -393,11 +397,3 @@ class LaneGate:
         """The worker holding the job, which every check of it is fenced on."""
         assert job.leased_by is not None, "a job about to be paged is leased"
         return job.leased_by
-
-    def _sleep(self, seconds: float) -> float:
-        """Sleep ``seconds`` unless the slot is asked to stop first; the seconds slept."""
-        if seconds <= 0:
-            return 0.0
-        started = time.monotonic()
-        self._stop.wait(seconds)
-        return time.monotonic() - started

@@ -23,6 +23,7 @@ thread switches per call of :meth:`WorkThread.run` (one per job for ``run_one``,
 
 from __future__ import annotations
 
+import inspect
 import logging
 import queue
 import threading
@@ -35,6 +36,9 @@ from typing import Any, TypeVar
 from synclane_provider.core.durations import duration_text
 from synclane_provider.core.errors import PageTimeout
 from synclane_provider.core.page_context import PageJob
+from synclane_provider.core.run import waits
+from synclane_provider.core.run.page_loop import start_page
+from synclane_provider.core.run.waits import Wait
 
 WAKE_EVERY = 0.5
 """Longest wait between two looks at the page in flight (its clock, its lease and the stop flag), in seconds."""
@@ -65,10 +69,18 @@ class PageCall:
     describe: Callable[[], str]
     """Names the job in the warning a long page gets."""
     lease_lost: Callable[[], bool]
+    asynchronous: bool = False
+    """``handler`` is an ``async def``: its page runs on the process's loop (see core.run.page_loop)."""
 
 
-Work = Generator[PageCall, Any, T]
-"""A slot's work: yields the pages it needs run, is sent each page's value (or thrown what it raised)."""
+def asynchronous(handler: object) -> bool:
+    """Whether ``handler`` is an ``async def`` function (or an object whose ``__call__`` is one)."""
+    return inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(getattr(handler, "__call__", None))
+
+
+Work = Generator[PageCall | Wait, Any, T]
+"""A slot's work: yields the pages it needs run and the waits between them (see core.run.waits), is sent each
+page's value (or thrown what it raised) and each wait's seconds slept."""
 
 Answer = tuple[Any, BaseException | None]
 """What a work thread hands back: the work's value, or what it raised."""
@@ -80,11 +92,13 @@ Task = tuple[Work[Any], BaseException | None]
 class _InFlight:
     """The page a work thread is running, as the watcher sees it."""
 
-    __slots__ = ("work", "call", "started", "warned", "stopped_at", "interrupted_at")
+    __slots__ = ("work", "call", "started", "warned", "stopped_at", "interrupted_at", "cancel")
 
     def __init__(self, work: Work[Any], call: PageCall) -> None:
         self.work = work
         self.call = call
+        self.cancel: Callable[[], object] | None = None
+        """Cancels an async page on the loop, once it is left behind."""
         self.started = time.monotonic()
         self.warned = False
         self.stopped_at: float | None = None
@@ -224,8 +238,11 @@ class WorkThread:
         return None
 
     def _leave_behind(self) -> None:
-        """Abandon the live work thread (called under the lock): it ends when it next looks, its answer unread."""
+        """Abandon the live work thread (called under the lock): it ends when it next looks, its answer unread; an
+        async page is cancelled."""
         self._generation += 1
+        if self._page is not None and self._page.cancel is not None:
+            self._page.cancel()
         self._page = None
         self.left_behind += 1
         inbox, self._inbox, self._outbox = self._inbox, None, None
@@ -270,6 +287,9 @@ class WorkThread:
                 return end.value, None
             except BaseException as exc:  # noqa: BLE001 - the work's own failure, raised in the waiting thread
                 return None, exc
+            if isinstance(call, Wait):
+                send, throw = waits.slept_on(call, self._stop), None
+                continue
             with self._lock:
                 if generation != self._generation:  # abandoned for good between pages: unwind without a write
                     send, throw = None, WorkLeft()
@@ -279,7 +299,7 @@ class WorkThread:
                     continue
                 self._page = _InFlight(work, call)
             try:
-                send, throw = call.handler(call.job), None
+                send, throw = self._page_answer(call, generation), None
             except BaseException as exc:  # noqa: BLE001 - thrown into the work, which decides
                 send, throw = None, exc
             with self._lock:
@@ -288,6 +308,18 @@ class WorkThread:
                 self._page = None
                 if self._interrupt is not None:
                     send, throw, self._interrupt = None, self._interrupt, None
+
+    def _page_answer(self, call: PageCall, generation: int) -> Any:
+        """Run the page here, or on the process's loop for an async handler (cancelled if it is left behind)."""
+        if not call.asynchronous:
+            return call.handler(call.job)
+        future = start_page(call.handler(call.job))  # type: ignore[arg-type]
+        with self._lock:
+            if generation == self._generation and self._page is not None:
+                self._page.cancel = future.cancel
+            else:
+                future.cancel()
+        return future.result()
 
 
 def _seconds(seconds: float) -> str:
