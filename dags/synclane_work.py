@@ -58,6 +58,12 @@ with DAG(
         "settle": Param(
             SETTLE, type="number", minimum=0, description="seconds after a deferral before its trigger may fire"
         ),
+        "jobs_per_slot": Param(
+            queue.jobs_per_slot,
+            type="integer",
+            minimum=1,
+            description="jobs each slot runs at once, each in a lane of its own (the queue's jobs_per_slot)",
+        ),
     },
     tags=["synclane"],
     doc_md=__doc__,
@@ -71,6 +77,7 @@ with DAG(
         deferrable=True,
         linger="{{ params.linger }}",
         settle="{{ params.settle }}",
+        jobs_per_slot="{{ params.jobs_per_slot }}",
         # Every Airflow restart fails a try of each slot: the one running (Ctrl-C, a deploy), or the one the
         # restarted scheduler hands out before the API server listens. So a slot gets more retries than
         # restarts can use up within one run (a run lasts at most max_run_time), each 15 s after the last:

@@ -17,6 +17,7 @@ from synclane_provider.configured import credentials_sealer
 from synclane_provider.core import Summary, SyncLane, WorkerSlot
 from synclane_provider.core.durations import duration_text, parse_duration
 from synclane_provider.core.run.arrivals import Arrivals
+from synclane_provider.core.run.multislot import MultiSlot
 from synclane_provider.core.run.slot import new_worker_id
 from synclane_provider.core.run.tokens import TokenSource
 from synclane_provider.hooks.oauth import oauth_client
@@ -40,6 +41,14 @@ STOP_CHECK_SECONDS = 0.5
 
 def _templated(value: object) -> bool:
     return isinstance(value, str) and "{{" in value
+
+
+def _jobs_per_slot(value: object) -> int:
+    """``jobs_per_slot`` as given to the operator (a DAG param renders it as text): a whole number of at least 1."""
+    text = str(value).strip()
+    if not text.isdigit() or int(text) < 1:
+        raise ValueError(f"jobs_per_slot must be a whole number of at least 1, got {value!r}")
+    return int(text)
 
 
 def _utcnow() -> datetime:
@@ -126,6 +135,8 @@ class SyncLaneWorkOperator(QueueOperator):
     :param linger: how long a deferrable slot waits in its own process after its last job before it defers
         (timedelta or seconds; zero: defer at once).
     :param settle: how long after a deferral its trigger yields nothing (timedelta or seconds; zero: none).
+    :param jobs_per_slot: how many jobs this slot runs at once, each in a lane of its own, over the queue's
+        ``connections`` (None: the queue's ``jobs_per_slot``); a whole number, or a template giving one.
     :param deferrable: wait for work on the triggerer instead of a worker slot; defaults to
         ``[operators] default_deferrable``.
     :param emit_assets: when the task ends, emit one Airflow asset event per job type whose jobs completed
@@ -147,6 +158,7 @@ class SyncLaneWorkOperator(QueueOperator):
         "max_run_time",
         "linger",
         "settle",
+        "jobs_per_slot",
     )
     ui_color = "#d9ecf7"
 
@@ -162,6 +174,7 @@ class SyncLaneWorkOperator(QueueOperator):
         settle: timedelta | float | str = SETTLE,
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
         emit_assets: bool = False,
+        jobs_per_slot: int | str | None = None,
         **kwargs: Any,
     ) -> None:
         kwargs.setdefault("map_index_template", "{{ task.synclane_queue }} slot {{ task.slot }}")
@@ -176,6 +189,9 @@ class SyncLaneWorkOperator(QueueOperator):
         for name, value in (("linger", linger), ("settle", settle)):
             if not _templated(value):
                 parse_duration(name, value, positive=False)
+        if jobs_per_slot is not None and not _templated(jobs_per_slot):
+            _jobs_per_slot(jobs_per_slot)  # a bad value fails when the DAG is parsed
+        self.jobs_per_slot = jobs_per_slot
         self.slot = slot
         self.idle_timeout = idle_timeout
         self.max_run_time = max_run_time
@@ -185,7 +201,7 @@ class SyncLaneWorkOperator(QueueOperator):
         self.deferrable = deferrable
         self.emit_assets = emit_assets
         self._context: Context | None = None
-        self._worker: WorkerSlot | None = None
+        self._worker: WorkerSlot | MultiSlot | None = None
         self._stop_requested = False
 
     def execute(self, context: Context) -> dict[str, Any]:
@@ -230,16 +246,31 @@ class SyncLaneWorkOperator(QueueOperator):
         database = SyncLaneHook(synclane_conn_id=self.synclane_conn_id).get_database(declaration)
         # The process's one source of owners' credentials: the key they are sealed with, the queue's OAuth client.
         tokens = TokenSource(database, credentials_sealer(), oauth_client(queue), skew=queue.credentials_skew)
-        worker = WorkerSlot(
-            declaration,
-            database,
-            queue.name,
-            worker_id=new_worker_id(f"{queue.name}-{self.slot}"),
-            logger=self.log,
-            give_up_after=self.give_up_after,
-            metrics=AirflowStats(),
-            tokens=tokens,
-        )
+        jobs = queue.jobs_per_slot if self.jobs_per_slot is None else _jobs_per_slot(self.jobs_per_slot)
+        worker: WorkerSlot | MultiSlot
+        if jobs == 1:
+            worker = WorkerSlot(
+                declaration,
+                database,
+                queue.name,
+                worker_id=new_worker_id(f"{queue.name}-{self.slot}"),
+                logger=self.log,
+                give_up_after=self.give_up_after,
+                metrics=AirflowStats(),
+                tokens=tokens,
+            )
+        else:
+            worker = MultiSlot(
+                declaration,
+                database,
+                queue.name,
+                jobs_per_slot=jobs,
+                worker_id=new_worker_id(f"{queue.name}-{self.slot}"),
+                logger=self.log,
+                give_up_after=self.give_up_after,
+                metrics=AirflowStats(),
+                tokens=tokens,
+            )
         self._worker = worker
         if self._stop_requested:
             worker.interrupt()

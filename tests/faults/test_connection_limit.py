@@ -77,7 +77,10 @@ def test_a_pool_larger_than_the_connection_limit_does_the_work_says_so_and_retur
     ).fetchone()["t"]
     assert (returned - done).total_seconds() < 1.5, "the pool waited for slots that could not connect"
     messages = [r.getMessage() for r in caplog.records]
-    assert any(f"pool of {SLOTS} slot(s) for queue shops, but the server has room for 0 more" in m for m in messages)
+    assert any(
+        f"pool of {SLOTS} slot(s) for queue shops needs {SLOTS} connection(s), but the server has room for 0 more" in m
+        for m in messages
+    )
     assert any("the server has no room for another connection (too many clients" in m for m in messages)
     assert connections_open(admin, user=limited_role) == []
 

@@ -16,6 +16,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from synclane_provider.core.credentials import CredentialState
+from synclane_provider.core.db.connections import Connections
 from synclane_provider.core.db.database import Session
 from synclane_provider.core.db.wakeups import channel, credentials_key, payload, planning_key
 from synclane_provider.core.records import (
@@ -229,7 +230,8 @@ def array_literal(values: Iterable[str]) -> str:
 class Store:
     """The jobs table through one session. Every method is one statement, safe to repeat after a lost reply."""
 
-    def __init__(self, session: Session) -> None:
+    def __init__(self, session: Session | Connections) -> None:
+        """``session``: one connection's, or a slot's few connections lent statement by statement."""
         self.session = session
 
     def view(self, name: str, **params: Any) -> list[dict[str, Any]]:

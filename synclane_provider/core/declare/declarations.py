@@ -8,7 +8,7 @@ the middle of a sync.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import InitVar, dataclass, field
 from datetime import timedelta
 from types import MappingProxyType
@@ -27,10 +27,11 @@ if TYPE_CHECKING:
     from synclane_provider.core.page_context import PageJob
     from synclane_provider.core.records import Page
 
-Handler = Callable[["PageJob"], "Page"]
+Handler = Callable[["PageJob"], "Page"] | Callable[["PageJob"], Awaitable["Page"]]
 """Does one page of a job: fetch, store with upserts, return the next cursor and the record count. It is given the
 job's row with its page's context (:class:`~synclane_provider.core.page_context.PageJob`); a handler typed for a
-plain ``Job`` fits too."""
+plain ``Job`` fits too. A plain function runs on a thread; an ``async def`` one on the worker process's event loop,
+where the pages of a slot's many jobs wait on the network together (see ``Queue.jobs_per_slot``)."""
 
 OwnerSource = Callable[[str], Iterable[Union["Owner", str]]]
 """Lists the connected owners of a queue (given the queue's name)."""
@@ -252,6 +253,7 @@ class Queue:
     owners: OwnerSource
     types: Sequence[JobType]
     concurrency: int = 1
+    """How many worker slots the queue's worker DAG maps (one Airflow task each)."""
     lease: timedelta = timedelta(minutes=5)
     retry: RetryPolicy = None  # type: ignore[assignment]  # built from the settings below unless given
     max_attempts: int = None  # type: ignore[assignment]  # from ``retry`` unless given
@@ -286,6 +288,13 @@ class Queue:
     """The longest a worker waits before a page, for its lane's turn or the end of a hold on it. A longer wait
     (an hourly or daily quota used up, a ``Retry-After`` of an hour) hands the job back at its cursor, due when
     the wait ends: no worker slot waits with it, no attempt is counted, nothing counts against its owner."""
+    jobs_per_slot: int = 1
+    """How many jobs one worker slot runs at once, each in a lane of its own: with pages that mostly wait on their
+    API, one slot (one Airflow task) keeps hundreds of lanes busy. 1 runs one job at a time on a thread of the
+    task's own. See docs/how-to/scale.md for sizing."""
+    connections: int = 4
+    """The database connections a slot of more than one job shares among its jobs (takes, cursor saves, finishes,
+    lease renewals); a slot of one job has one."""
 
     def __post_init__(self, owner_backoff: OwnerStretch | None) -> None:
         checked_name("queue name", self.name)
@@ -305,6 +314,10 @@ class Queue:
             seen.add(job_type.name)
         if not whole(self.concurrency, 1):
             raise DeclarationError(f"concurrency {label} must be a positive integer, got {self.concurrency!r}")
+        if not whole(self.jobs_per_slot, 1):
+            raise DeclarationError(f"jobs_per_slot {label} must be a positive integer, got {self.jobs_per_slot!r}")
+        if not whole(self.connections, 1):
+            raise DeclarationError(f"connections {label} must be a positive integer, got {self.connections!r}")
         _positive(f"lease {label}", self.lease)
         if self.retention is not None:
             _check_retention(self.retention, label)

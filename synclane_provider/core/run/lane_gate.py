@@ -118,8 +118,39 @@ class Turn:
         return bool(self.rates) or self.paced
 
 
+class OwnerRates:
+    """The rates of a queue's lanes as its owner source lists them, read at most once per ``refresh`` (the plan
+    interval) for every seat of a slot: a slot running hundreds of jobs asks the source as often as one running
+    one. When the source fails, the rates it gave last are kept, and the queue's rate holds for owners it does not
+    list."""
+
+    def __init__(
+        self, queue: Queue, *, refresh: timedelta, log: logging.Logger | logging.LoggerAdapter[logging.Logger]
+    ) -> None:
+        self._queue = queue
+        self._refresh = refresh.total_seconds()
+        self._log = log
+        self._lock = threading.Lock()
+        self._rates: dict[str, Limits] = {}
+        self._read_at: float | None = None
+
+    def of(self, job: Job) -> Limits:
+        """The rates of the job's lane (none, one, or several windows): its owner's, else the queue's."""
+        with self._lock:
+            now = time.monotonic()
+            if self._read_at is None or now - self._read_at >= self._refresh:
+                self._read_at = now
+                try:
+                    self._rates = {o.id: limits(o.rate) for o in owners_of(self._queue) if o.rate is not None}
+                except Exception as exc:  # noqa: BLE001 - a budget lookup must not fail the job; the last rates stay
+                    self._log.warning(
+                        "queue %s: the owner source failed (%s); keeping the rates it gave last", self._queue.name, exc
+                    )
+            return self._rates.get(job.owner) or limits(self._queue.rate)
+
+
 class LaneGate:
-    """One worker slot's view of its lanes' budgets and throttles."""
+    """One seat's view of its lanes' budgets and throttles."""
 
     def __init__(
         self,
@@ -128,19 +159,19 @@ class LaneGate:
         *,
         clock: Clock,
         stop: threading.Event,
-        refresh: timedelta,
+        refresh: timedelta = timedelta(minutes=1),
+        rates: OwnerRates | None = None,
         log: logging.Logger | logging.LoggerAdapter[logging.Logger] | None = None,
         metrics: Metrics = NO_METRICS,
     ) -> None:
+        """``rates``: the slot's owners' rates, shared by its seats (else the gate's own, read every ``refresh``)."""
         self._store = store
         self._metrics = metrics
         self._queue = queue
         self._clock = clock
         self._stop = stop
-        self._refresh = refresh.total_seconds()
         self._log = log or logging.getLogger(__name__)
-        self._rates: dict[str, Limits] = {}
-        self._read_at: float | None = None
+        self._rates = rates or OwnerRates(queue, refresh=refresh, log=self._log)
         self._paced: set[str] = set()
         """Lanes whose takes said they keep a learnt pace: their pages take a turn even without a declared rate."""
         self._learnt: dict[str, timedelta | None] = {}
@@ -151,22 +182,8 @@ class LaneGate:
         """The job whose turn was last kept, and its instant (time.monotonic()), for :meth:`sent` to measure from."""
 
     def limits_of(self, job: Job) -> Limits:
-        """The rates of the job's lane (none, one, or several windows): its owner's, as the owner source lists
-        them, else the queue's.
-
-        The owner source is asked at most once per ``refresh`` (the plan interval) per slot; when it fails, the
-        rates it gave last are kept, and the queue's rate holds for owners it does not list.
-        """
-        now = time.monotonic()
-        if self._read_at is None or now - self._read_at >= self._refresh:
-            self._read_at = now
-            try:
-                self._rates = {o.id: limits(o.rate) for o in owners_of(self._queue) if o.rate is not None}
-            except Exception as exc:  # noqa: BLE001 - a budget lookup must not fail the job; the last rates stay
-                self._log.warning(
-                    "queue %s: the owner source failed (%s); keeping the rates it gave last", self._queue.name, exc
-                )
-        return self._rates.get(job.owner) or limits(self._queue.rate)
+        """The rates of the job's lane (see :class:`OwnerRates`)."""
+        return self._rates.of(job)
 
     def before_page(self, job: Job, *, throttle_left: float, heard: bool = True) -> Sleeps[Turn]:
         """Take one unit of the lane's budget (if it has one), wait until the page may start, and make sure it still

@@ -14,6 +14,7 @@ from synclane_provider.core.declare.declarations import SyncLane
 from synclane_provider.core.errors import DatabaseUnavailableError
 from synclane_provider.core.metrics import NO_METRICS, Metrics
 from synclane_provider.core.records import Wakeup
+from synclane_provider.core.run.multislot import MultiSlot
 from synclane_provider.core.run.runner import DEFAULT_STOP_GRACE
 from synclane_provider.core.run.slot import WorkerSlot, new_worker_id
 from synclane_provider.core.run.summary import Summary
@@ -57,7 +58,11 @@ class WorkerPool:
         metrics: Metrics = NO_METRICS,
         sealer: Sealer | None = None,
         oauth: OAuthClient | None = None,
+        jobs_per_slot: int | None = None,
+        connections: int | None = None,
     ) -> None:
+        """``jobs_per_slot`` and ``connections``: the queue's unless given (see :class:`Queue`); a slot of more
+        than one job is a :class:`~synclane_provider.core.run.multislot.MultiSlot`."""
         self.queue = synclane.queue(queue)
         self.tokens = TokenSource(database, sealer or Sealer(None), oauth, skew=self.queue.credentials_skew)
         """The owners' credentials of every slot's pages, refreshed once for all of them (``sealer`` opens them;
@@ -75,7 +80,8 @@ class WorkerPool:
         """Wake-ups asked for so far: a slot that saw it change since its take does not wait (see :meth:`_work`)."""
         self.idle_waits = 0
         """Times a slot found nothing to take and waited: about none per job while every slot is busy."""
-        self._slots = [
+        self.jobs_per_slot = jobs_per_slot if jobs_per_slot is not None else self.queue.jobs_per_slot
+        self._slots: list[WorkerSlot | MultiSlot] = [
             WorkerSlot(
                 synclane,
                 database,
@@ -85,6 +91,21 @@ class WorkerPool:
                 stop=self.stop,
                 stop_grace=stop_grace,
                 let_go=self._finished.is_set,
+                metrics=metrics,
+                tokens=self.tokens,
+            )
+            if self.jobs_per_slot == 1
+            else MultiSlot(
+                synclane,
+                database,
+                queue,
+                jobs_per_slot=self.jobs_per_slot,
+                connections=connections,
+                worker_id=new_worker_id(f"{queue}-{i}"),
+                clock=clock,
+                stop=self.stop,
+                stop_grace=stop_grace,
+                poll_interval=self.poll_interval,
                 metrics=metrics,
                 tokens=self.tokens,
             )
@@ -139,9 +160,12 @@ class WorkerPool:
         """
         self._wake(everyone=True)
 
-    def _work(self, slot: WorkerSlot, *, done_when: Callable[[Wakeup], bool] | None) -> None:
+    def _work(self, slot: WorkerSlot | MultiSlot, *, done_when: Callable[[Wakeup], bool] | None) -> None:
         try:
-            slot.thread.run(self._working(slot, done_when=done_when))
+            if isinstance(slot, MultiSlot):
+                self._serve(slot, done_when=done_when)
+            else:
+                slot.thread.run(self._working(slot, done_when=done_when))
         except DatabaseUnavailableError:
             if not self._finished.is_set():
                 raise  # a slot that never got a connection while the others finished the work just ends
@@ -176,6 +200,23 @@ class WorkerPool:
                 self.idle_waits += 1
                 idle = not self._idle.wait(self._idle_seconds(look))
 
+    def _serve(self, slot: MultiSlot, *, done_when: Callable[[Wakeup], bool] | None) -> None:
+        """A slot of many jobs' life in the pool: drain (it keeps its seats busy while work is due), and between two
+        drains wait to be woken as a one-job slot does."""
+        while not self.stop.is_set():
+            woken = self._wakes
+            slot.drain()
+            look = slot.store.wakeup(self.queue.name, now=slot.clock())
+            if done_when is not None and done_when(look):
+                self._finished.set()
+                self._wake(everyone=True)
+                return
+            with self._idle:
+                if self.stop.is_set() or self._wakes != woken:
+                    continue
+                self.idle_waits += 1
+                self._idle.wait(self._idle_seconds(look))
+
     def _idle_seconds(self, look: Wakeup) -> float:
         """How long an idle slot sleeps: not at all when a take would find a job now (a lane race lost, a row
         locked a moment), else a poll interval, or less when a waiting job falls due or a lease lapses sooner.
@@ -196,16 +237,22 @@ class WorkerPool:
             room = self._slots[0].store.connection_room()
         except DatabaseUnavailableError:
             return  # the slots will say so themselves
-        if self.slots - 1 > room:
+        needed = sum(slot.connections.size if isinstance(slot, MultiSlot) else 1 for slot in self._slots)
+        if needed - 1 > room:
             log.warning(
-                "pool of %s slot(s) for queue %s, but the server has room for %s more connection(s) "
+                "pool of %s slot(s) for queue %s needs %s connection(s), but the server has room for %s more "
                 "(max_connections, or the role's CONNECTION LIMIT): some slots will wait to connect",
                 self.slots,
                 self.queue.name,
+                needed,
                 room,
             )
 
     def _wake(self, *, everyone: bool = False) -> None:
+        if everyone:
+            for slot in self._slots:
+                if isinstance(slot, MultiSlot):
+                    slot.wake()
         with self._idle:
             self._wakes += 1
             if everyone:
@@ -213,12 +260,12 @@ class WorkerPool:
             else:
                 self._idle.notify()
 
-    def _on_threads(self, work: Callable[[WorkerSlot], None]) -> Summary:
+    def _on_threads(self, work: Callable[[WorkerSlot | MultiSlot], None]) -> Summary:
         errors: list[BaseException] = []
         self._finished.clear()
         self._warn_if_the_server_has_too_little_room()
 
-        def guarded(slot: WorkerSlot) -> None:
+        def guarded(slot: WorkerSlot | MultiSlot) -> None:
             try:
                 work(slot)
             except BaseException as exc:  # noqa: BLE001 - reported to the caller below

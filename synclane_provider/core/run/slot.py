@@ -19,26 +19,22 @@ from datetime import timedelta
 from synclane_provider.core.clock import Clock, database_clock
 from synclane_provider.core.credentials import Sealer
 from synclane_provider.core.db.database import Database, Session
-from synclane_provider.core.db.page_transaction import PageTransaction
 from synclane_provider.core.db.store import Store
 from synclane_provider.core.declare.declarations import SyncLane
-from synclane_provider.core.metrics import JOBS_FINISHED, NO_METRICS, Metrics
+from synclane_provider.core.metrics import NO_METRICS, Metrics
 from synclane_provider.core.records import Job
-from synclane_provider.core.run.lane_gate import LaneGate
-from synclane_provider.core.run.lease import LeaseKeeper
+from synclane_provider.core.run.lane_gate import OwnerRates
 from synclane_provider.core.run.log_redaction import redact_logs
 from synclane_provider.core.run.runner import (
     DEFAULT_STOP_GRACE,
     INTERRUPT_GRACE,
     KILL_GRACE,
-    JobRunner,
     RunResult,
 )
+from synclane_provider.core.run.seat import Seat
 from synclane_provider.core.run.summary import Summary
-from synclane_provider.core.run.taking import Taking
 from synclane_provider.core.run.tokens import TokenSource
 from synclane_provider.core.run.work_thread import Work, WorkThread
-from synclane_provider.core.states import JobStatus
 
 log = logging.getLogger("synclane_provider.core.run.worker")
 """The slots' log (and their jobs' lines), under the name logging configurations already give it."""
@@ -102,7 +98,6 @@ class WorkerSlot:
         self.interrupted = threading.Event()
         """Set by :meth:`interrupt`: the process is about to be killed."""
         self._let_go = let_go
-        self._busy = False
         self.session = Session(
             database,
             stop=self.stop,
@@ -112,9 +107,26 @@ class WorkerSlot:
             prepare_threshold=0,
         )
         self.store = Store(self.session)
-        self.landing = PageTransaction(database)
-        """The connection pages land on in the jobs database, opened by the first page that lands there."""
-        self.lease = LeaseKeeper(self.store, worker=self.worker_id, lease=self.queue.lease, clock=clock)
+        self.seat = Seat(
+            synclane,
+            self.queue,
+            self.store,
+            database,
+            worker_id=self.worker_id,
+            clock=clock,
+            stop=self.stop,
+            interrupted=self.interrupted,
+            log=logger or log,
+            metrics=metrics,
+            tokens=self.tokens,
+            rates=OwnerRates(self.queue, refresh=synclane.plan_interval, log=logger or log),
+        )
+        """Where the slot's one job runs: its lease, lane gate, takes and page transaction."""
+        self.landing = self.seat.landing
+        self.lease = self.seat.lease
+        self.gate = self.seat.gate
+        self.taking = self.seat.taking
+        self.runner = self.seat.runner
         self.thread = WorkThread(
             self.worker_id,
             logger or log,
@@ -125,45 +137,15 @@ class WorkerSlot:
             finish_grace=INTERRUPT_GRACE.total_seconds(),
         )
         """Where this slot's jobs run, their pages watched from the thread that asked for them."""
-        self.gate = LaneGate(
-            self.store,
-            self.queue,
-            clock=clock,
-            stop=self.stop,
-            refresh=synclane.plan_interval,
-            log=logger or log,
-            metrics=metrics,
-        )
-        self.taking = Taking(
-            self.store, self.queue, worker=self.worker_id, clock=clock, stop=self.stop, metrics=metrics
-        )
-        """This slot's finishes and takes (``finish_and_take``), and the job it took for later."""
-        self.runner = JobRunner(
-            self.store,
-            self.queue,
-            worker=self.worker_id,
-            clock=clock,
-            stop=self.stop,
-            lease=self.lease,
-            gate=self.gate,
-            ends=self.taking,
-            tokens=self.tokens,
-            log=logger or log,
-            metrics=metrics,
-            interrupted=self.interrupted,
-            page_transaction=self.landing,
-        )
-        self._held_over = False
-        """The job taken for later was taken before the last :meth:`run_one` returned: the caller ran it later."""
 
     @property
     def summary(self) -> Summary:
-        """What this slot's runs came to (kept by its :attr:`taking`, which counts the takes)."""
-        return self.taking.summary
+        """What this slot's runs came to (kept by its seat's takes, which count them)."""
+        return self.seat.summary
 
     @summary.setter
     def summary(self, summary: Summary) -> None:
-        self.taking.summary = summary
+        self.seat.summary = summary
 
     @property
     def found_nothing(self) -> bool:
@@ -182,12 +164,7 @@ class WorkerSlot:
 
     def _may_let_go(self) -> bool:
         """Whether this slot may give up on an unreachable database early: only between jobs, when asked."""
-        return not self._busy and self._let_go is not None and self._let_go()
-
-    def _count(self, result: RunResult) -> None:
-        self.summary.add(result)
-        tags = {"queue": self.queue.name, "type": result.job.type, "outcome": result.outcome.value}
-        self.metrics.incr(JOBS_FINISHED, tags)
+        return not self.seat.busy and self._let_go is not None and self._let_go()
 
     def take(self) -> Job | None:
         """Lease the next job this slot should run, without running it; None when nothing is due in a free lane.
@@ -208,55 +185,20 @@ class WorkerSlot:
         try:
             return self.thread.run(self.running_one(then_continue=then_continue))
         finally:
-            self._held_over = self.taking.next is not None
+            self.seat.held_over = self.taking.next is not None
 
     def running_one(self, *, then_continue: bool = True) -> Work[RunResult | None]:
         """:meth:`run_one` as a work for this slot's :attr:`thread`, to be part of a longer one (a pool's loop)."""
-        taken, self.taking.next = self.taking.next, None
-        # Taken with the last job's finish, then handed to the caller's next run_one: a pause or a cancel may have
-        # come since, which the first page must hear of before it is requested.
-        heard, self._held_over = not (taken is not None and self._held_over), False
-        self.taking.found_nothing = False
-        if taken is None:
-            taken = self.taking.take()
-        if taken is None:
-            return None
-        self.taking.hand_over = then_continue
-        self._busy = True
-        try:
-            result = yield from self.runner.run(
-                taken.job, lost_worker=taken.lost_worker, throttle_left=taken.throttle_left, heard=heard
-            )
-        finally:
-            self._busy = False
-        self._count(result)  # a completed initial job has woken the first loads' watchers as it finished
-        return result
+        return self.seat.running_one(then_continue=then_continue)
 
     @property
     def next_job(self) -> Job | None:
         """The job taken as the last one finished, to run next (None if none was taken)."""
-        return self.taking.next.job if self.taking.next is not None else None
+        return self.seat.next_job
 
     def hand_back(self) -> None:
-        """Return a job taken for later, unstarted, as pending (its attempt does not count).
-
-        A job that a cancel asked to stop meanwhile is not returned to be run: it ends abandoned, as the cancel
-        promised.
-
-        A job taken over from a lost worker is not handed back as it was: the lost attempt is written down
-        first (see :meth:`JobRunner.run`), so that it counts.
-        """
-        taken, self.taking.next = self.taking.next, None
-        if taken is not None and taken.lost_worker is not None:
-            self.taking.hand_over = False
-            self._count(self.runner.after_lost_worker(taken.job, taken.lost_worker))
-        elif taken is not None:
-            job = taken.job
-            left = self.store.release(
-                job.id, worker=self.worker_id, processed_count=job.processed_count, now=self.clock()
-            )
-            if left is not None and left.status is JobStatus.PENDING:
-                self.store.notify(self.queue.name)  # due again: wake an idle worker to take it
+        """Return a job taken for later, unstarted, as pending (see :meth:`Seat.hand_back`)."""
+        self.seat.hand_back()
 
     def drain(self, *, max_jobs: int | None = None, until: float | None = None) -> Summary:
         """Run jobs until nothing is due, the slot is stopped, ``max_jobs`` ran or ``until`` (monotonic) passed."""
@@ -284,12 +226,10 @@ class WorkerSlot:
         The slot can be used again afterwards: it reconnects on its next take.
         """
         try:
-            self.hand_back()
+            self.seat.close()
         finally:
             self.thread.close()
-            self.lease.close()
             self.session.close()
-            self.landing.close()
             if self._own_tokens:
                 self.tokens.close()
 

@@ -89,20 +89,54 @@ Task = tuple[Work[Any], BaseException | None]
 """A work to run, and what to throw into it first (None to start or resume it with nothing)."""
 
 
-class _InFlight:
-    """The page a work thread is running, as the watcher sees it."""
+class InFlight:
+    """A page being run, as the thread that watches it sees it."""
 
     __slots__ = ("work", "call", "started", "warned", "stopped_at", "interrupted_at", "cancel")
 
     def __init__(self, work: Work[Any], call: PageCall) -> None:
         self.work = work
         self.call = call
-        self.cancel: Callable[[], object] | None = None
-        """Cancels an async page on the loop, once it is left behind."""
         self.started = time.monotonic()
         self.warned = False
         self.stopped_at: float | None = None
         self.interrupted_at: float | None = None
+        self.cancel: Callable[[], object] | None = None
+        """Cancels an async page on the loop, once it is left behind."""
+
+    def why_end(
+        self, *, stop: threading.Event, stop_grace: float, interrupted: threading.Event, interrupt_grace: float
+    ) -> Exception | None:
+        """What ends this page now: its timeout, its lost lease, the stop or the interrupt outlived; None: nothing."""
+        now = time.monotonic()
+        if now - self.started >= self.call.timeout:
+            return PageTimeout(f"the page did not return within {_seconds(self.call.timeout)}")
+        if self.call.lease_lost():
+            return PageLeftBehind("the job's lease was lost while the page ran")
+        if interrupted.is_set():
+            self.interrupted_at = self.interrupted_at if self.interrupted_at is not None else now
+            if now - self.interrupted_at >= interrupt_grace:
+                return PageLeftBehind(f"interrupted, and the page was still running {_seconds(interrupt_grace)} later")
+        if stop.is_set():
+            self.stopped_at = self.stopped_at if self.stopped_at is not None else now
+            if now - self.stopped_at >= stop_grace:
+                return PageLeftBehind(f"asked to stop, and the page was still running {_seconds(stop_grace)} later")
+        return None
+
+    def half_gone(self) -> bool:
+        """Whether the page has just passed half its timeout (true once): the time to warn of it."""
+        if self.warned or time.monotonic() - self.started < self.call.timeout / 2:
+            return False
+        self.warned = True
+        return True
+
+    def warn(self, log: logging.Logger | logging.LoggerAdapter[logging.Logger]) -> None:
+        log.warning(
+            "%s: the page has run for %s (its timeout is %s)",
+            self.call.describe(),
+            _seconds(time.monotonic() - self.started),
+            _seconds(self.call.timeout),
+        )
 
 
 class WorkThread:
@@ -131,7 +165,7 @@ class WorkThread:
         self._lock = threading.Lock()
         self._generation = 0
         """Which work thread is the live one; a thread of an older generation was left behind."""
-        self._page: _InFlight | None = None
+        self._page: InFlight | None = None
         self._interrupt: BaseException | None = None
         """Raised into the waiting thread: thrown into the work at its next page boundary."""
         self._inbox: queue.SimpleQueue[Task | None] | None = None
@@ -196,7 +230,7 @@ class WorkThread:
 
     def _look(self) -> None:
         """Leave the page in flight behind when it must end; warn once when it has run for half its timeout."""
-        warn: _InFlight | None = None
+        warn: InFlight | None = None
         with self._lock:
             page = self._page
             if page is None:
@@ -205,37 +239,19 @@ class WorkThread:
             if ended is not None:
                 self._leave_behind()
                 self._start().put((page.work, ended))  # the work goes on at once, on a new thread
-            elif not page.warned and time.monotonic() - page.started >= page.call.timeout / 2:
-                page.warned, warn = True, page
+            elif page.half_gone():
+                warn = page
         if warn is not None:
-            ran, timeout = time.monotonic() - warn.started, warn.call.timeout
-            self._log.warning(
-                "%s: the page has run for %s (its timeout is %s)",
-                warn.call.describe(),
-                _seconds(ran),
-                _seconds(timeout),
-            )
+            warn.warn(self._log)
 
-    def _why_end(self, page: _InFlight) -> Exception | None:
-        """What ends the page in flight now: its timeout, its lost lease, the stop or the interrupt outlived."""
-        now = time.monotonic()
-        if now - page.started >= page.call.timeout:
-            return PageTimeout(f"the page did not return within {_seconds(page.call.timeout)}")
-        if page.call.lease_lost():
-            return PageLeftBehind("the job's lease was lost while the page ran")
-        if self._interrupted.is_set():
-            page.interrupted_at = page.interrupted_at if page.interrupted_at is not None else now
-            if now - page.interrupted_at >= self._interrupt_grace:
-                return PageLeftBehind(
-                    f"interrupted, and the page was still running {_seconds(self._interrupt_grace)} later"
-                )
-        if self._stop.is_set():
-            page.stopped_at = page.stopped_at if page.stopped_at is not None else now
-            if now - page.stopped_at >= self._stop_grace:
-                return PageLeftBehind(
-                    f"asked to stop, and the page was still running {_seconds(self._stop_grace)} later"
-                )
-        return None
+    def _why_end(self, page: InFlight) -> Exception | None:
+        """What ends the page in flight now (see :meth:`InFlight.why_end`)."""
+        return page.why_end(
+            stop=self._stop,
+            stop_grace=self._stop_grace,
+            interrupted=self._interrupted,
+            interrupt_grace=self._interrupt_grace,
+        )
 
     def _leave_behind(self) -> None:
         """Abandon the live work thread (called under the lock): it ends when it next looks, its answer unread; an
@@ -297,7 +313,7 @@ class WorkThread:
                 if self._interrupt is not None:
                     send, throw, self._interrupt = None, self._interrupt, None
                     continue
-                self._page = _InFlight(work, call)
+                self._page = InFlight(work, call)
             try:
                 send, throw = self._page_answer(call, generation), None
             except BaseException as exc:  # noqa: BLE001 - thrown into the work, which decides

@@ -1,0 +1,242 @@
+"""A worker slot that runs up to ``jobs_per_slot`` jobs at once, each in a lane of its own, over a few connections.
+
+Syncing for thousands of accounts means hundreds of pages in flight, each mostly waiting on its API. A
+:class:`MultiSlot` keeps that many jobs running in one process: each in a :class:`~synclane_provider.core.run.seat.Seat`
+of its own (its own worker name, so the lane rule, the fencing and every write are per job as in a one-job slot),
+their statements through the slot's few :class:`~synclane_provider.core.db.connections.Connections`, their steps and
+pages driven by one :class:`~synclane_provider.core.run.stepper.Stepper`.
+
+How seats fill: a seat with nothing to do takes a job (one statement); while takes find jobs, more idle seats
+take, up to one take in flight per connection. A take that finds nothing makes the slot *dry*: idle seats wait
+until a running seat's finish takes its next job in another lane (work may have come), a poll interval passes, or
+:meth:`MultiSlot.wake`. A running seat moves on as a one-job slot does: its finish takes its next job in the same
+statement. :meth:`MultiSlot.drain` returns once no job runs and the last take found nothing, so a worker task
+defers only with nothing running and nothing due.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from datetime import timedelta
+from typing import cast
+
+from synclane_provider.core.clock import Clock, database_clock
+from synclane_provider.core.credentials import Sealer
+from synclane_provider.core.db.connections import Connections
+from synclane_provider.core.db.database import Database
+from synclane_provider.core.db.store import Store, Taken
+from synclane_provider.core.declare.declarations import SyncLane
+from synclane_provider.core.metrics import NO_METRICS, Metrics
+from synclane_provider.core.run.lane_gate import OwnerRates
+from synclane_provider.core.run.log_redaction import redact_logs
+from synclane_provider.core.run.runner import DEFAULT_STOP_GRACE, INTERRUPT_GRACE, KILL_GRACE, RunResult
+from synclane_provider.core.run.seat import Seat
+from synclane_provider.core.run.slot import new_worker_id, worker_settings
+from synclane_provider.core.run.stepper import Stepper
+from synclane_provider.core.run.summary import Summary
+from synclane_provider.core.run.tokens import TokenSource
+from synclane_provider.core.run.work_thread import Work
+
+log = logging.getLogger("synclane_provider.core.run.worker")
+"""The slots' log (and their jobs' lines), under the name logging configurations already give it."""
+
+TAKE, RUN = "take", "run"
+
+
+class MultiSlot:
+    """One unit of concurrency of a queue running up to ``jobs_per_slot`` jobs at once (see the module's docstring)."""
+
+    def __init__(
+        self,
+        synclane: SyncLane,
+        database: Database,
+        queue: str,
+        *,
+        jobs_per_slot: int,
+        connections: int | None = None,
+        worker_id: str | None = None,
+        clock: Clock = database_clock,
+        stop: threading.Event | None = None,
+        logger: logging.Logger | logging.LoggerAdapter[logging.Logger] | None = None,
+        give_up_after: timedelta = timedelta(minutes=5),
+        stop_grace: timedelta = DEFAULT_STOP_GRACE,
+        poll_interval: timedelta | None = None,
+        metrics: Metrics = NO_METRICS,
+        tokens: TokenSource | None = None,
+    ) -> None:
+        self.queue = synclane.queue(queue)
+        if jobs_per_slot < 1:
+            raise ValueError(f"jobs_per_slot must be at least 1, got {jobs_per_slot!r}")
+        self.jobs_per_slot = jobs_per_slot
+        self.log = logger or log
+        redact_logs(self.log)
+        self._own_tokens = tokens is None
+        self.tokens = tokens or TokenSource(database, Sealer(None), None, skew=self.queue.credentials_skew)
+        self.worker_id = worker_id or new_worker_id(queue)
+        self.clock = clock
+        self.stop = stop or threading.Event()
+        self.interrupted = threading.Event()
+        self.poll_interval = (poll_interval or synclane.poll_interval).total_seconds()
+        self.connections = Connections(
+            database,
+            size=connections or self.queue.connections,
+            stop=self.stop,
+            let_go=lambda: False,
+            give_up_after=give_up_after,
+            settings=worker_settings(synchronous_commit=synclane.synchronous_commit),
+            prepare_threshold=0,
+        )
+        """The few connections every seat's statements go through."""
+        self.store = Store(self.connections)
+        rates = OwnerRates(self.queue, refresh=synclane.plan_interval, log=self.log)
+        self.seats = [
+            Seat(
+                synclane,
+                self.queue,
+                self.store,
+                database,
+                worker_id=f"{self.worker_id}.{i}",
+                clock=clock,
+                stop=self.stop,
+                interrupted=self.interrupted,
+                log=self.log,
+                metrics=metrics,
+                tokens=self.tokens,
+                rates=rates,
+            )
+            for i in range(jobs_per_slot)
+        ]
+        self.stepper = Stepper(
+            self.worker_id,
+            self.log,
+            stop=self.stop,
+            stop_grace=stop_grace.total_seconds(),
+            interrupted=self.interrupted,
+            interrupt_grace=KILL_GRACE.total_seconds(),
+            finish_grace=INTERRUPT_GRACE.total_seconds(),
+            steps=self.connections.size,
+            pages=jobs_per_slot,
+        )
+        self._woken = threading.Event()
+        self.running_peak = 0
+        """The most jobs this slot ran at once."""
+
+    @property
+    def summary(self) -> Summary:
+        """What this slot's runs came to: its seats' summaries together."""
+        total = Summary()
+        for seat in self.seats:
+            total.merge(seat.summary)
+        return total
+
+    @summary.setter
+    def summary(self, summary: Summary) -> None:
+        for i, seat in enumerate(self.seats):
+            seat.summary = summary if i == 0 else Summary()
+
+    def interrupt(self) -> None:
+        """Stop because this process is about to be killed: every running job is handed back at once after its
+        page, or at the cursor its page started from when the page still runs ``KILL_GRACE`` later."""
+        self.interrupted.set()
+        self.stop.set()
+        self._woken.set()
+
+    def wake(self) -> None:
+        """Make idle seats take now rather than at the next poll (work was made due in this process)."""
+        self._woken.set()
+
+    def drain(self, *, max_jobs: int | None = None, until: float | None = None) -> Summary:
+        """Run jobs, up to ``jobs_per_slot`` at once, until none runs and nothing is due in a free lane, the slot
+        is stopped, about ``max_jobs`` started or ``until`` (monotonic) passed; the slot's summary."""
+        idle = list(reversed(self.seats))
+        started = 0
+        taking = 0
+        dry = False
+        dry_since = 0.0
+        errors: list[BaseException] = []
+
+        def stopping() -> bool:
+            return (
+                self.stop.is_set()
+                or bool(errors)
+                or (until is not None and time.monotonic() >= until)
+                or (max_jobs is not None and started >= max_jobs)
+            )
+
+        while True:
+            if self._woken.is_set() or (dry and time.monotonic() - dry_since >= self.poll_interval):
+                self._woken.clear()
+                dry = False
+            while not stopping() and not dry and idle and taking < self.connections.size:
+                seat = idle.pop()
+                self.stepper.start(self._taking(seat), (TAKE, seat))
+                taking += 1
+            running = self.stepper.running
+            self.running_peak = max(self.running_peak, running - taking)
+            if running == 0 and (dry or stopping()):
+                break
+            for tag, value, error in self.stepper.pump(self.poll_interval):
+                kind, seat = cast(tuple[str, Seat], tag)
+                if error is not None:
+                    errors.append(error)
+                    self.stop.set()
+                    idle.append(seat)
+                    continue
+                if kind == TAKE:
+                    taking -= 1
+                    if value is None:
+                        idle.append(seat)
+                        dry, dry_since = True, time.monotonic()
+                        continue
+                    seat.taking.next, seat.held_over = value, False
+                    started += 1
+                    self.stepper.start(self._running(seat, until, max_jobs, started), (RUN, seat))
+                    continue
+                result: RunResult = value
+                following = seat.next_job
+                if following is None:
+                    idle.append(seat)
+                    if seat.taking.found_nothing:
+                        dry, dry_since = True, time.monotonic()
+                    continue
+                started += 1
+                if following.lane != result.job.lane:
+                    dry = False  # this seat left a lane that may still have work
+                self.stepper.start(self._running(seat, until, max_jobs, started), (RUN, seat))
+        if errors:
+            raise errors[0]
+        return self.summary
+
+    def _taking(self, seat: Seat) -> Work[Taken | None]:
+        """A seat's take, as a work (a step with no page): the job it leased, or None."""
+        return seat.taking.take()
+        yield  # a generator: the stepper runs it on a step thread
+
+    def _running(self, seat: Seat, until: float | None, max_jobs: int | None, started: int) -> Work[RunResult | None]:
+        """A seat's job, run to the end of its attempt; its next job taken with its finish while the slot goes on,
+        else handed back."""
+        go_on = until is None or time.monotonic() < until
+        go_on = go_on and (max_jobs is None or started < max_jobs)
+        result = yield from seat.running_one(then_continue=go_on)
+        if seat.taking.next is not None and (self.stop.is_set() or (until is not None and time.monotonic() >= until)):
+            seat.hand_back()
+        return result
+
+    def close(self) -> None:
+        """Hand back jobs taken for later, end the stepper's threads and close the connections."""
+        try:
+            for seat in self.seats:
+                seat.close()
+        finally:
+            self.stepper.close()
+            self.connections.close()
+            if self._own_tokens:
+                self.tokens.close()
+
+    def __enter__(self) -> MultiSlot:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

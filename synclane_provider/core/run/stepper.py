@@ -1,0 +1,341 @@
+"""Many jobs' works at once: their steps on a few threads, their pages on page threads or on the event loop.
+
+A slot that runs one job at a time drives its work on one thread (:mod:`~synclane_provider.core.run.work_thread`).
+A slot that runs hundreds cannot spend a thread per job on the steps between pages: a step is a statement or two,
+a millisecond, and most of a job's life is its page waiting on the API. So a :class:`Stepper` drives every work
+of its slot from the thread that calls :meth:`Stepper.pump`:
+
+* **steps** (the work's code between two yields: takes, cursor saves, finishes) run on ``steps`` threads, as many
+  as the slot has connections -- a step holds a connection for its statement, and more step threads would wait
+  for one;
+* **pages** of a plain handler run on a bounded pool of page threads (:class:`PageThreads`, one per job at most);
+  those of an ``async def`` handler on the process's one event loop (:mod:`~synclane_provider.core.run.page_loop`),
+  no thread of their own;
+* **waits** a work yields (its turn in a lane's rate budget) are timers, holding no thread at all.
+
+The pump watches every page in flight as a work thread watches its one (:meth:`InFlight.why_end`): a page past its
+timeout, whose lease was lost, or still running a grace after a stop or an interrupt is left behind -- its page
+thread abandoned (the pool starts another in its place), its coroutine cancelled -- and the exception that ended it
+is thrown into its work, which goes on without it. A hung page holds up only its own job.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+from synclane_provider.core.run.page_loop import start_page
+from synclane_provider.core.run.waits import Wait
+from synclane_provider.core.run.work_thread import WAKE_EVERY, InFlight, PageCall, Work, WorkLeft
+
+Log = logging.Logger | logging.LoggerAdapter[logging.Logger]
+Done = Callable[[Any, BaseException | None], None]
+"""Told a page's answer: its value, or what it raised."""
+
+
+class PageRun:
+    """A plain handler's page on a page thread: ``abandoned`` once it is left behind, its answer then unheard."""
+
+    __slots__ = ("call", "done", "abandoned")
+
+    def __init__(self, call: PageCall, done: Done) -> None:
+        self.call = call
+        self.done = done
+        self.abandoned = False
+
+
+class PageThreads:
+    """Daemon threads for plain handlers' pages, at most ``limit`` at work, started as pages need them.
+
+    A thread whose page was left behind is abandoned: it ends when its page returns (its answer unheard), and no
+    longer counts against the limit, so a hung page never holds up another job's. Daemon threads, so that a page
+    that never returns does not keep the process alive either.
+    """
+
+    def __init__(self, name: str, limit: int) -> None:
+        self._name = name
+        self._limit = limit
+        self._lock = threading.Lock()
+        self._tasks: queue.SimpleQueue[PageRun | None] = queue.SimpleQueue()
+        self._live = 0
+        self._busy = 0
+        self.started = 0
+        """Page threads started so far (abandoned ones are replaced)."""
+
+    def run(self, call: PageCall, done: Done) -> PageRun:
+        """Run ``call``'s page on a page thread; ``done`` is told its answer there, unless it was abandoned."""
+        run = PageRun(call, done)
+        with self._lock:
+            self._busy += 1
+            if self._busy > self._live and self._live < self._limit:
+                self._live += 1
+                self.started += 1
+                threading.Thread(target=self._serve, name=f"{self._name}-page", daemon=True).start()
+        self._tasks.put(run)
+        return run
+
+    def abandon(self, run: PageRun) -> None:
+        """Stop waiting for ``run``'s page: its thread ends after it, and another may start meanwhile."""
+        with self._lock:
+            if not run.abandoned:
+                run.abandoned = True
+                self._live -= 1
+                self._busy -= 1
+
+    def _serve(self) -> None:
+        while (run := self._tasks.get()) is not None:
+            try:
+                value, error = run.call.handler(run.call.job), None
+            except BaseException as exc:  # noqa: BLE001 - the page's failure, thrown into its work
+                value, error = None, exc
+            with self._lock:
+                if run.abandoned:
+                    return  # left behind: this thread was replaced
+                self._busy -= 1
+            run.done(value, error)
+
+    def close(self) -> None:
+        """End the idle page threads (busy ones end after their page)."""
+        with self._lock:
+            live = self._live
+        for _ in range(live):
+            self._tasks.put(None)
+
+
+@dataclass(eq=False)
+class Entry:
+    """One work the stepper drives, with ``tag`` to tell it by when it ends."""
+
+    work: Work[Any]
+    tag: Hashable
+    page: InFlight | None = None
+    """The page in flight, if any."""
+    generation: int = 0
+    """Counts the work's pages: an answer of an earlier one (left behind) is not heard."""
+    stop_page: Callable[[], object] | None = field(default=None, repr=False)
+    """Abandons the page in flight (its thread, or its coroutine)."""
+
+
+Ended = tuple[Hashable, Any, BaseException | None]
+"""A work that ended: its tag, its value, or what it raised."""
+
+
+class Stepper:
+    """Drives many works at once for one slot (see the module's docstring)."""
+
+    def __init__(
+        self,
+        name: str,
+        log: Log,
+        *,
+        stop: threading.Event,
+        stop_grace: float,
+        interrupted: threading.Event,
+        interrupt_grace: float,
+        finish_grace: float,
+        steps: int,
+        pages: int,
+    ) -> None:
+        self._name = name
+        self._log = log
+        self._stop = stop
+        self._stop_grace = stop_grace
+        self._interrupted = interrupted
+        self._interrupt_grace = interrupt_grace
+        self._finish_grace = finish_grace
+        self._events: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
+        self._steps: queue.SimpleQueue[tuple[Entry, Any, BaseException | None] | None] = queue.SimpleQueue()
+        self._step_threads = steps
+        self._started = False
+        self.pages = PageThreads(name, pages)
+        self._running: set[Entry] = set()
+        self._timers: list[tuple[float, int, Entry, float]] = []
+        """Works waiting: (when to wake them, a tie-breaker, the work, when they began to wait)."""
+        self._order = itertools.count()
+        self._looked_at = time.monotonic()
+        self.left_behind = 0
+        """Pages the stepper stopped waiting for, each on a thread of its own (or a coroutine) that may still run."""
+
+    @property
+    def running(self) -> int:
+        """Works started and not yet ended."""
+        return len(self._running)
+
+    def start(self, work: Work[Any], tag: Hashable) -> None:
+        """Start driving ``work``; :meth:`pump` reports its end with ``tag``. From the pumping thread only."""
+        if not self._started:
+            self._started = True
+            for _ in range(self._step_threads):
+                threading.Thread(target=self._serve_steps, name=f"{self._name}-steps", daemon=True).start()
+        entry = Entry(work, tag)
+        self._running.add(entry)
+        self._step(entry, None, None)
+
+    def pump(self, timeout: float) -> list[Ended]:
+        """Drive the works for up to ``timeout`` seconds, returning as soon as one or more have ended: those.
+
+        An exception raised into this thread meanwhile (Ctrl-C, a task's timeout) is thrown into every work at its
+        next step -- after its page, if one is in flight -- so that each hands its job back, and is raised here once
+        every work has ended, or ``finish_grace`` later, when works whose pages still run are abandoned.
+        """
+        deadline = time.monotonic() + timeout
+        ended: list[Ended] = []
+        try:
+            while True:
+                self._pump_once(deadline, ended)
+                if ended or time.monotonic() >= deadline:
+                    return ended
+        except BaseException as interrupt:  # noqa: BLE001 - raised into this thread; re-raised below
+            self._finish_after(interrupt)
+            raise
+
+    def _pump_once(self, deadline: float, ended: list[Ended], interrupt: BaseException | None = None) -> None:
+        now = time.monotonic()
+        wake = min(deadline, self._looked_at + WAKE_EVERY, self._timers[0][0] if self._timers else deadline)
+        try:
+            event = self._events.get(timeout=max(wake - now, 0.0))
+        except queue.Empty:
+            event = None
+        if event is not None:
+            self._heard(event, ended, interrupt)
+        self._wake_due(interrupt)
+        if time.monotonic() - self._looked_at >= WAKE_EVERY:
+            self._look()
+
+    def _heard(self, event: tuple[Any, ...], ended: list[Ended], interrupt: BaseException | None) -> None:
+        kind, entry = event[0], event[1]
+        if entry not in self._running:
+            return  # abandoned for good meanwhile
+        if kind == "ended":
+            self._running.discard(entry)
+            ended.append((entry.tag, event[2], event[3]))
+        elif kind == "yielded":
+            self._yielded(entry, event[2], interrupt)
+        elif kind == "paged" and entry.page is not None and event[2] == entry.generation:
+            entry.page, entry.stop_page = None, None
+            value, error = event[3], event[4]
+            if interrupt is not None:
+                value, error = None, interrupt
+            self._step(entry, value, error)
+
+    def _yielded(self, entry: Entry, step: PageCall | Wait, interrupt: BaseException | None) -> None:
+        if interrupt is not None:
+            self._step(entry, None, interrupt)
+        elif isinstance(step, Wait):
+            if self._stop.is_set():
+                self._step(entry, 0.0, None)
+            else:
+                now = time.monotonic()
+                heapq.heappush(self._timers, (now + step.seconds, next(self._order), entry, now))
+        else:
+            self._page(entry, step)
+
+    def _page(self, entry: Entry, call: PageCall) -> None:
+        entry.generation += 1
+        entry.page = InFlight(entry.work, call)
+        generation = entry.generation
+
+        def done(value: Any, error: BaseException | None) -> None:
+            self._events.put(("paged", entry, generation, value, error))
+
+        if call.asynchronous:
+            future = start_page(call.handler(call.job))  # type: ignore[arg-type]
+
+            def answered(future: Any) -> None:
+                if future.cancelled():
+                    return  # left behind
+                error = future.exception()
+                done(None if error is not None else future.result(), error)
+
+            future.add_done_callback(answered)
+            entry.stop_page = future.cancel
+        else:
+            run = self.pages.run(call, done)
+            entry.stop_page = partial(self.pages.abandon, run)
+
+    def _wake_due(self, interrupt: BaseException | None) -> None:
+        """Send the works whose waits are over (all of them once the slot stops) the seconds they slept."""
+        now = time.monotonic()
+        while self._timers and (self._timers[0][0] <= now or self._stop.is_set() or interrupt is not None):
+            _, _, entry, began = heapq.heappop(self._timers)
+            if entry in self._running:
+                if interrupt is not None:
+                    self._step(entry, None, interrupt)
+                else:
+                    self._step(entry, now - began, None)
+
+    def _look(self) -> None:
+        """Leave behind each page that must end; warn once of each that has run for half its timeout."""
+        self._looked_at = time.monotonic()
+        for entry in list(self._running):
+            page = entry.page
+            if page is None:
+                continue
+            why = page.why_end(
+                stop=self._stop,
+                stop_grace=self._stop_grace,
+                interrupted=self._interrupted,
+                interrupt_grace=self._interrupt_grace,
+            )
+            if why is not None:
+                self._leave_behind(entry)
+                self._step(entry, None, why)  # the work goes on at once without its page
+            elif page.half_gone():
+                page.warn(self._log)
+
+    def _leave_behind(self, entry: Entry) -> None:
+        entry.generation += 1
+        if entry.stop_page is not None:
+            entry.stop_page()
+        entry.page, entry.stop_page = None, None
+        self.left_behind += 1
+
+    def _finish_after(self, interrupt: BaseException) -> None:
+        """Throw ``interrupt`` into every work at its next step and wait up to ``finish_grace`` for them to end;
+        abandon the works whose pages still run then (they unwind with WorkLeft, writing nothing more)."""
+        deadline = time.monotonic() + self._finish_grace
+        ended: list[Ended] = []
+        while self._running and time.monotonic() < deadline:
+            try:
+                self._pump_once(deadline, ended, interrupt)
+            except BaseException:  # noqa: BLE001 - a second interrupt: stop waiting
+                break
+        for entry in list(self._running):
+            self._running.discard(entry)
+            if entry.page is not None:
+                self._leave_behind(entry)
+                try:
+                    entry.work.throw(WorkLeft())
+                except BaseException:  # noqa: BLE001 - the interrupt is what the caller hears of
+                    pass
+
+    def _step(self, entry: Entry, send: Any, throw: BaseException | None) -> None:
+        self._steps.put((entry, send, throw))
+
+    def _serve_steps(self) -> None:
+        while (task := self._steps.get()) is not None:
+            entry, send, throw = task
+            try:
+                step = entry.work.send(send) if throw is None else entry.work.throw(throw)
+            except StopIteration as end:
+                self._events.put(("ended", entry, end.value, None))
+            except BaseException as exc:  # noqa: BLE001 - the work's own failure, reported with its end
+                self._events.put(("ended", entry, None, exc))
+            else:
+                self._events.put(("yielded", entry, step))
+
+    def close(self) -> None:
+        """End the step threads and the idle page threads (a work still running is the caller's to end first)."""
+        if self._started:
+            self._started = False
+            for _ in range(self._step_threads):
+                self._steps.put(None)
+        self.pages.close()
