@@ -11,7 +11,7 @@ from datetime import timedelta
 from synclane_provider.core import Operations, Owner, Page
 from synclane_provider.core.errors import PageTimeout
 from synclane_provider.core.run.multislot import MultiSlot
-from tests.support.helpers import declare, owners, products, rows
+from tests.support.helpers import Background, declare, execute, owners, products, rows
 
 LANES = [f"shop-{i:02}" for i in range(24)]
 
@@ -175,3 +175,117 @@ def test_a_lane_two_wide_runs_two_of_its_jobs_at_once_in_one_slot(database_url, 
         summary = slot.drain()
     assert summary.outcomes["completed"] == 4
     assert seen.peak == 2
+
+
+class Gated:
+    """A handler of three pages: the first returns at once (cursor "1"), the second waits for ``release`` (cursor
+    "2"), the third ends the job."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.second: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, job):
+        if job.cursor is None:
+            return Page("1", 1)
+        if job.cursor == "2":
+            return Page(None, 1)
+        with self._lock:
+            self.second[job.owner] = self.second.get(job.owner, 0) + 1
+        self.release.wait(30)
+        return Page("2", 1)
+
+    def all_in_second_page(self, owners_: list[str], timeout: float = 20) -> None:
+        deadline = time.monotonic() + timeout
+        while set(self.second) != set(owners_):
+            assert time.monotonic() < deadline, self.second
+            time.sleep(0.02)
+
+
+def six_lanes(schema, database_url, handler, **settings):
+    synclane = declare(schema, products(handler), owner_source=owners(*LANES[:6]), **settings)
+    database = synclane.database(database_url)
+    with Operations(synclane, database) as ops:
+        for owner in LANES[:6]:
+            ops.enqueue("shops", owner, "products", key="a")
+    return synclane, database
+
+
+def test_an_interrupted_slot_hands_every_running_job_back_at_its_cursor_at_once(database_url, schema, admin):
+    """Airflow's on_kill while six pages hang: within the kill grace every job is back to pending at the cursor its
+    page started from, its attempt not counted, its lane free -- none waits for its lease to lapse."""
+    handler = Gated()
+    synclane, database = six_lanes(schema, database_url, handler)
+    try:
+        with MultiSlot(synclane, database, "shops", jobs_per_slot=6, connections=2) as slot:
+            draining = Background(slot.drain, name="drain")
+            handler.all_in_second_page(LANES[:6])
+            interrupted = time.monotonic()
+            slot.interrupt()
+            summary = draining.result(20)
+            took = time.monotonic() - interrupted
+    finally:
+        handler.release.set()
+    assert summary.outcomes == {"released": 6}
+    assert took < 5, took
+    left = rows(admin, schema)
+    assert {(r["status"], r["cursor"], r["attempt_count"], r["leased_by"]) for r in left} == {("pending", "1", 0, None)}
+
+
+def test_a_stopped_slot_hands_each_running_job_back_after_its_page(database_url, schema, admin):
+    """max_run_time (the slot's stop): each job's page in flight ends, its cursor is saved, and the job goes back to
+    pending there, to be continued by the next run."""
+    handler = Gated()
+    synclane, database = six_lanes(schema, database_url, handler)
+    with MultiSlot(synclane, database, "shops", jobs_per_slot=6, connections=2) as slot:
+        draining = Background(slot.drain, name="drain")
+        handler.all_in_second_page(LANES[:6])
+        slot.stop.set()
+        handler.release.set()
+        summary = draining.result(20)
+    assert summary.outcomes == {"released": 6}
+    left = rows(admin, schema)
+    assert {(r["status"], r["cursor"], r["attempt_count"], r["leased_by"]) for r in left} == {("pending", "2", 0, None)}
+
+
+def test_a_cancel_and_a_pause_stop_their_own_jobs_and_no_other(database_url, schema, admin):
+    """While six jobs wait in their second page, one owner's work is cancelled and another owner is paused: the
+    cancelled job ends abandoned, the paused owner's job goes back to pending at its cursor, the other four
+    complete."""
+    handler = Gated()
+    synclane, database = six_lanes(schema, database_url, handler)
+    with Operations(synclane, database) as ops, MultiSlot(synclane, database, "shops", jobs_per_slot=6) as slot:
+        draining = Background(slot.drain, name="drain")
+        handler.all_in_second_page(LANES[:6])
+        ops.cancel("shops", LANES[0], "account disconnected")
+        ops.pause("shops", LANES[1], "billing")
+        handler.release.set()
+        summary = draining.result(20)
+    by_owner = {r["owner"]: r for r in rows(admin, schema)}
+    assert (by_owner[LANES[0]]["status"], by_owner[LANES[0]]["cursor"]) == ("abandoned", "2")
+    assert (by_owner[LANES[1]]["status"], by_owner[LANES[1]]["cursor"]) == ("pending", "2")
+    assert {by_owner[o]["status"] for o in LANES[2:6]} == {"completed"}
+    assert summary.outcomes == {"completed": 4, "abandoned": 1, "released": 1}
+
+
+def test_a_job_taken_over_from_a_slot_of_many_is_no_longer_written_by_it(database_url, schema, admin):
+    """One job's lease is expired by hand and another worker takes it over while its page runs: the slot's write
+    for that job finds the lease gone and stops (lease_lost); the other five complete as theirs."""
+    handler = Gated()
+    synclane, database = six_lanes(schema, database_url, handler)
+    with MultiSlot(synclane, database, "shops", jobs_per_slot=6, connections=2) as slot:
+        draining = Background(slot.drain, name="drain")
+        handler.all_in_second_page(LANES[:6])
+        execute(
+            admin,
+            schema,
+            "UPDATE {jobs} SET leased_by = 'another-worker', lease_expires_at = now() + interval '5 minutes'"
+            " WHERE owner = %s",
+            [LANES[0]],
+        )
+        handler.release.set()
+        summary = draining.result(20)
+    assert summary.outcomes == {"completed": 5, "lease_lost": 1}
+    [taken] = rows(admin, schema, "owner = %s", [LANES[0]])
+    assert (taken["status"], taken["leased_by"], taken["cursor"]) == ("running", "another-worker", "1")

@@ -37,8 +37,13 @@ def test_the_concurrency_count_sees_touching_intervals_as_apart():
     assert max_concurrency({"a": [(0, 1), (1, 2)], "b": [(0, 3), (1, 2), (1.5, 4)]}) == {"a": 1, "b": 3}
 
 
-def test_24_workers_on_3_lanes_of_width_2_run_at_most_2_jobs_of_a_lane_at_once(database_url, fresh_schema):
-    result = lane_race(database_url, fresh_schema, workers=24, lanes=3, jobs=600, width=2, **HARSH)
+@pytest.mark.parametrize(("workers", "jobs_per_slot"), [(24, 1), (3, 8)], ids=["one job a slot", "8 jobs a slot"])
+def test_24_workers_on_3_lanes_of_width_2_run_at_most_2_jobs_of_a_lane_at_once(
+    database_url, fresh_schema, workers, jobs_per_slot
+):
+    result = lane_race(
+        database_url, fresh_schema, workers=workers, jobs_per_slot=jobs_per_slot, lanes=3, jobs=600, width=2, **HARSH
+    )
     assert result.jobs == 600
     assert result.max_running == {"lane-0": 2, "lane-1": 2, "lane-2": 2}  # the width is used, and never passed
 

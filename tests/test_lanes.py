@@ -7,6 +7,8 @@ import time
 from collections import defaultdict
 from datetime import timedelta
 
+import pytest
+
 from synclane_provider.core import Job, Operations, Owner, Page, WorkerPool
 from tests.support.helpers import Background, declare, orders, rows
 from tests.support.lane_race import count_overlaps, lane_race
@@ -24,17 +26,38 @@ of a lane. The take's own look never starts a job below a lane's head, nor in a 
 stops two takes that saw the lane at different moments (measured without it: 4-15 overlaps a run)."""
 
 
-def test_24_workers_on_3_lanes_never_run_two_jobs_of_one_lane_at_once(database_url, fresh_schema):
-    result = lane_race(database_url, fresh_schema, workers=24, lanes=3, jobs=600, **HARSH)
+SHAPES = pytest.mark.parametrize(
+    ("workers", "jobs_per_slot"), [(24, 1), (3, 8)], ids=["24 slots of one job", "3 slots of 8 jobs"]
+)
+"""24 workers: as many one-job slots, or three slots running eight jobs each."""
+
+
+@SHAPES
+def test_24_workers_on_3_lanes_never_run_two_jobs_of_one_lane_at_once(
+    database_url, fresh_schema, workers, jobs_per_slot
+):
+    result = lane_race(
+        database_url, fresh_schema, workers=workers, jobs_per_slot=jobs_per_slot, lanes=3, jobs=600, **HARSH
+    )
     assert result.jobs == 600
     assert result.overlaps == 0
 
 
-def test_without_the_lane_index_the_same_race_overlaps(database_url, schemas):
+@SHAPES
+def test_without_the_lane_index_the_same_race_overlaps(database_url, schemas, workers, jobs_per_slot):
     """The check can fail: the index is what prevents this. A race is a race: on a loaded machine one may pass
     without an overlap, so it runs again, up to three times, until the check is seen failing."""
     for _ in range(3):
-        result = lane_race(database_url, schemas(), workers=24, lanes=3, jobs=600, keep_lane_index=False, **HARSH)
+        result = lane_race(
+            database_url,
+            schemas(),
+            workers=workers,
+            jobs_per_slot=jobs_per_slot,
+            lanes=3,
+            jobs=600,
+            keep_lane_index=False,
+            **HARSH,
+        )
         assert result.jobs == 600
         if result.overlaps > 0:
             break

@@ -141,7 +141,10 @@ def test_owner_paused_pauses_the_owner_and_hands_its_job_back_at_its_cursor(data
     assert handler.calls == [("acme", None), ("acme", "50")]  # not one more page requested
 
 
-def test_a_paused_owner_in_a_shared_lane_does_not_hold_up_its_lane_mates(database_url, schema, admin, clock, store):
+@pytest.mark.parametrize("jobs_per_slot", [1, 4])
+def test_a_paused_owner_in_a_shared_lane_does_not_hold_up_its_lane_mates(
+    database_url, schema, admin, clock, store, jobs_per_slot
+):
     """acme's jobs stand first in the shared lane (its orders come before globex's snapshot, newest first), so a
     take that stopped at the lane's head would find nothing for globex."""
     handler = Revoked("acme", after=0)
@@ -154,7 +157,7 @@ def test_a_paused_owner_in_a_shared_lane_does_not_hold_up_its_lane_mates(databas
     database = declaration.database(database_url)
     with Operations(declaration, database) as ops:
         ops.plan("shops", now=clock.now)
-        summary = WorkerPool(declaration, database, "shops", slots=2, clock=clock).drain()
+        summary = WorkerPool(declaration, database, "shops", slots=2, jobs_per_slot=jobs_per_slot, clock=clock).drain()
 
     assert summary.outcomes["paused"] == 1
     assert handler.pages("acme") == 1

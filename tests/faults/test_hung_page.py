@@ -103,12 +103,15 @@ def test_a_page_left_behind_that_returns_later_is_thrown_away_while_the_slot_wai
     assert (by_owner["next"]["status"], by_owner["next"]["processed_count"]) == ("completed", 3)
 
 
-def test_a_stopping_pool_lets_go_of_a_hung_page_after_its_grace(schema, database_url, admin, hang):
+@pytest.mark.parametrize("jobs_per_slot", [1, 4])
+def test_a_stopping_pool_lets_go_of_a_hung_page_after_its_grace(schema, database_url, admin, hang, jobs_per_slot):
     declaration = declare(schema, products(hang), owner_source=ACME)
     database = declaration.database(database_url)
     with Operations(declaration, database) as ops:
         ops.enqueue("shops", "acme-us", "products", key="hangs")
-    pool = WorkerPool(declaration, database, "shops", slots=1, stop_grace=timedelta(seconds=0.5))
+    pool = WorkerPool(
+        declaration, database, "shops", slots=1, jobs_per_slot=jobs_per_slot, stop_grace=timedelta(seconds=0.5)
+    )
     running = Background(pool.run, name="pool")
     deadline = time.monotonic() + 20
     while rows(admin, schema)[0]["cursor"] != "50":

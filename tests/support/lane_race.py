@@ -82,8 +82,10 @@ def lane_race(
     keep_lane_index: bool = True,
     width: int = 1,
     arrivals: int = 1,
+    jobs_per_slot: int = 1,
 ) -> RaceResult:
-    """Run ``jobs`` jobs spread over ``lanes`` lanes of ``width`` through ``workers`` slots; count lane overlaps.
+    """Run ``jobs`` jobs spread over ``lanes`` lanes of ``width`` through ``workers`` slots of ``jobs_per_slot``
+    jobs each; count lane overlaps.
 
     The jobs arrive in ``waves``: each wave is inserted while every slot is
     idle, then all slots are woken at once -- the moment every lane is free
@@ -116,7 +118,9 @@ def lane_race(
     if not keep_lane_index:
         admin.execute(sql.SQL("DROP INDEX {}.jobs_one_running_per_lane_slot").format(sql.Identifier(schema)))
     # Only wake() starts the slots on a wave: their own polls are far apart.
-    pool = WorkerPool(synclane, database, "race", slots=workers, poll_interval=timedelta(seconds=30))
+    pool = WorkerPool(
+        synclane, database, "race", slots=workers, jobs_per_slot=jobs_per_slot, poll_interval=timedelta(seconds=30)
+    )
     outcome: list = []  # the pool's summary, or what it raised
 
     def run_pool() -> None:
