@@ -19,6 +19,7 @@ import pytest
 from psycopg import sql
 
 from synclane_provider.core import Destination, Job, Operations, Page, WorkerSlot
+from synclane_provider.core.run.multislot import MultiSlot
 from synclane_provider.core.run.runner import Outcome
 from tests.support.helpers import Background, declare, execute, owners, products, rows
 
@@ -315,3 +316,26 @@ def test_workers_killed_between_the_write_and_the_cursor_save_land_every_record_
     )
     [job] = rows(admin, schema)
     assert job["processed_count"] == total
+
+
+def test_a_slot_of_many_jobs_commits_each_page_with_its_own_cursor(database_url, with_records, admin):
+    """Four owners' jobs land their pages at once from one slot: each page commits with its own job's cursor, and
+    the page that fails after landing leaves nothing of itself; every record is written once per owner."""
+    schema = with_records
+    shops = [f"acme-{i}" for i in range(4)]
+
+    def fail_once(job: Job) -> None:
+        if job.owner == "acme-1" and job.cursor == "20" and job.attempt_count == 1:
+            raise RuntimeError("the page broke after landing")
+
+    declaration = landing_declaration(schema, total=50, size=10, before_save=fail_once, owner_source=owners(*shops))
+    database = declaration.database(database_url)
+    planned(declaration, database)
+    with MultiSlot(declaration, database, "shops", jobs_per_slot=4, connections=2) as slot:
+        deadline = time.monotonic() + 20
+        while slot.drain().outcomes["completed"] < 4:  # the failed job is retried after its millisecond
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert slot.summary.outcomes == {"completed": 4, "failed": 1}
+    assert writes_per_record(admin, schema) == {i: 4 for i in range(50)}
+    assert {(r["status"], r["processed_count"]) for r in rows(admin, schema)} == {("completed", 50)}

@@ -180,10 +180,11 @@ def test_a_statement_killed_while_it_waits_is_run_again_on_a_new_connection(
     assert_completed_once(admin, schema, log, outcome["result"])
 
 
+@pytest.mark.parametrize(("slots", "jobs_per_slot"), [(4, 1), (1, 4)], ids=["4 slots of one job", "a slot of 4"])
 def test_killing_every_connection_of_a_pool_again_and_again_loses_nothing_and_never_overlaps_a_lane(
-    schema, database_url, admin
+    schema, database_url, admin, slots, jobs_per_slot
 ):
-    """Four slots, three lanes, and every few pages all of the pool's connections are killed, whatever they
+    """Four workers, three lanes, and every few pages all of the pool's connections are killed, whatever they
     were doing at that moment (a take, a save, a heartbeat, a completion, or nothing)."""
     name = application_name("pool")
     counter = {"pages": 0}
@@ -205,7 +206,9 @@ def test_killing_every_connection_of_a_pool_again_and_again_loses_nothing_and_ne
     declaration = declare(schema, products(log), owner_source=source)
     with Operations(declaration, declaration.database(database_url)) as ops:
         ops.plan("shops")
-    pool = WorkerPool(declaration, database(database_url, schema, name), "shops", slots=4)
+    pool = WorkerPool(
+        declaration, database(database_url, schema, name), "shops", slots=slots, jobs_per_slot=jobs_per_slot
+    )
     try:
         summary = pool.drain()
     finally:
