@@ -289,3 +289,26 @@ def test_a_job_taken_over_from_a_slot_of_many_is_no_longer_written_by_it(databas
     assert summary.outcomes == {"completed": 5, "lease_lost": 1}
     [taken] = rows(admin, schema, "owner = %s", [LANES[0]])
     assert (taken["status"], taken["leased_by"], taken["cursor"]) == ("running", "another-worker", "1")
+
+
+def test_a_job_enqueued_while_the_slot_runs_others_starts_at_once_on_the_notification(database_url, schema, admin):
+    """The slot found nothing more to take and polls only every minute; a job enqueued meanwhile (which notifies the
+    table's channel) starts within moments on an idle seat, heard by the process's one listening connection."""
+    handler = Gated()
+    synclane, database = six_lanes(schema, database_url, handler)
+    minute = timedelta(minutes=1)
+    with (
+        Operations(synclane, database) as ops,
+        MultiSlot(synclane, database, "shops", jobs_per_slot=8, connections=2, poll_interval=minute) as slot,
+    ):
+        draining = Background(slot.drain, name="drain")
+        handler.all_in_second_page(LANES[:6])
+        time.sleep(0.3)  # the idle seats' takes have found nothing
+        enqueued = time.monotonic()
+        ops.enqueue("shops", LANES[6], "products", key="late", lane=LANES[6])
+        handler.all_in_second_page(LANES[:7], timeout=5)
+        heard = time.monotonic() - enqueued
+        handler.release.set()
+        summary = draining.result(20)
+    assert heard < 2, heard
+    assert summary.outcomes == {"completed": 7}

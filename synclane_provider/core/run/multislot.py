@@ -26,6 +26,7 @@ from synclane_provider.core.clock import Clock, database_clock
 from synclane_provider.core.credentials import Sealer
 from synclane_provider.core.db.connections import Connections
 from synclane_provider.core.db.database import Database
+from synclane_provider.core.db.listener import listener
 from synclane_provider.core.db.store import Store, Taken
 from synclane_provider.core.declare.declarations import SyncLane
 from synclane_provider.core.metrics import NO_METRICS, Metrics
@@ -120,6 +121,9 @@ class MultiSlot:
             pages=jobs_per_slot,
         )
         self._woken = threading.Event()
+        """Set by :meth:`wake`, and by the process's listener when the table notifies the queue (see core.db.listener)."""
+        self._listener = listener(database)
+        self._listening = False
         self.running_peak = 0
         """The most jobs this slot ran at once."""
 
@@ -141,15 +145,19 @@ class MultiSlot:
         page, or at the cursor its page started from when the page still runs ``KILL_GRACE`` later."""
         self.interrupted.set()
         self.stop.set()
-        self._woken.set()
+        self.wake()
 
     def wake(self) -> None:
-        """Make idle seats take now rather than at the next poll (work was made due in this process)."""
+        """Make idle seats take now rather than at the next poll (work may have come); any thread."""
         self._woken.set()
+        self.stepper.nudge()
 
     def drain(self, *, max_jobs: int | None = None, until: float | None = None) -> Summary:
         """Run jobs, up to ``jobs_per_slot`` at once, until none runs and nothing is due in a free lane, the slot
         is stopped, about ``max_jobs`` started or ``until`` (monotonic) passed; the slot's summary."""
+        if not self._listening:
+            self._listener.register(self.queue.name, self.wake)
+            self._listening = True
         idle = list(reversed(self.seats))
         started = 0
         taking = 0
@@ -230,6 +238,9 @@ class MultiSlot:
             for seat in self.seats:
                 seat.close()
         finally:
+            if self._listening:
+                self._listener.unregister(self.queue.name, self.wake)
+                self._listening = False
             self.stepper.close()
             self.connections.close()
             if self._own_tokens:

@@ -161,6 +161,7 @@ class Stepper:
         """Works waiting: (when to wake them, a tie-breaker, the work, when they began to wait)."""
         self._order = itertools.count()
         self._looked_at = time.monotonic()
+        self._nudged = False
         self.left_behind = 0
         """Pages the stepper stopped waiting for, each on a thread of its own (or a coroutine) that may still run."""
 
@@ -179,6 +180,10 @@ class Stepper:
         self._running.add(entry)
         self._step(entry, None, None)
 
+    def nudge(self) -> None:
+        """Make the pump return now, even with no work ended (something outside the works changed); any thread."""
+        self._events.put(("nudge", None))
+
     def pump(self, timeout: float) -> list[Ended]:
         """Drive the works for up to ``timeout`` seconds, returning as soon as one or more have ended: those.
 
@@ -188,10 +193,11 @@ class Stepper:
         """
         deadline = time.monotonic() + timeout
         ended: list[Ended] = []
+        self._nudged = False
         try:
             while True:
                 self._pump_once(deadline, ended)
-                if ended or time.monotonic() >= deadline:
+                if ended or self._nudged or time.monotonic() >= deadline:
                     return ended
         except BaseException as interrupt:  # noqa: BLE001 - raised into this thread; re-raised below
             self._finish_after(interrupt)
@@ -212,6 +218,9 @@ class Stepper:
 
     def _heard(self, event: tuple[Any, ...], ended: list[Ended], interrupt: BaseException | None) -> None:
         kind, entry = event[0], event[1]
+        if kind == "nudge":
+            self._nudged = True
+            return
         if entry not in self._running:
             return  # abandoned for good meanwhile
         if kind == "ended":
