@@ -4,13 +4,19 @@ connections, with plain and ``async def`` handlers alike."""
 from __future__ import annotations
 
 import asyncio
+import http.server
+import json
 import threading
 import time
+import urllib.parse
 from datetime import timedelta
+
+import httpx
 
 from synclane_provider.core import Operations, Owner, Page
 from synclane_provider.core.errors import PageTimeout
 from synclane_provider.core.run.multislot import MultiSlot
+from synclane_provider.core.run.page_loop import page_loop
 from tests.support.helpers import Background, declare, execute, owners, products, rows
 
 LANES = [f"shop-{i:02}" for i in range(24)]
@@ -312,3 +318,71 @@ def test_a_job_enqueued_while_the_slot_runs_others_starts_at_once_on_the_notific
         summary = draining.result(20)
     assert heard < 2, heard
     assert summary.outcomes == {"completed": 7}
+
+
+class SlowApi:
+    """An HTTP API on a local port answering each page after 0.3 s: two pages an owner, and how many requests
+    it served at once at most."""
+
+    def __init__(self) -> None:
+        api = self
+        self.now = 0
+        self.peak = 0
+        self._lock = threading.Lock()
+
+        class Pages(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 - the standard library's name
+                with api._lock:
+                    api.now += 1
+                    api.peak = max(api.peak, api.now)
+                try:
+                    time.sleep(0.3)
+                    cursor = urllib.parse.parse_qs(urllib.parse.urlparse(self.path).query).get("cursor", [""])[0]
+                    body = json.dumps({"items": [1, 2, 3], "next": None if cursor else "2"}).encode()
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                finally:
+                    with api._lock:
+                        api.now -= 1
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Pages)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_one_shared_httpx_async_client_serves_every_lane_of_a_slot(database_url, schema, admin):
+    """The README's async handler: one ``httpx.AsyncClient`` for every page of the slot, 24 lanes paging at once
+    through it on the process's loop."""
+    api = SlowApi()
+    client = httpx.AsyncClient(base_url=api.url, limits=httpx.Limits(max_connections=24))
+
+    async def fetch_items(job):
+        response = await client.get("/items", params={"owner": job.owner, "cursor": job.cursor or ""})
+        response.raise_for_status()
+        body = response.json()
+        return Page(body["next"], len(body["items"]))
+
+    synclane = declare(schema, products(fetch_items), owner_source=owners(*LANES))
+    database = synclane.database(database_url)
+    with Operations(synclane, database) as ops:
+        for owner in LANES:
+            ops.enqueue("shops", owner, "products", key="a")
+    try:
+        with MultiSlot(synclane, database, "shops", jobs_per_slot=24, connections=2) as slot:
+            summary = slot.drain()
+    finally:
+        asyncio.run_coroutine_threadsafe(client.aclose(), page_loop()).result(5)
+        api.close()
+    assert (summary.outcomes, summary.pages, summary.records) == ({"completed": 24}, 48, 144)
+    assert api.peak >= 12, api.peak
