@@ -14,11 +14,13 @@ PACKAGE = "synclane_provider.core.db"
 
 def test_a_shared_fragment_stands_whole_in_every_statement_that_names_it():
     finish_and_take = queries._texts()["finish_and_take"]
+    take_many = queries._texts()["take_many"]
     worker_wakeup = queries._texts()["worker_wakeup"]
-    for text in (finish_and_take, worker_wakeup):
+    for text in (finish_and_take, take_many, worker_wakeup):
         assert "{lanes_with_waiting_work}" not in text and "FROM lanes WHERE lanes.lane IS NOT NULL" in text
-    assert "{free_slots_of_j}" not in finish_and_take
-    assert finish_and_take.count("FROM generate_series(0, j.lane_width - 1) AS slot(n)") == 2
+    for text in (finish_and_take, take_many):
+        assert "{free_slots_of_j}" not in text
+        assert text.count("FROM generate_series(0, j.lane_width - 1) AS slot(n)") == 2
 
 
 def test_freshness_is_one_rule_written_once_and_read_by_every_statement_that_reads_it():

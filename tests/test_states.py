@@ -43,6 +43,7 @@ from synclane_provider.core import (
 )
 from synclane_provider.core.db.queries import RULES, fragments_of, named_statements, statement
 from synclane_provider.core.db.schema_versions import ensure_schema, shipped_migrations
+from synclane_provider.core.db.store import Finish
 from synclane_provider.core.states import (
     ALLOWED_TRANSITIONS,
     ATTEMPTS_SPENT,
@@ -73,6 +74,7 @@ LIST_MEANINGS = {
     "requeue": {"STOPPED"},
     "resync_progress": {"STOPPED", "ATTEMPTS_SPENT"},
     "finish_and_take": {"WAITING", "WAITING_IN_TURN"},
+    "take_many": {"WAITING", "WAITING_IN_TURN"},
     "take_lane_budget": {"WAITING_IN_TURN"},  # a lane's recurring job due, which a take would pick in its turn
     "abandon_job": {"UNSETTLED"},
     "cancel": {"UNSETTLED"},
@@ -438,6 +440,29 @@ def test_every_transition_the_engine_performs_is_allowed_and_every_allowed_one_i
         taken_over = slot.take()
         assert taken_over.owner == "orphan"
         assert slot.thread.run(slot.runner.run(taken_over)).outcome.value == "completed"
+        # a worker process takes several jobs at once (take_many): an expired lease first, then a waiting job
+        enqueue("batch-lost")
+        enqueue("batch-waiting")
+        assert dying.take().owner == "batch-lost"
+        later(6)
+        batch = slot.store.take_many(
+            queue="shops", workers=["many-1", "many-2"], lease=timedelta(minutes=5), now=clock()
+        )
+        assert [(t.job.owner, t.job.leased_by) for t in batch] == [
+            ("batch-lost", "many-1"),
+            ("batch-waiting", "many-2"),
+        ]
+        for each in batch:
+            done = Finish(each.job.id, JobStatus.COMPLETED, 0)
+            finished = slot.store.finish_and_take(
+                queue="shops",
+                worker=each.job.leased_by,
+                lease=timedelta(minutes=5),
+                finish=done,
+                take=False,
+                now=clock(),
+            )
+            assert finished.finished
         # an operator hands back a running job, and gives up on another
         held = WorkerSlot(synclane, database, "shops", clock=clock)
         slots.append(held)

@@ -14,8 +14,9 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from synclane_provider.core import Operations, WindowedType, WorkerSlot
-from tests.support.helpers import declare, execute, orders, owners, paged, products, rows
+from tests.support.helpers import declare, orders, owners, paged, products, rows
 from tests.support.lane_race import overtaken, take_in_rounds
+from tests.support.take_table import add_job, another_take_holding
 
 UTC = timezone.utc
 NOW = datetime(2026, 11, 30, 10, 20, tzinfo=UTC)
@@ -33,27 +34,7 @@ def table(request, schema, database_url, admin):
         ops.activity("shops")  # creates the table
 
     def add(lane: str, *, days_ago: int, status: str = "pending", type: str = "orders", running_by: str | None = None):
-        end = NOW - timedelta(days=days_ago)
-        execute(
-            admin,
-            schema,
-            "INSERT INTO {jobs} (queue, owner, lane, type, mode, status, priority, window_start, window_end, dedup_key,"
-            " next_run_at, leased_by, lease_expires_at) VALUES ('shops', %s, %s, %s, 'initial', %s, %s, %s, %s, %s,"
-            " %s, %s, %s)",
-            [
-                lane,
-                lane,
-                type,
-                status,
-                0 if type == "products" else 1,
-                end - timedelta(days=1),
-                end,
-                f"initial:{lane}:{days_ago}:{status}",
-                NOW - timedelta(hours=1),
-                running_by,
-                NOW + timedelta(hours=1) if running_by else None,
-            ],
-        )
+        add_job(admin, schema, NOW, lane, days_ago=days_ago, status=status, type=type, running_by=running_by)
 
     if request.param == "lane walk":
         add("busy", days_ago=0, status="running", running_by="someone-else")
@@ -119,13 +100,7 @@ def test_a_lane_whose_head_another_take_holds_is_passed_over_whole(table, admin,
         add("b", days_ago=day)
     add("c", days_ago=5)
 
-    with admin.transaction():
-        execute(
-            admin,
-            schema,
-            "SELECT id FROM {jobs} WHERE lane = 'b' AND window_end = %s FOR UPDATE",
-            [NOW - timedelta(days=1)],
-        )
+    with another_take_holding(admin, schema, NOW, "b", days_ago=1):
         assert take() == ("c", 5, "running", "orders")
         assert take() is None
     assert take() == ("b", 1, "running", "orders")

@@ -8,7 +8,7 @@
 -- fragment: lanes_with_waiting_work
 -- The CTE ``lanes``: each lane of the queue with waiting work (pending, failed or deferred), walked through
 -- the lane index one lane at a time (a loose index scan: one probe a lane, however many jobs wait in it), and
--- a last row with lane NULL. Used by finish_and_take and worker_wakeup.
+-- a last row with lane NULL. Used by finish_and_take, take_many and worker_wakeup.
 lanes AS (
     (
         SELECT j.lane FROM {schema}.jobs AS j
@@ -30,7 +30,7 @@ lanes AS (
 -- statement is finishing (CTE ``finished``) holds none any more. The i-th job of the lane's line goes into its i-th
 -- free slot (see finish_and_take), so that takes of several jobs of one wide lane at once each ask for a slot of
 -- their own. It depends on j's lane alone: the look among the first due jobs checks each lane once (memoized by
--- lane), however many of those jobs are in it. Used twice by finish_and_take.
+-- lane), however many of those jobs are in it. Used twice by finish_and_take, and twice by take_many.
 CROSS JOIN LATERAL (
     SELECT slot.n AS lane_slot, row_number() OVER (ORDER BY slot.n) AS place
     FROM generate_series(0, j.lane_width - 1) AS slot(n)
@@ -56,7 +56,7 @@ SET has_initial = c.has_initial OR excluded.has_initial,
 -- Job j's owner is not paused (no row in the owners table, or one whose paused_at is NULL): one probe of the
 -- owners primary key. Every way of taking a waiting job, and every count of waiting work a worker wakes or
 -- stops on, checks it, so that a paused owner's jobs wait without being taken or waking anyone, and its
--- lane-mates run on. Used by finish_and_take, queue_activity and worker_wakeup.
+-- lane-mates run on. Used by finish_and_take, take_many, queue_activity and worker_wakeup.
 NOT EXISTS (
     SELECT 1 FROM {schema}.owners AS paused_owner
     WHERE paused_owner.queue = j.queue AND paused_owner.owner = j.owner AND paused_owner.paused_at IS NOT NULL
@@ -283,22 +283,20 @@ SELECT id, lost_worker, lane_slot FROM (
         FOR UPDATE OF j SKIP LOCKED
     ) AS held_or_expired
 
--- fragment: among_first_due
--- finish_and_take's second way to take: the first of the first few due jobs in queue order whose turn in its
--- lane has come.
-SELECT id, NULL, lane_slot FROM (
-        SELECT j.id, free.lane_slot
-        FROM (
-            SELECT first.id, first.priority, first.window_end, first.status, first.lane, first.lane_width
-            FROM {schema}.jobs AS first, clock
-            WHERE %(take)s AND (SELECT n FROM finish_first) >= 0
-              AND first.queue = %(queue)s
+-- fragment: first_due_in_queue_order
+-- The rest of a WHERE (after a first condition) and the ORDER BY that read the queue's due waiting jobs (alias
+-- first) from the head of the queue: declared type order, newest window first, through jobs_waiting_in_order.
+-- Used by among_first_due and take_many.
+AND first.queue = %(queue)s
               AND first.status IN ('pending', 'failed', 'deferred')
               AND first.next_run_at <= clock.now
             ORDER BY first.priority, first.window_end DESC NULLS LAST, first.id
-            LIMIT 32
-        ) AS first_due
-        JOIN {schema}.jobs AS j ON j.id = first_due.id
+
+-- fragment: first_due_whose_turn_has_come
+-- The rest of a FROM and its WHERE, after a subquery ``first_due`` of first due jobs: each of them, as its row j
+-- (its newest version once locked), whose turn in its lane's line has come, with the free slot its place in the
+-- line gives it (free). Used by among_first_due and take_many.
+JOIN {schema}.jobs AS j ON j.id = first_due.id
         {free_slots_of_j}
         CROSS JOIN clock
         WHERE j.status IN ('pending', 'failed', 'deferred')
@@ -331,16 +329,30 @@ SELECT id, NULL, lane_slot FROM (
               ),
               first_due.id
           )
+
+-- fragment: among_first_due
+-- finish_and_take's second way to take: the first of the first few due jobs in queue order whose turn in its
+-- lane has come.
+SELECT id, NULL, lane_slot FROM (
+        SELECT j.id, free.lane_slot
+        FROM (
+            SELECT first.id, first.priority, first.window_end, first.status, first.lane, first.lane_width
+            FROM {schema}.jobs AS first, clock
+            WHERE %(take)s AND (SELECT n FROM finish_first) >= 0
+              {first_due_in_queue_order}
+            LIMIT 32
+        ) AS first_due
+        {first_due_whose_turn_has_come}
         ORDER BY first_due.priority, first_due.window_end DESC NULLS LAST, first_due.id
         LIMIT 1
         FOR UPDATE OF j SKIP LOCKED
     ) AS among_first_due
 
--- fragment: head_of_a_free_lane
--- finish_and_take's third way to take: the best head of a lane with a free slot, one index probe a lane.
-SELECT id, NULL, lane_slot FROM (
-        SELECT j.id, free.lane_slot
-        FROM lanes
+-- fragment: heads_of_lanes
+-- The FROM of the heads of the lanes with waiting work (lanes, lanes_with_waiting_work): each lane's first due job
+-- of an owner not paused (deferred jobs only where no other is due), as lane_head and its row j, with the free
+-- slots of its lane (free). One index probe a lane. Used by head_of_a_free_lane and take_many.
+FROM lanes
         CROSS JOIN LATERAL (
             SELECT head.id FROM (
                 (
@@ -366,15 +378,37 @@ SELECT id, NULL, lane_slot FROM (
         JOIN {schema}.jobs AS j ON j.id = lane_head.id
         {free_slots_of_j}
         CROSS JOIN clock
-        WHERE %(take)s AND (SELECT n FROM finish_first) >= 0
-          AND lanes.lane IS NOT NULL
+
+-- fragment: head_still_due_in_a_free_slot
+-- The rest of a WHERE over heads_of_lanes: a lane's head (its newest version once locked) still due, in its lane's
+-- lowest free slot. Used by head_of_a_free_lane and take_many.
+AND lanes.lane IS NOT NULL
           AND free.place = 1
           AND j.status IN ('pending', 'failed', 'deferred')
           AND j.next_run_at <= clock.now
+
+-- fragment: head_of_a_free_lane
+-- finish_and_take's third way to take: the best head of a lane with a free slot, one index probe a lane.
+SELECT id, NULL, lane_slot FROM (
+        SELECT j.id, free.lane_slot
+        {heads_of_lanes}
+        WHERE %(take)s AND (SELECT n FROM finish_first) >= 0
+          {head_still_due_in_a_free_slot}
         ORDER BY j.priority, j.window_end DESC NULLS LAST, j.id
         LIMIT 1
         FOR UPDATE OF j SKIP LOCKED
     ) AS head_of_a_free_lane
+
+-- fragment: running_for_a_lease
+-- The rest of a SET (after leased_by) of a job (alias j) just taken: leased for %(lease)s from now, an attempt
+-- counted and started now unless it was taken over running (a lost worker's, or a take resent), which keeps its
+-- attempt, start and stop request. Used by take_the_candidate and take_many.
+lease_expires_at = clock.now + %(lease)s::interval,
+        attempt_count = CASE WHEN j.status = 'running' THEN j.attempt_count ELSE j.attempt_count + 1 END,
+        started_at = CASE WHEN j.status = 'running' THEN j.started_at
+                          ELSE coalesce(%(now)s::timestamptz, clock_timestamp()) END,
+        heartbeat_at = clock.now,
+        stop_reason = CASE WHEN j.status = 'running' THEN j.stop_reason END
 
 -- fragment: take_the_candidate
 -- finish_and_take's last part, the CTE ``taken``: the job found leased to this worker, in the lane slot found.
@@ -383,16 +417,18 @@ taken AS (
     SET status = 'running',
         lane_slot = candidate.lane_slot,
         leased_by = %(worker)s,
-        lease_expires_at = clock.now + %(lease)s::interval,
-        attempt_count = CASE WHEN j.status = 'running' THEN j.attempt_count ELSE j.attempt_count + 1 END,
-        started_at = CASE WHEN j.status = 'running' THEN j.started_at
-                          ELSE coalesce(%(now)s::timestamptz, clock_timestamp()) END,
-        heartbeat_at = clock.now,
-        stop_reason = CASE WHEN j.status = 'running' THEN j.stop_reason END
+        {running_for_a_lease}
     FROM candidate, clock
     WHERE j.id = candidate.id
     RETURNING j.*, candidate.lost_worker
 )
+
+-- fragment: throttle_left_on_its_lane
+-- The seconds left of the throttle or quota on the lane of the job just taken (taken), NULL when there is none.
+-- Used by finish_and_take and take_many.
+(SELECT greatest(extract(epoch FROM greatest(b.throttled_until, b.quota_until) - clock.now), 0)::float8
+        FROM {schema}.lane_budgets AS b, clock
+        WHERE b.queue = taken.queue AND b.lane = taken.lane) AS throttle_left
 
 -- name: finish_and_take
 -- How a worker moves on, in one statement: write how its last job ended (when %(finished)s names one),
@@ -476,12 +512,117 @@ candidate AS (
 SELECT EXISTS (SELECT 1 FROM finished) AS finished,
        (SELECT f.status FROM finished AS f) AS finished_status, (SELECT f.error FROM finished AS f) AS finished_error,
        taken.*,
-       (SELECT greatest(extract(epoch FROM greatest(b.throttled_until, b.quota_until) - clock.now), 0)::float8
-        FROM {schema}.lane_budgets AS b, clock
-        WHERE b.queue = taken.queue AND b.lane = taken.lane) AS throttle_left,
+       {throttle_left_on_its_lane},
        (SELECT count(*) FROM first_load_news) AS notified
 FROM (SELECT) AS one
 LEFT JOIN taken ON true;
+
+-- name: take_many
+-- Several takes in one statement, for a worker process that runs many jobs at once, each leased to a worker id of
+-- its own: up to n = cardinality(%(workers)s) jobs (%(workers)s: distinct ids, none holding a job but after a
+-- lost reply), leased for %(lease)s. finish_and_take's take, its rules and its order, n times over, with no finish:
+-- first the jobs one of these workers already holds (a take_many whose reply was lost, sent again: each goes back
+-- to the worker holding it), then expired leases, the longest expired first (taken over without a new attempt, in
+-- the slot they hold, the lost worker's id in lost_worker), then due waiting jobs in queue order (declared type
+-- order, newest window first) whose turn in their lane has come: each lane's line as finish_and_take reads it
+-- (deferred jobs behind the others, a paused owner's jobs left out), row locks skipped, and a lane whose head is
+-- locked passed over whole, so that no job starts before the job ahead of it in its lane. The i-th job not held
+-- goes to the i-th worker not holding one.
+--
+-- For simplicity a lane starts at most one waiting job per statement (as a DISTINCT ON lane would): its head, in
+-- its lowest free slot; a lane k wide gets its next jobs from the statements that follow. So no two jobs of the
+-- statement ask for one lane slot (a job taken over keeps the slot it holds, which a lane's free slots leave out),
+-- and with lanes one wide the jobs taken are those n finish_and_take takes in a row would take.
+--
+-- The heads are looked for in finish_and_take's two ways: first among the first due jobs of the queue (32 a
+-- worker), a read that stops once it has found n; where it found fewer, the lanes with waiting work it gave none
+-- of are walked, one index probe each, for their best heads. Every head the first look misses comes after every
+-- head it found (it read the due jobs ahead of it) or is locked, so together they give the best n. Each part is
+-- read only as far as the n jobs need (the UNION ALL under its LIMIT), so nothing more is locked. Two statements
+-- that read a lane at different moments may still each see another head: jobs_one_running_per_lane_slot stops the
+-- second, and the caller retries (TakingMany.take).
+--
+-- Returns a row for each job taken, in the order of %(workers)s: the job's columns (leased_by: the worker it went
+-- to), lost_worker and throttle_left, as finish_and_take returns them.
+WITH RECURSIVE clock AS (
+    SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now
+),
+finished AS (
+    -- No job is finished here: what free_slots_of_j leaves out of the running jobs holding a slot.
+    SELECT NULL::bigint AS id WHERE false
+),
+{lanes_with_waiting_work},
+held_or_expired AS (
+    SELECT j.id, j.lane_slot, j.lease_expires_at, j.priority, j.window_end,
+           CASE WHEN j.leased_by = ANY(%(workers)s::text[]) THEN j.leased_by END AS holder,
+           CASE WHEN j.leased_by <> ALL(%(workers)s::text[]) THEN j.leased_by END AS lost_worker
+    FROM {schema}.jobs AS j, clock
+    WHERE j.queue = %(queue)s
+      AND j.status = 'running'
+      AND (j.leased_by = ANY(%(workers)s::text[]) OR j.lease_expires_at < clock.now)
+    ORDER BY j.leased_by = ANY(%(workers)s::text[]) DESC, j.lease_expires_at
+    LIMIT cardinality(%(workers)s::text[])
+    FOR UPDATE OF j SKIP LOCKED
+),
+first_heads AS (
+    SELECT j.id, j.lane, free.lane_slot, j.priority, j.window_end
+    FROM (
+        SELECT first.id, first.priority, first.window_end, first.status, first.lane, first.lane_width
+        FROM {schema}.jobs AS first, clock
+        WHERE cardinality(%(workers)s::text[]) > 0
+          {first_due_in_queue_order}
+        LIMIT 32 * cardinality(%(workers)s::text[])
+    ) AS first_due
+    {first_due_whose_turn_has_come}
+      -- Only a lane's head, in its lowest free slot: < 2, not = 1, which the planner would carry over to the place
+      -- in line (equal to it) and look that up for every job read, in busy lanes too.
+      AND free.place < 2
+    ORDER BY first_due.priority, first_due.window_end DESC NULLS LAST, first_due.id
+    LIMIT cardinality(%(workers)s::text[])
+    FOR UPDATE OF j SKIP LOCKED
+),
+walked_heads AS (
+    SELECT j.id, free.lane_slot, j.priority, j.window_end
+    {heads_of_lanes}
+    WHERE lanes.lane NOT IN (SELECT lane FROM first_heads)
+      {head_still_due_in_a_free_slot}
+    ORDER BY j.priority, j.window_end DESC NULLS LAST, j.id
+    LIMIT cardinality(%(workers)s::text[])
+    FOR UPDATE OF j SKIP LOCKED
+),
+found AS (
+    SELECT id, lane_slot, holder, lost_worker, lease_expires_at, priority, window_end FROM held_or_expired
+    UNION ALL
+    SELECT id, lane_slot, NULL, NULL, NULL, priority, window_end FROM first_heads
+    UNION ALL
+    SELECT id, lane_slot, NULL, NULL, NULL, priority, window_end FROM walked_heads
+    LIMIT cardinality(%(workers)s::text[])
+),
+assigned AS (
+    -- Each job found goes to the worker holding it; the others, in the order found (expired leases, the longest
+    -- expired first, then queue order), to the workers holding none, in the order given.
+    SELECT found.id, found.lane_slot, found.lost_worker,
+           coalesce(found.holder, (ARRAY(
+               SELECT w.worker FROM unnest(%(workers)s::text[]) WITH ORDINALITY AS w(worker, place)
+               WHERE w.worker NOT IN (SELECT holder FROM found WHERE holder IS NOT NULL)
+               ORDER BY w.place
+           ))[row_number() OVER (
+               PARTITION BY found.holder IS NULL
+               ORDER BY found.lease_expires_at, found.priority, found.window_end DESC NULLS LAST, found.id
+           )]) AS worker
+    FROM found
+),
+taken AS (
+    UPDATE {schema}.jobs AS j
+    SET status = 'running', lane_slot = assigned.lane_slot, leased_by = assigned.worker,
+        {running_for_a_lease}
+    FROM assigned, clock
+    WHERE j.id = assigned.id
+    RETURNING j.*, assigned.lost_worker
+)
+SELECT taken.*, {throttle_left_on_its_lane}
+FROM taken
+ORDER BY array_position(%(workers)s::text[], taken.leased_by);
 
 -- name: save_page
 -- After a page: store the cursor and the absolute record count, and renew the lease. Fenced on the lease:

@@ -306,6 +306,20 @@ class Store:
             )
         return FinishAndTake(finished=row["finished"], taken=taken, written=written)
 
+    def take_many(self, *, queue: str, workers: Sequence[str], lease: timedelta, now: datetime | None) -> list[Taken]:
+        """Lease up to one job to each of ``workers`` (distinct ids, each holding no job), in one statement.
+
+        The jobs ``finish_and_take`` takes, in the same order, at most one waiting job of a lane (see
+        queries.sql); a job one of the workers already holds (the reply to this same call lost) goes back to it.
+        The jobs taken in the order of ``workers``; fewer than asked when fewer are due in free lanes. Raises
+        ``UniqueViolation`` on ``jobs_one_running_per_lane_slot`` when another worker won a lane slot: nothing
+        is taken then.
+        """
+        if len(set(workers)) != len(workers):
+            raise ValueError(f"take_many needs distinct worker ids, got {list(workers)}")
+        rows = self.session.run("take_many", queue=queue, workers=list(workers), lease=lease, now=now)
+        return [Taken(Job.from_row(row), row["lost_worker"], row["throttle_left"] or 0.0) for row in rows]
+
     def save_page(
         self,
         job_id: int,

@@ -5,11 +5,15 @@ A :class:`Taking` belongs to one :class:`~synclane_provider.core.run.slot.Worker
 holds the job taken with a finish until the slot runs it (:attr:`Taking.next`), and counts takes. The runner
 hands it each attempt's :class:`~synclane_provider.core.run.attempt.EndOfAttempt` to write
 (:meth:`Taking.write_end`); nothing it writes reaches back into the slot.
+
+A :class:`TakingMany` is for a worker process that runs many jobs at once: it leases up to one job to each of
+several worker ids in one statement (``take_many``), with the same rules, order and counts.
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 
 import psycopg.errors
 
@@ -113,11 +117,57 @@ class Taking:
         return done
 
     def _count_take(self, taken: Taken) -> None:
-        """A take: a job taken over from a lost worker, or a waiting job and how long it waited once due."""
-        job = taken.job
-        tags = {"queue": self.queue.name, "type": job.type}
-        if taken.lost_worker is not None:
-            self.metrics.incr(LEASE_TAKEOVERS, tags)
-        elif job.heartbeat_at is not None and job.leased_by == self.worker:
-            # heartbeat_at is the take's own instant (the database's clock, like next_run_at).
-            self.metrics.timing(TAKE_WAIT, tags, max((job.heartbeat_at - job.next_run_at).total_seconds(), 0.0))
+        count_take(self.metrics, self.queue.name, taken)
+
+
+class TakingMany:
+    """A worker process's takes of several jobs at once, one for each worker id it runs a job under.
+
+    Each call sends ``take_many`` for the ids given (ids holding no job), and retries a race for a lane slot lost
+    to another worker (the statement took nothing then) with half as many ids, down to one: a smaller take
+    crosses fewer lanes that others are taking from. Counts empty takes and lost lane races in :attr:`summary`,
+    and every take in ``metrics``, as :class:`Taking` does.
+    """
+
+    def __init__(self, store: Store, queue: Queue, *, clock: Clock, metrics: Metrics) -> None:
+        self.store = store
+        self.queue = queue
+        self.clock = clock
+        self.metrics = metrics
+        self.summary = Summary()
+        """Where empty takes and lost lane races are counted."""
+
+    def take(self, workers: Sequence[str]) -> list[Taken]:
+        """Lease up to one job to each of ``workers`` (distinct ids), in their order; fewer when fewer are due in
+        free lanes, or when lost lane races left fewer ids to take for (none after ``MAX_LANE_RACES``)."""
+        asking = list(workers)
+        for _ in range(MAX_LANE_RACES):
+            if not asking:
+                return []
+            try:
+                taken = self.store.take_many(
+                    queue=self.queue.name, workers=asking, lease=self.queue.lease, now=self.clock()
+                )
+            except psycopg.errors.UniqueViolation as exc:
+                if exc.diag.constraint_name != LANE_INDEX:
+                    raise
+                self.summary.lane_races += 1  # another worker took a slot this take wanted first; nothing was taken
+                asking = asking[: max(len(asking) // 2, 1)]
+                continue
+            if not taken:
+                self.summary.empty_takes += 1
+            for each in taken:
+                count_take(self.metrics, self.queue.name, each)
+            return taken
+        return []
+
+
+def count_take(metrics: Metrics, queue: str, taken: Taken) -> None:
+    """A take: a job taken over from a lost worker, or a waiting job and how long it waited once due."""
+    job = taken.job
+    tags = {"queue": queue, "type": job.type}
+    if taken.lost_worker is not None:
+        metrics.incr(LEASE_TAKEOVERS, tags)
+    elif job.heartbeat_at is not None:
+        # heartbeat_at is the take's own instant (the database's clock, like next_run_at).
+        metrics.timing(TAKE_WAIT, tags, max((job.heartbeat_at - job.next_run_at).total_seconds(), 0.0))
