@@ -76,6 +76,7 @@ def test_a_slot_of_many_jobs_runs_every_lane_at_once_and_never_two_jobs_of_one_l
     assert took < 48 * 0.3 / 4, took  # far from one page at a time
     assert {r["status"] for r in rows(admin, schema)} == {"completed"}
     assert database.traffic.connections <= 2 + 1  # the slot's two, and the schema check's
+    assert database.traffic.statements["take_many"] <= 3  # the 24 seats filled by one statement
 
 
 def test_an_async_handler_runs_every_lane_on_one_event_loop(database_url, schema, admin):
@@ -386,3 +387,25 @@ def test_one_shared_httpx_async_client_serves_every_lane_of_a_slot(database_url,
         api.close()
     assert (summary.outcomes, summary.pages, summary.records) == ({"completed": 24}, 48, 144)
     assert api.peak >= 12, api.peak
+
+
+def test_seats_with_nothing_to_take_send_nothing_until_something_happens(database_url, schema, admin):
+    """One job runs a long page and seven seats have nothing to do: after the take that found nothing, the slot
+    sends no statement until a job ends, a notification comes or its poll interval passes."""
+    handler = Gated()
+    synclane = declare(schema, products(handler), owner_source=owners(LANES[0]))
+    database = synclane.database(database_url)
+    with Operations(synclane, database) as ops:
+        ops.enqueue("shops", LANES[0], "products", key="a")
+    minute = timedelta(minutes=1)
+    with MultiSlot(synclane, database, "shops", jobs_per_slot=8, connections=2, poll_interval=minute) as slot:
+        draining = Background(slot.drain, name="drain")
+        handler.all_in_second_page(LANES[:1])
+        time.sleep(0.3)
+        before = database.traffic.snapshot()
+        time.sleep(1.5)
+        quiet = database.traffic - before
+        handler.release.set()
+        summary = draining.result(20)
+    assert quiet.total == 0, quiet
+    assert summary.outcomes == {"completed": 1}

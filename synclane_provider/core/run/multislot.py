@@ -6,8 +6,9 @@ of its own (its own worker name, so the lane rule, the fencing and every write a
 their statements through the slot's few :class:`~synclane_provider.core.db.connections.Connections`, their steps and
 pages driven by one :class:`~synclane_provider.core.run.stepper.Stepper`.
 
-How seats fill: a seat with nothing to do takes a job (one statement); while takes find jobs, more idle seats
-take, up to one take in flight per connection. A take that finds nothing makes the slot *dry*: idle seats wait
+How seats fill: one statement takes a job for each of up to ``TAKE_AT_MOST`` idle seats, in distinct free lanes
+(``take_many``), and another follows while idle seats are left and the last one found some. A take that finds
+nothing makes the slot *dry*: idle seats wait
 until a running seat's finish takes its next job in another lane (work may have come), a poll interval passes, or
 :meth:`MultiSlot.wake`. A running seat moves on as a one-job slot does: its finish takes its next job in the same
 statement. :meth:`MultiSlot.drain` returns once no job runs and the last take found nothing, so a worker task
@@ -37,6 +38,7 @@ from synclane_provider.core.run.seat import Seat
 from synclane_provider.core.run.slot import new_worker_id, worker_settings
 from synclane_provider.core.run.stepper import Stepper
 from synclane_provider.core.run.summary import Summary
+from synclane_provider.core.run.taking import TakingMany
 from synclane_provider.core.run.tokens import TokenSource
 from synclane_provider.core.run.work_thread import Work
 
@@ -44,6 +46,9 @@ log = logging.getLogger("synclane_provider.core.run.worker")
 """The slots' log (and their jobs' lines), under the name logging configurations already give it."""
 
 TAKE, RUN = "take", "run"
+
+TAKE_AT_MOST = 50
+"""The most idle seats one take asks a job for (one statement; more seats, more takes after it)."""
 
 
 class MultiSlot:
@@ -120,6 +125,8 @@ class MultiSlot:
             steps=self.connections.size,
             pages=jobs_per_slot,
         )
+        self.takes = TakingMany(self.store, self.queue, clock=clock, metrics=metrics)
+        """The takes for idle seats: up to ``TAKE_AT_MOST`` of them in one statement, in distinct lanes."""
         self._woken = threading.Event()
         """Set by :meth:`wake`, and by the process's listener when the table notifies the queue (see core.db.listener)."""
         self._listener = listener(database)
@@ -131,14 +138,16 @@ class MultiSlot:
     def summary(self) -> Summary:
         """What this slot's runs came to: its seats' summaries together."""
         total = Summary()
+        total.merge(self.takes.summary)
         for seat in self.seats:
             total.merge(seat.summary)
         return total
 
     @summary.setter
     def summary(self, summary: Summary) -> None:
-        for i, seat in enumerate(self.seats):
-            seat.summary = summary if i == 0 else Summary()
+        self.takes.summary = summary
+        for seat in self.seats:
+            seat.summary = Summary()
 
     def interrupt(self) -> None:
         """Stop because this process is about to be killed: every running job is handed back at once after its
@@ -160,7 +169,7 @@ class MultiSlot:
             self._listening = True
         idle = list(reversed(self.seats))
         started = 0
-        taking = 0
+        taking = False
         dry = False
         dry_since = 0.0
         errors: list[BaseException] = []
@@ -177,31 +186,37 @@ class MultiSlot:
             if self._woken.is_set() or (dry and time.monotonic() - dry_since >= self.poll_interval):
                 self._woken.clear()
                 dry = False
-            while not stopping() and not dry and idle and taking < self.connections.size:
-                seat = idle.pop()
-                self.stepper.start(self._taking(seat), (TAKE, seat))
-                taking += 1
+            if not stopping() and not dry and idle and not taking:
+                asking = [idle.pop() for _ in range(min(len(idle), TAKE_AT_MOST))]
+                self.stepper.start(self._taking(asking), (TAKE, asking))
+                taking = True
             running = self.stepper.running
             self.running_peak = max(self.running_peak, running - taking)
             if running == 0 and (dry or stopping()):
                 break
             for tag, value, error in self.stepper.pump(self.poll_interval):
-                kind, seat = cast(tuple[str, Seat], tag)
+                kind, seats = cast(tuple[str, list[Seat]], tag)
+                if kind == TAKE:
+                    taking = False
                 if error is not None:
                     errors.append(error)
                     self.stop.set()
-                    idle.append(seat)
+                    idle.extend(seats)
                     continue
                 if kind == TAKE:
-                    taking -= 1
-                    if value is None:
-                        idle.append(seat)
+                    taken = {each.job.leased_by: each for each in cast(list[Taken], value)}
+                    for seat in seats:
+                        job = taken.get(seat.worker_id)
+                        if job is None:
+                            idle.append(seat)
+                            continue
+                        seat.taking.next, seat.held_over = job, False
+                        started += 1
+                        self.stepper.start(self._running(seat, until, max_jobs, started), (RUN, [seat]))
+                    if not taken:
                         dry, dry_since = True, time.monotonic()
-                        continue
-                    seat.taking.next, seat.held_over = value, False
-                    started += 1
-                    self.stepper.start(self._running(seat, until, max_jobs, started), (RUN, seat))
                     continue
+                [seat] = seats
                 result: RunResult = value
                 following = seat.next_job
                 if following is None:
@@ -212,14 +227,15 @@ class MultiSlot:
                 started += 1
                 if following.lane != result.job.lane:
                     dry = False  # this seat left a lane that may still have work
-                self.stepper.start(self._running(seat, until, max_jobs, started), (RUN, seat))
+                self.stepper.start(self._running(seat, until, max_jobs, started), (RUN, [seat]))
         if errors:
             raise errors[0]
         return self.summary
 
-    def _taking(self, seat: Seat) -> Work[Taken | None]:
-        """A seat's take, as a work (a step with no page): the job it leased, or None."""
-        return seat.taking.take()
+    def _taking(self, seats: list[Seat]) -> Work[list[Taken]]:
+        """One take for ``seats`` (a job leased to each seat's worker name, in distinct lanes), as a work: a step
+        with no page, run on a step thread."""
+        return self.takes.take([seat.worker_id for seat in seats])
         yield  # a generator: the stepper runs it on a step thread
 
     def _running(self, seat: Seat, until: float | None, max_jobs: int | None, started: int) -> Work[RunResult | None]:
