@@ -105,6 +105,21 @@ def test_an_async_handler_runs_every_lane_on_one_event_loop(database_url, schema
     assert (len(loops), len(threads)) == (1, 1)
 
 
+def hanging_lanes(schema, database_url, handler, lanes: int):
+    """A job in each of ``lanes`` lanes whose pages time out after 1 s, and are retried an hour later."""
+    synclane = declare(
+        schema,
+        products(handler, page_timeout=timedelta(seconds=1)),
+        owner_source=owners(*LANES[:lanes]),
+        retry_delay=timedelta(hours=1),
+    )
+    database = synclane.database(database_url)
+    with Operations(synclane, database) as ops:
+        for owner in LANES[:lanes]:
+            ops.enqueue("shops", owner, "products", key="a")
+    return synclane, database
+
+
 def test_a_page_that_hangs_holds_up_only_its_own_job(database_url, schema, admin):
     """One lane's page never returns within its 1 s timeout: that job fails with PageTimeout at its cursor, to be
     retried, while the other lanes' jobs complete around it; the hung page's thread is replaced."""
@@ -115,16 +130,7 @@ def test_a_page_that_hangs_holds_up_only_its_own_job(database_url, schema, admin
             release.wait(30)
         return Page(None, 1)
 
-    synclane = declare(
-        schema,
-        products(handler, page_timeout=timedelta(seconds=1)),
-        owner_source=owners(*LANES[:6]),
-        retry_delay=timedelta(hours=1),
-    )
-    database = synclane.database(database_url)
-    with Operations(synclane, database) as ops:
-        for owner in LANES[:6]:
-            ops.enqueue("shops", owner, "products", key="a")
+    synclane, database = hanging_lanes(schema, database_url, handler, 6)
     try:
         with MultiSlot(synclane, database, "shops", jobs_per_slot=6, connections=2) as slot:
             summary = slot.drain()
@@ -148,16 +154,7 @@ def test_an_async_page_that_hangs_is_cancelled_at_its_timeout(database_url, sche
                 raise
         return Page(None, 1)
 
-    synclane = declare(
-        schema,
-        products(handler, page_timeout=timedelta(seconds=1)),
-        owner_source=owners(*LANES[:4]),
-        retry_delay=timedelta(hours=1),
-    )
-    database = synclane.database(database_url)
-    with Operations(synclane, database) as ops:
-        for owner in LANES[:4]:
-            ops.enqueue("shops", owner, "products", key="a")
+    synclane, database = hanging_lanes(schema, database_url, handler, 4)
     with MultiSlot(synclane, database, "shops", jobs_per_slot=4, connections=1) as slot:
         summary = slot.drain()
     assert (summary.outcomes["completed"], summary.outcomes["failed"]) == (3, 1)

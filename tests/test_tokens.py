@@ -150,7 +150,7 @@ def test_64_callers_in_two_processes_make_exactly_one_token_request(ops, server,
     assert server.token_requests == 1 and server.invalid_grants == 0 and server.valid(tokens.pop())
 
 
-def test_a_thousand_refreshes_of_many_owners_from_two_processes_revoke_no_grant(
+def test_hundreds_of_refreshes_of_many_owners_from_two_processes_revoke_no_grant(
     declaration, database_url, server, sources
 ):
     """Tokens that expire at once: every call refreshes, one at a time per owner, each with the refresh token the
@@ -162,7 +162,7 @@ def test_a_thousand_refreshes_of_many_owners_from_two_processes_revoke_no_grant(
         for n in range(20):
             expired_grant(ops, server, f"shop-{n}")
     processes = [sources(skew=timedelta(0)) for _ in range(2)]
-    calls = 1000
+    calls = 300
 
     def call(i: int) -> str:
         return processes[i % 2].credential("shops", f"shop-{i // 2 % 20}")  # each owner from both

@@ -33,7 +33,7 @@ from synclane_provider.core.declare.declarations import SyncLane
 from synclane_provider.core.metrics import NO_METRICS, Metrics
 from synclane_provider.core.run.lane_gate import OwnerRates
 from synclane_provider.core.run.log_redaction import redact_logs
-from synclane_provider.core.run.runner import DEFAULT_STOP_GRACE, INTERRUPT_GRACE, KILL_GRACE, RunResult
+from synclane_provider.core.run.runner import DEFAULT_STOP_GRACE, RunResult, slot_watch
 from synclane_provider.core.run.seat import Seat
 from synclane_provider.core.run.slot import new_worker_id, worker_settings
 from synclane_provider.core.run.stepper import Stepper
@@ -117,11 +117,7 @@ class MultiSlot:
         self.stepper = Stepper(
             self.worker_id,
             self.log,
-            stop=self.stop,
-            stop_grace=stop_grace.total_seconds(),
-            interrupted=self.interrupted,
-            interrupt_grace=KILL_GRACE.total_seconds(),
-            finish_grace=INTERRUPT_GRACE.total_seconds(),
+            watch=slot_watch(self.stop, self.interrupted, stop_grace),
             steps=self.connections.size,
             pages=jobs_per_slot,
         )

@@ -21,7 +21,7 @@ from synclane_provider.core.run.outcomes import describe_error, lost_attempt
 from synclane_provider.core.run.results import Outcome, RunResult
 from synclane_provider.core.run.taking import Taking
 from synclane_provider.core.run.tokens import TokenSource
-from synclane_provider.core.run.work_thread import Work
+from synclane_provider.core.run.work_thread import Watch, Work
 from synclane_provider.core.states import JobStatus
 
 __all__ = ["DEFAULT_STOP_GRACE", "INTERRUPT_GRACE", "KILL_GRACE", "EndOfAttempt", "JobRunner", "Outcome", "RunResult"]
@@ -33,6 +33,18 @@ INTERRUPT_GRACE = timedelta(seconds=5)
 KILL_GRACE = timedelta(seconds=2)
 """How long a worker whose process is about to be killed waits for the page in flight before it hands the job
 back at the cursor that page started from (Airflow sends SIGKILL 5 s after SIGTERM; see WorkerSlot.interrupt)."""
+
+
+def slot_watch(stop: threading.Event, interrupted: threading.Event, stop_grace: timedelta) -> Watch:
+    """How a slot watches its pages in flight: left behind ``stop_grace`` after a stop, ``KILL_GRACE`` after an
+    interrupt; an interrupt raised into the slot's thread waits ``INTERRUPT_GRACE`` for the works to end."""
+    return Watch(
+        stop=stop,
+        stop_grace=stop_grace.total_seconds(),
+        interrupted=interrupted,
+        interrupt_grace=KILL_GRACE.total_seconds(),
+        finish_grace=INTERRUPT_GRACE.total_seconds(),
+    )
 
 
 class JobRunner:

@@ -25,12 +25,7 @@ from synclane_provider.core.metrics import NO_METRICS, Metrics
 from synclane_provider.core.records import Job
 from synclane_provider.core.run.lane_gate import OwnerRates
 from synclane_provider.core.run.log_redaction import redact_logs
-from synclane_provider.core.run.runner import (
-    DEFAULT_STOP_GRACE,
-    INTERRUPT_GRACE,
-    KILL_GRACE,
-    RunResult,
-)
+from synclane_provider.core.run.runner import DEFAULT_STOP_GRACE, RunResult, slot_watch
 from synclane_provider.core.run.seat import Seat
 from synclane_provider.core.run.summary import Summary
 from synclane_provider.core.run.tokens import TokenSource
@@ -128,13 +123,7 @@ class WorkerSlot:
         self.taking = self.seat.taking
         self.runner = self.seat.runner
         self.thread = WorkThread(
-            self.worker_id,
-            logger or log,
-            stop=self.stop,
-            stop_grace=stop_grace.total_seconds(),
-            interrupted=self.interrupted,
-            interrupt_grace=KILL_GRACE.total_seconds(),
-            finish_grace=INTERRUPT_GRACE.total_seconds(),
+            self.worker_id, logger or log, watch=slot_watch(self.stop, self.interrupted, stop_grace)
         )
         """Where this slot's jobs run, their pages watched from the thread that asked for them."""
 

@@ -34,7 +34,7 @@ from typing import Any
 
 from synclane_provider.core.run.page_loop import start_page
 from synclane_provider.core.run.waits import Wait
-from synclane_provider.core.run.work_thread import WAKE_EVERY, InFlight, PageCall, Work, WorkLeft
+from synclane_provider.core.run.work_thread import WAKE_EVERY, InFlight, PageCall, Watch, Work, WorkLeft
 
 Log = logging.Logger | logging.LoggerAdapter[logging.Logger]
 Done = Callable[[Any, BaseException | None], None]
@@ -131,26 +131,11 @@ Ended = tuple[Hashable, Any, BaseException | None]
 class Stepper:
     """Drives many works at once for one slot (see the module's docstring)."""
 
-    def __init__(
-        self,
-        name: str,
-        log: Log,
-        *,
-        stop: threading.Event,
-        stop_grace: float,
-        interrupted: threading.Event,
-        interrupt_grace: float,
-        finish_grace: float,
-        steps: int,
-        pages: int,
-    ) -> None:
+    def __init__(self, name: str, log: Log, *, watch: Watch, steps: int, pages: int) -> None:
         self._name = name
         self._log = log
-        self._stop = stop
-        self._stop_grace = stop_grace
-        self._interrupted = interrupted
-        self._interrupt_grace = interrupt_grace
-        self._finish_grace = finish_grace
+        self._watch = watch
+        self._stop = watch.stop
         self._events: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
         self._steps: queue.SimpleQueue[tuple[Entry, Any, BaseException | None] | None] = queue.SimpleQueue()
         self._step_threads = steps
@@ -288,12 +273,7 @@ class Stepper:
             page = entry.page
             if page is None:
                 continue
-            why = page.why_end(
-                stop=self._stop,
-                stop_grace=self._stop_grace,
-                interrupted=self._interrupted,
-                interrupt_grace=self._interrupt_grace,
-            )
+            why = page.why_end(self._watch)
             if why is not None:
                 self._leave_behind(entry)
                 self._step(entry, None, why)  # the work goes on at once without its page
@@ -310,7 +290,7 @@ class Stepper:
     def _finish_after(self, interrupt: BaseException) -> None:
         """Throw ``interrupt`` into every work at its next step and wait up to ``finish_grace`` for them to end;
         abandon the works whose pages still run then (they unwind with WorkLeft, writing nothing more)."""
-        deadline = time.monotonic() + self._finish_grace
+        deadline = time.monotonic() + self._watch.finish_grace
         ended: list[Ended] = []
         while self._running and time.monotonic() < deadline:
             try:

@@ -89,6 +89,20 @@ Task = tuple[Work[Any], BaseException | None]
 """A work to run, and what to throw into it first (None to start or resume it with nothing)."""
 
 
+@dataclass(frozen=True)
+class Watch:
+    """When a slot stops waiting for a page in flight, besides its timeout and its lease: ``stop_grace`` after it was
+    asked to ``stop``, ``interrupt_grace`` after its process was found about to be killed (``interrupted``); and how
+    long an interrupt raised into the waiting thread waits for the work to reach the end of its page (and hand its
+    job back) before it abandons the work (``finish_grace``)."""
+
+    stop: threading.Event
+    stop_grace: float
+    interrupted: threading.Event
+    interrupt_grace: float
+    finish_grace: float
+
+
 class InFlight:
     """A page being run, as the thread that watches it sees it."""
 
@@ -104,23 +118,25 @@ class InFlight:
         self.cancel: Callable[[], object] | None = None
         """Cancels an async page on the loop, once it is left behind."""
 
-    def why_end(
-        self, *, stop: threading.Event, stop_grace: float, interrupted: threading.Event, interrupt_grace: float
-    ) -> Exception | None:
+    def why_end(self, watch: Watch) -> Exception | None:
         """What ends this page now: its timeout, its lost lease, the stop or the interrupt outlived; None: nothing."""
         now = time.monotonic()
         if now - self.started >= self.call.timeout:
             return PageTimeout(f"the page did not return within {_seconds(self.call.timeout)}")
         if self.call.lease_lost():
             return PageLeftBehind("the job's lease was lost while the page ran")
-        if interrupted.is_set():
+        if watch.interrupted.is_set():
             self.interrupted_at = self.interrupted_at if self.interrupted_at is not None else now
-            if now - self.interrupted_at >= interrupt_grace:
-                return PageLeftBehind(f"interrupted, and the page was still running {_seconds(interrupt_grace)} later")
-        if stop.is_set():
+            if now - self.interrupted_at >= watch.interrupt_grace:
+                return PageLeftBehind(
+                    f"interrupted, and the page was still running {_seconds(watch.interrupt_grace)} later"
+                )
+        if watch.stop.is_set():
             self.stopped_at = self.stopped_at if self.stopped_at is not None else now
-            if now - self.stopped_at >= stop_grace:
-                return PageLeftBehind(f"asked to stop, and the page was still running {_seconds(stop_grace)} later")
+            if now - self.stopped_at >= watch.stop_grace:
+                return PageLeftBehind(
+                    f"asked to stop, and the page was still running {_seconds(watch.stop_grace)} later"
+                )
         return None
 
     def half_gone(self) -> bool:
@@ -142,26 +158,11 @@ class InFlight:
 class WorkThread:
     """One worker slot's work thread, replaced when a page is left behind."""
 
-    def __init__(
-        self,
-        name: str,
-        log: logging.Logger | logging.LoggerAdapter[logging.Logger],
-        *,
-        stop: threading.Event,
-        stop_grace: float,
-        interrupted: threading.Event,
-        interrupt_grace: float,
-        finish_grace: float,
-    ) -> None:
-        """``finish_grace``: how long an interrupt raised into the waiting thread waits for the work to reach the
-        end of its page (and hand its job back) before it abandons the work."""
+    def __init__(self, name: str, log: logging.Logger | logging.LoggerAdapter[logging.Logger], *, watch: Watch) -> None:
         self._name = name
         self._log = log
-        self._stop = stop
-        self._stop_grace = stop_grace
-        self._interrupted = interrupted
-        self._interrupt_grace = interrupt_grace
-        self._finish_grace = finish_grace
+        self._watch = watch
+        self._stop = watch.stop
         self._lock = threading.Lock()
         self._generation = 0
         """Which work thread is the live one; a thread of an older generation was left behind."""
@@ -188,7 +189,7 @@ class WorkThread:
             inbox = self._start()
         inbox.put((work, None))
         try:
-            value, error = self._watch()
+            value, error = self._answer()
         except BaseException as interrupt:  # noqa: BLE001 - raised into this thread; re-raised below
             self._finish_after(interrupt)
             raise
@@ -217,7 +218,7 @@ class WorkThread:
             ).start()
         return self._inbox
 
-    def _watch(self) -> Answer:
+    def _answer(self) -> Answer:
         """Wait for the work's answer, looking at its page in flight every ``WAKE_EVERY``."""
         while True:
             outbox = self._outbox
@@ -235,7 +236,7 @@ class WorkThread:
             page = self._page
             if page is None:
                 return
-            ended = self._why_end(page)
+            ended = page.why_end(self._watch)
             if ended is not None:
                 self._leave_behind()
                 self._start().put((page.work, ended))  # the work goes on at once, on a new thread
@@ -243,15 +244,6 @@ class WorkThread:
                 warn = page
         if warn is not None:
             warn.warn(self._log)
-
-    def _why_end(self, page: InFlight) -> Exception | None:
-        """What ends the page in flight now (see :meth:`InFlight.why_end`)."""
-        return page.why_end(
-            stop=self._stop,
-            stop_grace=self._stop_grace,
-            interrupted=self._interrupted,
-            interrupt_grace=self._interrupt_grace,
-        )
 
     def _leave_behind(self) -> None:
         """Abandon the live work thread (called under the lock): it ends when it next looks, its answer unread; an
@@ -272,7 +264,7 @@ class WorkThread:
             outbox = self._outbox
         if outbox is not None:
             try:
-                outbox.get(timeout=self._finish_grace)  # the work ends on the interrupt (or had just ended)
+                outbox.get(timeout=self._watch.finish_grace)  # the work ends on the interrupt (or had just ended)
                 return
             except queue.Empty:
                 pass
