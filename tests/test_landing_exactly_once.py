@@ -339,3 +339,52 @@ def test_a_slot_of_many_jobs_commits_each_page_with_its_own_cursor(database_url,
         assert slot.summary.outcomes == {"completed": 4, "failed": 1}
     assert writes_per_record(admin, schema) == {i: 4 for i in range(50)}
     assert {(r["status"], r["processed_count"]) for r in rows(admin, schema)} == {("completed", 50)}
+
+
+@pytest.mark.parametrize("jobs_per_slot", [1, 2])
+def test_a_page_left_behind_lands_nothing_even_while_the_slot_s_next_page_is_open(
+    database_url, with_records, admin, jobs_per_slot
+):
+    """acme's page outlives its timeout and tries to land once globex's page (the slot's next) has landed its rows
+    and not yet committed them: acme's rows are refused, never committed with globex's cursor."""
+    schema = with_records
+    records = Destination(f"{schema}.records", key=("owner", "id"), owner="owner", compare=False)
+    globex_landed, zombie_tried = threading.Event(), threading.Event()
+    refused: list[BaseException] = []
+
+    def handler(job: Job) -> Page:
+        if job.owner == "acme":
+            assert globex_landed.wait(20)  # long past its 1 s timeout: the slot has left it behind
+            try:
+                records.land(job, [{"id": 1000 + i, "page": "late"} for i in range(3)])
+            except BaseException as exc:  # noqa: BLE001 - what the late page was told
+                refused.append(exc)
+            zombie_tried.set()
+            return Page(None, 3)
+        records.land(job, [{"id": i, "page": None} for i in range(3)])
+        globex_landed.set()
+        assert zombie_tried.wait(20)
+        return Page(None, 3)
+
+    declaration = declare(
+        schema,
+        products(handler, page_timeout=timedelta(seconds=1)),
+        owner_source=owners("acme", "globex"),
+        retry_delay=timedelta(hours=1),
+    )
+    database = declaration.database(database_url)
+    with Operations(declaration, database) as ops:
+        ops.enqueue("shops", "acme", "products", key="a")
+    slot = (
+        WorkerSlot(declaration, database, "shops")
+        if jobs_per_slot == 1
+        else MultiSlot(declaration, database, "shops", jobs_per_slot=2, connections=2)
+    )
+    with slot:
+        assert slot.drain().outcomes == {"failed": 1}  # acme's page timed out, and still runs
+        with Operations(declaration, database) as ops:
+            ops.enqueue("shops", "globex", "products", key="a")
+        assert slot.drain().outcomes == {"failed": 1, "completed": 1}  # globex's job, on the seat acme's left
+    stored = admin.execute(sql.SQL("SELECT owner, id FROM {}.records").format(sql.Identifier(schema))).fetchall()
+    assert sorted((r["owner"], r["id"]) for r in stored) == [("globex", i) for i in range(3)]
+    assert len(refused) == 1 and "not landed" in str(refused[0])

@@ -5,11 +5,14 @@ hundreds its API takes: one connection per job would hold hundreds of the server
 the slot's jobs share a few :class:`~synclane_provider.core.db.database.Session` objects: each statement borrows
 one, runs (reconnecting as a session does), and gives it back. The most recently returned session is lent first,
 so a slot that needs one connection at a time opens only one; a session opens its connection when first lent.
+A page whose rows land in the jobs database borrows one for its transaction (see
+:class:`~synclane_provider.core.db.page_transaction.PageTransaction`).
 """
 
 from __future__ import annotations
 
 import queue
+import threading
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from datetime import timedelta
@@ -30,8 +33,32 @@ class Connections:
         self.size = size
         self._sessions = [Session(database, **options) for _ in range(size)]
         self._idle: queue.LifoQueue[Session] = queue.LifoQueue()
+        self._pages = threading.BoundedSemaphore(max(size - 1, 1))
         for session in reversed(self._sessions):
             self._idle.put(session)
+
+    @property
+    def lends_for_pages(self) -> bool:
+        """Whether pages' transactions may borrow a session (see :meth:`borrow_for_page`): not when there is only one,
+        which every statement needs."""
+        return self.size > 1
+
+    def borrow_for_page(self) -> Session:
+        """A session of one's own for a page's transaction, until :meth:`give_back_from_page`.
+
+        At most ``size - 1`` are lent so at once: a page holds its session from its first landed row until its
+        cursor is saved in a step of the slot's, and that step, like every other, must always find one free.
+        """
+        self._pages.acquire()
+        try:
+            return self._idle.get()
+        except BaseException:
+            self._pages.release()
+            raise
+
+    def give_back_from_page(self, session: Session) -> None:
+        self._idle.put(session)
+        self._pages.release()
 
     @contextmanager
     def lent(self) -> Iterator[Session]:

@@ -344,6 +344,12 @@ class Session:
         session._conn, session._cursor, session._pinned = conn, conn.cursor(row_factory=tuple_row), True
         return session
 
+    def connection(self) -> psycopg.Connection[Any]:
+        """The session's connection, opened if need be, for a transaction of the caller's own (a page's, see
+        core.db.page_transaction); the caller leaves it in autocommit, or closes it."""
+        with self._lock:
+            return self._connection()
+
     def _connection(self) -> psycopg.Connection[Any]:
         if self._pinned and (self._conn is None or self._conn.closed):
             raise psycopg.OperationalError("the pinned connection is closed")

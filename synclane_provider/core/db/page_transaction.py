@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 import psycopg
 
+from synclane_provider.core.db.connections import Connections
 from synclane_provider.core.db.database import Database, Session
 from synclane_provider.core.db.store import Finish, SavedPage, Store
 
@@ -28,8 +29,13 @@ class PageTransaction:
     when the page failed or the lease was lost. The rows and the cursor commit together, or neither does.
     """
 
-    def __init__(self, database: Database) -> None:
+    def __init__(self, database: Database, connections: Connections | None = None) -> None:
+        """``connections``: a slot of many jobs' shared ones, from which each page's transaction borrows a session
+        (given back as it commits or rolls back); without them (or with only one), the transaction has a
+        connection of its own, kept from page to page."""
         self._database = database
+        self._lender = connections if connections is not None and connections.lends_for_pages else None
+        self._lent: Session | None = None
         self._conn: psycopg.Connection[Any] | None = None
         self.open = False
         """Whether a page wrote in the transaction, which is still to commit or roll back."""
@@ -37,10 +43,34 @@ class PageTransaction:
     def connection(self) -> psycopg.Connection[Any]:
         """The connection, in the page's transaction (opened by its first statement)."""
         if self._conn is None or self._conn.closed:
-            self._conn = self._database.connect()
+            self._conn = self._open()
             self._conn.autocommit = False
         self.open = True
         return self._conn
+
+    def _open(self) -> psycopg.Connection[Any]:
+        if self._lender is None:
+            return self._database.connect()
+        if self._lent is None:
+            self._lent = self._lender.borrow_for_page()
+        try:
+            return self._lent.connection()
+        except BaseException:
+            self._give_back()
+            raise
+
+    def _give_back(self) -> None:
+        """Return a borrowed session, its connection back in autocommit (or closed, when it broke)."""
+        lent, self._lent = self._lent, None
+        if lent is None or self._lender is None:
+            return
+        conn, self._conn = self._conn, None
+        if conn is not None and not conn.closed:
+            try:
+                conn.autocommit = True
+            except psycopg.Error:
+                conn.close()
+        self._lender.give_back_from_page(lent)
 
     def store(self) -> Store:
         """The jobs table inside the page's transaction: a statement that fails is never sent again on another
@@ -77,6 +107,7 @@ class PageTransaction:
         else:
             self._conn.commit()
             self.open = False
+            self._give_back()
         return written
 
     def rollback(self) -> None:
@@ -87,14 +118,21 @@ class PageTransaction:
                 self._conn.rollback()
             except psycopg.Error:
                 self._conn.close()
+        self._give_back()
 
     def abandon(self) -> None:
         """Leave the connection to a page left behind, still running on it: it is never committed, and the next
-        page opens a connection of its own."""
+        page opens a connection of its own. A borrowed one is closed under it (the page's next statement fails)
+        and its session given back, to connect afresh."""
         self.open = False
+        if self._lent is not None and self._conn is not None:
+            self._conn.close()
+            self._give_back()
         self._conn = None
 
     def close(self) -> None:
+        if self._lent is not None:
+            self.rollback()
         conn, self._conn, self.open = self._conn, None, False
         if conn is not None:
             conn.close()

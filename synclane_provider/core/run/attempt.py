@@ -126,6 +126,10 @@ class AttemptPage:
         self._job = attempt.current
         self.counts: list[LandCounts] = []
         """What the page landed so far (each Destination.land it made); a page left behind adds to its own."""
+        self.left = False
+        """The slot stopped waiting for this page (see :meth:`leave`): whatever it lands from now on is refused, or
+        it would join the transaction of the slot's next page and commit with another cursor."""
+        self._lock = threading.Lock()
 
     def spend(self, units: int) -> timedelta:
         waited = self._attempt.setting.gate.spend(self._job, units)
@@ -134,7 +138,18 @@ class AttemptPage:
 
     def transaction(self) -> psycopg.Connection[Any] | None:
         landing = self._attempt.setting.page_transaction
-        return landing.connection() if landing is not None else None
+        with self._lock:
+            if self.left:
+                raise PageLeftBehind("the worker stopped waiting for this page: its rows are not landed")
+            return landing.connection() if landing is not None else None
+
+    def leave(self, landing: PageTransaction | None) -> None:
+        """The slot stops waiting for this page, still running: what it landed is abandoned, never committed, and
+        it lands nothing more."""
+        with self._lock:
+            self.left = True
+            if landing is not None and landing.open:
+                landing.abandon()
 
     def count_landed(self, counts: LandCounts) -> None:
         self.counts.append(counts)
@@ -303,8 +318,10 @@ class Attempt:
         """Roll back what the page landed in the jobs database; a page still running keeps its connection, which
         is never committed."""
         landing = self.setting.page_transaction
-        if landing is not None and landing.open:
-            landing.abandon() if left_behind else landing.rollback()
+        if left_behind:
+            self.page_in_flight.leave(landing)
+        elif landing is not None and landing.open:
+            landing.rollback()
 
     def timed(self, started: float) -> None:
         self.setting.metrics.timing(PAGE_DURATION, self.tags, time.monotonic() - started)

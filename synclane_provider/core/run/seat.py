@@ -12,6 +12,7 @@ import logging
 import threading
 
 from synclane_provider.core.clock import Clock
+from synclane_provider.core.db.connections import Connections
 from synclane_provider.core.db.database import Database
 from synclane_provider.core.db.page_transaction import PageTransaction
 from synclane_provider.core.db.store import Store
@@ -56,7 +57,7 @@ class Seat:
         self.metrics = metrics
         self.busy = False
         """A job of this seat is running (taken and not yet ended)."""
-        self.landing = PageTransaction(database)
+        self.landing = PageTransaction(database, store.session if isinstance(store.session, Connections) else None)
         """The connection pages land on in the jobs database, opened by the first page that lands there."""
         self.lease = LeaseKeeper(store, worker=worker_id, lease=queue.lease, clock=clock)
         self.gate = LaneGate(store, queue, clock=clock, stop=stop, rates=rates, log=log, metrics=metrics)
