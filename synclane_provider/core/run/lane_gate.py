@@ -43,7 +43,7 @@ its handler, until resumed): the two words are kept apart everywhere.
   one ends abandoned, as the cancel promised).
 
 Waits sleep on the slot's stop event, holding no transaction and polling nothing; the job's lease is renewed
-meanwhile by its :class:`~synclane_provider.core.run.lease.LeaseKeeper`. A throttle without a named wait is our
+meanwhile by the process's :class:`~synclane_provider.core.run.lease.Leases`. A throttle without a named wait is our
 own guess (doubled and jittered per job), so it delays only its job; the budget is the tool for pacing a lane.
 
 Waits are computed on the slot's clock (the database's, or a pinned one) and slept in real time: a test that

@@ -25,7 +25,7 @@ from synclane_provider.core.declare.declarations import SyncLane
 from synclane_provider.core.metrics import JOBS_FINISHED, NO_METRICS, Metrics
 from synclane_provider.core.records import Job
 from synclane_provider.core.run.lane_gate import LaneGate
-from synclane_provider.core.run.lease import LeaseKeeper
+from synclane_provider.core.run.lease import Leases
 from synclane_provider.core.run.log_redaction import redact_logs
 from synclane_provider.core.run.runner import (
     DEFAULT_STOP_GRACE,
@@ -88,6 +88,7 @@ class WorkerSlot:
         let_go: Callable[[], bool] | None = None,
         metrics: Metrics = NO_METRICS,
         tokens: TokenSource | None = None,
+        leases: Leases | None = None,
     ) -> None:
         self.queue = synclane.queue(queue)
         redact_logs(logger or log)  # a handler logging its credential by mistake shows ***
@@ -114,7 +115,11 @@ class WorkerSlot:
         self.store = Store(self.session)
         self.landing = PageTransaction(database)
         """The connection pages land on in the jobs database, opened by the first page that lands there."""
-        self.lease = LeaseKeeper(self.store, worker=self.worker_id, lease=self.queue.lease, clock=clock)
+        self._own_leases = leases is None
+        self.leases = leases or Leases(self.store, clock=clock)
+        """What renews its jobs' leases: the worker process's keeper, shared by its slots (the pool's); a slot given
+        none has one of its own, which renews on the slot's connection."""
+        self.lease = self.leases.keeper(worker=self.worker_id, lease=self.queue.lease)
         self.thread = WorkThread(
             self.worker_id,
             logger or log,
@@ -287,7 +292,8 @@ class WorkerSlot:
             self.hand_back()
         finally:
             self.thread.close()
-            self.lease.close()
+            if self._own_leases:
+                self.leases.close()
             self.session.close()
             self.landing.close()
             if self._own_tokens:
