@@ -312,6 +312,6 @@ def test_a_lease_keeper_renews_nothing_once_its_job_has_ended(schema, database_u
         assert slot.run_one(then_continue=False) is not None
         before = database.traffic.snapshot()
         time.sleep(0.5)  # five of the keeper's renewal intervals (a third of the lease)
-        assert (database.traffic - before).statements["renew_lease"] == 0
+        assert (database.traffic - before).statements["renew_leases"] == 0
     assert "stops writing" not in caplog.text
     database.close()

@@ -208,7 +208,7 @@ def test_a_takeover_in_a_wide_lane_keeps_the_dead_workers_slot(schema, database_
         kept, lost = alive.take(), dead.take()
         assert (kept.lane_slot, lost.lane_slot) == (0, 1)
         clock.advance(timedelta(minutes=6))
-        assert alive.store.renew_lease(kept.id, worker=alive.worker_id, lease=timedelta(minutes=5), now=clock.now)
+        assert alive.store.renew_leases([(kept.id, alive.worker_id, timedelta(minutes=5))], now=clock.now)
         taken = taker.take()  # the dead worker's job, in its slot 1; slot 0 is still held
         assert (taken.id, taken.lane_slot) == (lost.id, 1)
         assert idle.take() is None  # and the lane's third job waits for a free slot

@@ -422,7 +422,7 @@ def test_a_late_write_by_an_old_lease_is_refused(setup, admin, schema, clock):
     assert new.id == job.id and new.leased_by != job.leased_by
     late = dict(worker=old.worker_id, now=clock.now)
     assert old.store.save_page(job.id, cursor="999", processed_count=999, lease=MINUTE, **late) is None
-    assert old.store.renew_lease(job.id, lease=MINUTE, **late) is None
+    assert old.store.renew_leases([(job.id, old.worker_id, MINUTE)], now=clock.now) == {}
     assert old.store.release(job.id, processed_count=999, **late) is None
     finish = Finish(job.id, JobStatus.COMPLETED, processed_count=999)
     assert old.store.finish_and_take(queue="shops", lease=MINUTE, finish=finish, take=False, **late).finished is False

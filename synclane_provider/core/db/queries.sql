@@ -893,13 +893,20 @@ LIMIT %(limit)s;
 WITH {owner_paused}
 {job_released}
 
--- name: renew_lease
--- Heartbeat while a slow page is in flight. Fenced like save_page.
-UPDATE {schema}.jobs
-SET heartbeat_at = coalesce(%(now)s::timestamptz, statement_timestamp()),
-    lease_expires_at = coalesce(%(now)s::timestamptz, statement_timestamp()) + %(lease)s::interval
-WHERE id = %(id)s AND leased_by = %(worker)s AND status = 'running'
-RETURNING lease_expires_at;
+-- name: renew_leases
+-- Heartbeat of a worker process's running jobs while slow pages are in flight: every job whose renewal is due,
+-- in one statement, so that hundreds of jobs running at once cost one statement per renewal interval, not one
+-- each. Each job (%(ids)s, pairwise with %(workers)s and %(leases)s) is fenced like save_page on the worker that
+-- holds it and renewed by its own queue's lease. Safe to repeat: it sets absolute values. It locks only the
+-- rows it renews, each still its worker's (no two processes renew one job: each is leased by one worker).
+-- Returns the leases renewed; a job missing from them is no longer its worker's (taken over, handed back).
+UPDATE {schema}.jobs AS j
+SET heartbeat_at = clock.now,
+    lease_expires_at = clock.now + r.lease
+FROM unnest(%(ids)s::bigint[], %(workers)s::text[], %(leases)s::interval[]) AS r(id, worker, lease),
+     (SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now) AS clock
+WHERE j.id = r.id AND j.leased_by = r.worker AND j.status = 'running'
+RETURNING j.id, j.leased_by, j.lease_expires_at;
 
 -- name: release
 -- Graceful stop: hand the job back as pending with its cursor; the interrupted attempt does not count. A job a

@@ -448,10 +448,21 @@ class Store:
         throttled_until: datetime = row["throttled_until"]
         return throttled_until
 
-    def renew_lease(self, job_id: int, *, worker: str, lease: timedelta, now: datetime | None) -> datetime | None:
-        """Extend the lease while a slow page is in flight; None when the lease is lost."""
-        row = self.session.one("renew_lease", id=job_id, worker=worker, lease=lease, now=now)
-        return row["lease_expires_at"] if row else None
+    def renew_leases(
+        self, held: Iterable[tuple[int, str, timedelta]], *, now: datetime | None
+    ) -> dict[tuple[int, str], datetime]:
+        """Extend the leases ``held`` (job id, the worker holding it, its lease) while slow pages are in flight, in
+        one statement; returns the leases renewed, each ``(job id, worker)`` with its new expiry. A lease missing
+        from them was lost."""
+        leases = sorted(set(held))
+        rows = self.session.run(
+            "renew_leases",
+            ids=[job_id for job_id, _, _ in leases],
+            workers=[worker for _, worker, _ in leases],
+            leases=[lease for _, _, lease in leases],
+            now=now,
+        )
+        return {(row["id"], row["leased_by"]): row["lease_expires_at"] for row in rows}
 
     def release(self, job_id: int, *, worker: str, processed_count: int, now: datetime | None) -> Job | None:
         """Hand the job back as pending at its cursor, the attempt not counted; None when the lease is lost.

@@ -35,7 +35,7 @@ from synclane_provider.core.rate_headers import RateNews
 from synclane_provider.core.records import Job, LandCounts, Page
 from synclane_provider.core.redact import redact
 from synclane_provider.core.run.lane_gate import LaneGate, PageNotSent, Turn
-from synclane_provider.core.run.lease import LeaseKeeper, why_lost
+from synclane_provider.core.run.lease import WatchedLease, why_lost
 from synclane_provider.core.run.outcomes import CANCELLED, describe_error
 from synclane_provider.core.run.results import Outcome, RunResult
 from synclane_provider.core.run.tokens import TokenSource
@@ -182,7 +182,7 @@ class Attempt:
         setting: AttemptSetting,
         job: Job,
         job_type: JobType,
-        lease: LeaseKeeper,
+        lease: WatchedLease,
         *,
         throttle_left: float,
         heard: bool,

@@ -45,7 +45,7 @@ its handler, until resumed): the two words are kept apart everywhere.
 Waits before a page are yielded to the slot (:mod:`~synclane_provider.core.run.waits`), which sleeps them on its
 stop event or runs other jobs meanwhile; waits within a page (``keep_turn``, ``spend``) sleep on the handler's own
 thread. Either way they hold no transaction and poll nothing; the job's lease is renewed
-meanwhile by its :class:`~synclane_provider.core.run.lease.LeaseKeeper`. A throttle without a named wait is our
+meanwhile by the process's :class:`~synclane_provider.core.run.lease.Leases`. A throttle without a named wait is our
 own guess (doubled and jittered per job), so it delays only its job; the budget is the tool for pacing a lane.
 
 Waits are computed on the slot's clock (the database's, or a pinned one) and slept in real time: a test that

@@ -32,6 +32,7 @@ from synclane_provider.core.db.store import Store, Taken
 from synclane_provider.core.declare.declarations import SyncLane
 from synclane_provider.core.metrics import NO_METRICS, Metrics
 from synclane_provider.core.run.lane_gate import OwnerRates
+from synclane_provider.core.run.lease import Leases
 from synclane_provider.core.run.log_redaction import redact_logs
 from synclane_provider.core.run.runner import DEFAULT_STOP_GRACE, RunResult, slot_watch
 from synclane_provider.core.run.seat import Seat
@@ -71,7 +72,10 @@ class MultiSlot:
         poll_interval: timedelta | None = None,
         metrics: Metrics = NO_METRICS,
         tokens: TokenSource | None = None,
+        leases: Leases | None = None,
     ) -> None:
+        """``leases``: the process's keeper (a pool's); a slot given none renews its jobs' leases itself, in one
+        statement per interval through its connections."""
         self.queue = synclane.queue(queue)
         if jobs_per_slot < 1:
             raise ValueError(f"jobs_per_slot must be at least 1, got {jobs_per_slot!r}")
@@ -96,6 +100,8 @@ class MultiSlot:
         )
         """The few connections every seat's statements go through."""
         self.store = Store(self.connections)
+        self._own_leases = leases is None
+        self.leases = leases or Leases(self.store, clock=clock)
         rates = OwnerRates(self.queue, refresh=synclane.plan_interval, log=self.log)
         self.seats = [
             Seat(
@@ -110,6 +116,7 @@ class MultiSlot:
                 log=self.log,
                 metrics=metrics,
                 tokens=self.tokens,
+                leases=self.leases,
                 rates=rates,
             )
             for i in range(jobs_per_slot)
@@ -254,6 +261,8 @@ class MultiSlot:
                 self._listener.unregister(self.queue.name, self.wake)
                 self._listening = False
             self.stepper.close()
+            if self._own_leases:
+                self.leases.close()
             self.connections.close()
             if self._own_tokens:
                 self.tokens.close()

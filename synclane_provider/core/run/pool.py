@@ -14,9 +14,10 @@ from synclane_provider.core.declare.declarations import SyncLane
 from synclane_provider.core.errors import DatabaseUnavailableError
 from synclane_provider.core.metrics import NO_METRICS, Metrics
 from synclane_provider.core.records import Wakeup
+from synclane_provider.core.run.lease import RENEW_AFTER, Leases
 from synclane_provider.core.run.multislot import MultiSlot
 from synclane_provider.core.run.runner import DEFAULT_STOP_GRACE
-from synclane_provider.core.run.slot import WorkerSlot, new_worker_id
+from synclane_provider.core.run.slot import WorkerSlot, new_worker_id, worker_settings
 from synclane_provider.core.run.summary import Summary
 from synclane_provider.core.run.tokens import OAuthClient, TokenSource
 from synclane_provider.core.run.work_thread import Work
@@ -75,6 +76,15 @@ class WorkerPool:
         self.stop = threading.Event()
         self._finished = threading.Event()
         """Set when a slot saw the pool's work done: slots still trying to connect then give up."""
+        self.leases = Leases.on_own_connection(
+            database,
+            clock=clock,
+            settings=worker_settings(synchronous_commit=synclane.synchronous_commit),
+            give_up_after=self.queue.lease * RENEW_AFTER,
+            stop=self.stop,
+            let_go=self._finished.is_set,
+        )
+        """Every slot's running jobs' leases, renewed together on a connection of its own."""
         self._idle = threading.Condition()
         self._wakes = 0
         """Wake-ups asked for so far: a slot that saw it change since its take does not wait (see :meth:`_work`)."""
@@ -93,6 +103,7 @@ class WorkerPool:
                 let_go=self._finished.is_set,
                 metrics=metrics,
                 tokens=self.tokens,
+                leases=self.leases,
             )
             if self.jobs_per_slot == 1
             else MultiSlot(
@@ -108,6 +119,7 @@ class WorkerPool:
                 poll_interval=self.poll_interval,
                 metrics=metrics,
                 tokens=self.tokens,
+                leases=self.leases,
             )
             for i in range(self.slots)
         ]
@@ -290,9 +302,10 @@ class WorkerPool:
         return total
 
     def close(self) -> None:
-        """Close every slot's connection and lease thread (done by :meth:`drain` and :meth:`run` as they return)."""
+        """Close every slot's connection, and the lease thread (done by :meth:`drain` and :meth:`run` as they return)."""
         for slot in self._slots:
             slot.close()
+        self.leases.close()
         self.tokens.close()
 
     def __enter__(self) -> "WorkerPool":

@@ -20,7 +20,7 @@ from synclane_provider.core.declare.declarations import Queue, SyncLane
 from synclane_provider.core.metrics import JOBS_FINISHED, Metrics
 from synclane_provider.core.records import Job
 from synclane_provider.core.run.lane_gate import LaneGate, OwnerRates
-from synclane_provider.core.run.lease import LeaseKeeper
+from synclane_provider.core.run.lease import Leases
 from synclane_provider.core.run.runner import JobRunner, RunResult
 from synclane_provider.core.run.summary import Summary
 from synclane_provider.core.run.taking import Taking
@@ -48,6 +48,7 @@ class Seat:
         log: Log,
         metrics: Metrics,
         tokens: TokenSource,
+        leases: Leases,
         rates: OwnerRates,
     ) -> None:
         self.queue = queue
@@ -59,7 +60,8 @@ class Seat:
         """A job of this seat is running (taken and not yet ended)."""
         self.landing = PageTransaction(database, store.session if isinstance(store.session, Connections) else None)
         """The connection pages land on in the jobs database, opened by the first page that lands there."""
-        self.lease = LeaseKeeper(store, worker=worker_id, lease=queue.lease, clock=clock)
+        self.lease = leases.keeper(worker=worker_id, lease=queue.lease)
+        """Its jobs' leases, kept by the process's (or the slot's) :class:`Leases` under this seat's worker name."""
         self.gate = LaneGate(store, queue, clock=clock, stop=stop, rates=rates, log=log, metrics=metrics)
         self.taking = Taking(store, queue, worker=worker_id, clock=clock, stop=stop, metrics=metrics)
         """This seat's finishes and takes (``finish_and_take``), and the job it took for later."""
@@ -145,9 +147,8 @@ class Seat:
                 self.store.notify(self.queue.name)  # due again: wake an idle worker to take it
 
     def close(self) -> None:
-        """Hand back a job taken for later, stop renewing leases and close the page transaction's connection."""
+        """Hand back a job taken for later and close the page transaction's connection."""
         try:
             self.hand_back()
         finally:
-            self.lease.close()
             self.landing.close()

@@ -24,6 +24,7 @@ from synclane_provider.core.declare.declarations import SyncLane
 from synclane_provider.core.metrics import NO_METRICS, Metrics
 from synclane_provider.core.records import Job
 from synclane_provider.core.run.lane_gate import OwnerRates
+from synclane_provider.core.run.lease import Leases
 from synclane_provider.core.run.log_redaction import redact_logs
 from synclane_provider.core.run.runner import DEFAULT_STOP_GRACE, RunResult, slot_watch
 from synclane_provider.core.run.seat import Seat
@@ -79,6 +80,7 @@ class WorkerSlot:
         let_go: Callable[[], bool] | None = None,
         metrics: Metrics = NO_METRICS,
         tokens: TokenSource | None = None,
+        leases: Leases | None = None,
     ) -> None:
         self.queue = synclane.queue(queue)
         redact_logs(logger or log)  # a handler logging its credential by mistake shows ***
@@ -102,6 +104,10 @@ class WorkerSlot:
             prepare_threshold=0,
         )
         self.store = Store(self.session)
+        self._own_leases = leases is None
+        self.leases = leases or Leases(self.store, clock=clock)
+        """What renews its jobs' leases: the worker process's keeper, shared by its slots (the pool's); a slot given
+        none has one of its own, which renews on the slot's connection."""
         self.seat = Seat(
             synclane,
             self.queue,
@@ -114,6 +120,7 @@ class WorkerSlot:
             log=logger or log,
             metrics=metrics,
             tokens=self.tokens,
+            leases=self.leases,
             rates=OwnerRates(self.queue, refresh=synclane.plan_interval, log=logger or log),
         )
         """Where the slot's one job runs: its lease, lane gate, takes and page transaction."""
@@ -218,6 +225,8 @@ class WorkerSlot:
             self.seat.close()
         finally:
             self.thread.close()
+            if self._own_leases:
+                self.leases.close()
             self.session.close()
             if self._own_tokens:
                 self.tokens.close()
