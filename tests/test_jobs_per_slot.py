@@ -4,6 +4,7 @@ connections, with plain and ``async def`` handlers alike."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 from datetime import timedelta
@@ -11,6 +12,8 @@ from datetime import timedelta
 from synclane_provider.core import Operations, Owner, Page
 from synclane_provider.core.errors import PageTimeout
 from synclane_provider.core.run.multislot import MultiSlot
+from synclane_provider.core.run.stepper import Stepper
+from synclane_provider.core.run.waits import Wait
 from tests.support.helpers import declare, owners, products, rows
 
 LANES = [f"shop-{i:02}" for i in range(24)]
@@ -175,3 +178,54 @@ def test_a_lane_two_wide_runs_two_of_its_jobs_at_once_in_one_slot(database_url, 
         summary = slot.drain()
     assert summary.outcomes["completed"] == 4
     assert seen.peak == 2
+
+
+def test_a_work_started_takes_its_first_step_ahead_of_the_steps_already_waiting_for_a_step_thread():
+    """When hundreds of pages end together, their finishes queue for the slot's few step threads. A job started
+    then (a seat's next job, taken with its finish) takes its first step -- a moment's work before its page -- ahead
+    of them: it waits for that backlog once, with its finish, not a second time to start."""
+    stepper = Stepper(
+        "test",
+        logging.getLogger("test"),
+        stop=threading.Event(),
+        stop_grace=30,
+        interrupted=threading.Event(),
+        interrupt_grace=5,
+        finish_grace=5,
+        steps=1,
+        pages=1,
+    )
+    order: list[str] = []
+    first_steps_done, holding, release = threading.Event(), threading.Event(), threading.Event()
+
+    def going_on(i: int):
+        order.append(f"first {i}")
+        if i == 2:
+            first_steps_done.set()
+        yield Wait(0.0)
+        order.append(f"second {i}")
+
+    def holding_the_step_thread():
+        holding.set()
+        release.wait(10)
+        return
+        yield
+
+    def started():
+        order.append("started")
+        return
+        yield
+
+    for i in range(3):
+        stepper.start(going_on(i), i)
+    assert first_steps_done.wait(5)
+    stepper.start(holding_the_step_thread(), "holder")
+    assert holding.wait(5)
+    stepper.pump(0.05)  # the three works' second steps queue behind the holder
+    stepper.start(started(), "started")
+    release.set()
+    ended = []
+    while len(ended) < 5:
+        ended += stepper.pump(1.0)
+    stepper.close()
+    assert order == ["first 0", "first 1", "first 2", "started", "second 0", "second 1", "second 2"]
