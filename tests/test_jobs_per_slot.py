@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import http.server
 import json
+import logging
 import threading
 import time
 import urllib.parse
@@ -17,6 +18,9 @@ from synclane_provider.core import Operations, Owner, Page
 from synclane_provider.core.errors import PageTimeout
 from synclane_provider.core.run.multislot import MultiSlot
 from synclane_provider.core.run.page_loop import page_loop
+from synclane_provider.core.run.runner import slot_watch
+from synclane_provider.core.run.stepper import Stepper
+from synclane_provider.core.run.waits import Wait
 from tests.support.helpers import Background, declare, execute, owners, products, rows
 
 LANES = [f"shop-{i:02}" for i in range(24)]
@@ -406,3 +410,50 @@ def test_seats_with_nothing_to_take_send_nothing_until_something_happens(databas
         summary = draining.result(20)
     assert quiet.total == 0, quiet
     assert summary.outcomes == {"completed": 1}
+
+
+def test_a_work_started_takes_its_first_step_ahead_of_the_steps_already_waiting_for_a_step_thread():
+    """When hundreds of pages end together, their finishes queue for the slot's few step threads. A job started
+    then (a seat's next job, taken with its finish) takes its first step -- a moment's work before its page -- ahead
+    of them: it waits for that backlog once, with its finish, not a second time to start."""
+    stepper = Stepper(
+        "test",
+        logging.getLogger("test"),
+        watch=slot_watch(threading.Event(), threading.Event(), timedelta(seconds=30)),
+        steps=1,
+        pages=1,
+    )
+    order: list[str] = []
+    first_steps_done, holding, release = threading.Event(), threading.Event(), threading.Event()
+
+    def going_on(i: int):
+        order.append(f"first {i}")
+        if i == 2:
+            first_steps_done.set()
+        yield Wait(0.0)
+        order.append(f"second {i}")
+
+    def holding_the_step_thread():
+        holding.set()
+        release.wait(10)
+        return
+        yield
+
+    def started():
+        order.append("started")
+        return
+        yield
+
+    for i in range(3):
+        stepper.start(going_on(i), i)
+    assert first_steps_done.wait(5)
+    stepper.start(holding_the_step_thread(), "holder")
+    assert holding.wait(5)
+    stepper.pump(0.05)  # the three works' second steps queue behind the holder
+    stepper.start(started(), "started")
+    release.set()
+    ended = []
+    while len(ended) < 5:
+        ended += stepper.pump(1.0)
+    stepper.close()
+    assert order == ["first 0", "first 1", "first 2", "started", "second 0", "second 1", "second 2"]

@@ -7,7 +7,7 @@ of its slot from the thread that calls :meth:`Stepper.pump`:
 
 * **steps** (the work's code between two yields: takes, cursor saves, finishes) run on ``steps`` threads, as many
   as the slot has connections -- a step holds a connection for its statement, and more step threads would wait
-  for one;
+  for one; a work's first step goes ahead of the steps waiting for a thread (see :meth:`Stepper._step`);
 * **pages** of a plain handler run on a bounded pool of page threads (:class:`PageThreads`, one per job at most);
   those of an ``async def`` handler on the process's one event loop (:mod:`~synclane_provider.core.run.page_loop`),
   no thread of their own;
@@ -127,6 +127,12 @@ class Entry:
 Ended = tuple[Hashable, Any, BaseException | None]
 """A work that ended: its tag, its value, or what it raised."""
 
+Step = tuple[Entry, Any, BaseException | None]
+"""A work's step to run: the work, and what to send it (or throw into it)."""
+
+STARTING, GOING_ON, CLOSING = 0, 1, 2
+"""Ranks of the queued steps: a work's first step, its later ones, and the step threads' end after both."""
+
 
 class Stepper:
     """Drives many works at once for one slot (see the module's docstring)."""
@@ -137,7 +143,8 @@ class Stepper:
         self._watch = watch
         self._stop = watch.stop
         self._events: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
-        self._steps: queue.SimpleQueue[tuple[Entry, Any, BaseException | None] | None] = queue.SimpleQueue()
+        self._steps: queue.PriorityQueue[tuple[int, int, Step | None]] = queue.PriorityQueue()
+        """Steps to run, a work's first step ahead of the others (see :meth:`start`), else in the order they came."""
         self._step_threads = steps
         self._started = False
         self.pages = PageThreads(name, pages)
@@ -163,7 +170,7 @@ class Stepper:
                 threading.Thread(target=self._serve_steps, name=f"{self._name}-steps", daemon=True).start()
         entry = Entry(work, tag)
         self._running.add(entry)
-        self._step(entry, None, None)
+        self._step(entry, None, None, first=True)
 
     def nudge(self) -> None:
         """Make the pump return now, even with no work ended (something outside the works changed); any thread."""
@@ -306,11 +313,18 @@ class Stepper:
                 except BaseException:  # noqa: BLE001 - the interrupt is what the caller hears of
                     pass
 
-    def _step(self, entry: Entry, send: Any, throw: BaseException | None) -> None:
-        self._steps.put((entry, send, throw))
+    def _step(self, entry: Entry, send: Any, throw: BaseException | None, *, first: bool = False) -> None:
+        """Queue the work's next step for a step thread; ``first``: the work's first, which goes ahead of the others.
+
+        A slot starts a work when a seat's job ends with its next job taken (that job's first step is a moment's work
+        before its page) or when a seat takes. When hundreds of pages end together, their finishes queue for the few
+        step threads; a first step queued behind them would make its job wait out that backlog twice: once for its
+        finish, again for its start.
+        """
+        self._steps.put((STARTING if first else GOING_ON, next(self._order), (entry, send, throw)))
 
     def _serve_steps(self) -> None:
-        while (task := self._steps.get()) is not None:
+        while (task := self._steps.get()[2]) is not None:
             entry, send, throw = task
             try:
                 step = entry.work.send(send) if throw is None else entry.work.throw(throw)
@@ -326,5 +340,5 @@ class Stepper:
         if self._started:
             self._started = False
             for _ in range(self._step_threads):
-                self._steps.put(None)
+                self._steps.put((CLOSING, next(self._order), None))
         self.pages.close()
