@@ -1,5 +1,6 @@
 """bench/concurrency.py: a quick run of many jobs in one slot prints every figure beside its target, completes
-every job on every side, holds no more than the slot's connections and leaves none open."""
+every job on every side, holds no more than the slot's connections (and the process's listening one) and leaves
+none open."""
 
 from __future__ import annotations
 
@@ -32,7 +33,8 @@ def test_a_quick_run_prints_each_figure_beside_its_target_and_keeps_to_the_slots
     for name in JUDGED:
         assert re.search(rf"^{name}: [0-9.]+ \(target [<>]= [0-9.]+: (held|missed)\)$", done.stdout, re.M), name
     assert 0 < float(figures["efficiency_threads"]) <= 1 and 0 < float(figures["efficiency_async"]) <= 1
-    assert 1 <= int(figures["connections_peak"]) <= 4  # the quick run's slot of 100 jobs, over its 4 connections
+    # the quick run's slot of 100 jobs: its 4 connections, and the process's one listening for wake-ups
+    assert 1 <= int(figures["connections_peak"]) <= 4 + 1
     assert 4 < int(figures["connections_peak_one_job"]) <= int(figures["one_job_slots"])  # a connection a slot
     assert 0 < float(figures["rss_mb_per_job"]) < 10
     assert float(figures["vs_one_job_per_slot"]) > 0
