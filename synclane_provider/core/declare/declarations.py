@@ -291,7 +291,7 @@ class Queue:
     jobs_per_slot: int = 1
     """How many jobs one worker slot runs at once, each in a lane of its own: with pages that mostly wait on their
     API, one slot (one Airflow task) keeps hundreds of lanes busy. 1 runs one job at a time on a thread of the
-    task's own. See docs/how-to/scale.md for sizing."""
+    task's own. See docs/how-to/many-lanes.md for sizing."""
     connections: int = 4
     """The database connections a slot of more than one job shares among its jobs (takes, cursor saves, finishes,
     lease renewals); a slot of one job has one."""
