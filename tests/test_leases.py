@@ -282,3 +282,24 @@ def test_a_slot_s_job_whose_lease_is_taken_over_mid_page_ends_lease_lost(schema,
             finally:
                 hang.set()
     assert result.outcome is Outcome.LEASE_LOST
+
+
+def test_a_job_s_watch_wakes_the_keeper_only_when_it_is_due_before_the_keeper_wakes_anyway(
+    schema, database_url, running_jobs
+):
+    """A slot starts a job hundreds of times a second; a watch whose renewal falls due after the keeper's own
+    wake-up leaves the sleeping thread alone (it finds the watch when it wakes), so a job's start costs it nothing."""
+    first, *others = running_jobs(40, lease=timedelta(minutes=5))
+    with keeper(database_url, schema) as (leases, _):
+        with leases.watch(first.id, worker=first.leased_by, lease=timedelta(minutes=5)):
+            wait_for(lambda: leases._wakes_at > 0, "the keeper to sleep until the first renewal")
+            notified = []
+            notify = leases._changed.notify
+            leases._changed.notify = lambda n=1: (notified.append(n), notify(n))  # type: ignore[method-assign]
+            with ExitStack() as watching:
+                for job in others:
+                    watching.enter_context(leases.watch(job.id, worker=job.leased_by, lease=timedelta(minutes=5)))
+                assert notified == []
+                sooner = leases.watch(first.id, worker=first.leased_by, lease=timedelta(seconds=3))
+                assert notified == [1]  # due sooner than the keeper meant to wake: woken
+                leases.unwatch(sooner)

@@ -111,6 +111,9 @@ class Leases:
         self._closed = threading.Event()
         """The current thread's stop."""
         self._idle_since = time.monotonic()
+        self._wakes_at = 0.0
+        """When the thread, waiting, wakes up by itself (0 while it is not waiting): a watch due sooner wakes it
+        earlier; any other watch is left for it to find then, so a job's start costs the thread nothing."""
         self._linger = SHORTEST_INTERVAL
         """How long the thread waits for a watch with nothing watched before it ends: the longest renewal
         interval it kept, so that a slot's next job, taken as its last one finishes, finds it still there."""
@@ -139,7 +142,8 @@ class Leases:
                     target=self._run, args=(self._closed,), name="synclane-leases", daemon=True
                 )
                 self._thread.start()
-            self._changed.notify()
+            elif watched.due_at < self._wakes_at:
+                self._changed.notify()
         return watched
 
     def unwatch(self, watched: WatchedLease) -> None:
@@ -193,17 +197,25 @@ class Leases:
                     self._thread = None  # under the lock: a watch from now on starts another
                     return None
                 if not kept:
-                    self._changed.wait(self._linger)
+                    self._wait(now + self._linger)
                     continue
                 earliest = min(watched.due_at for watched in kept)
                 if earliest > now:
-                    self._changed.wait(earliest - now)
+                    self._wait(earliest)
                     continue
                 due = [watched for watched in kept if watched.due_at <= now + TOGETHER * watched.interval]
                 for watched in due:
                     watched.tried_at = now
                 return due
             return None
+
+    def _wait(self, until: float) -> None:
+        """Wait (holding the lock's condition) until ``until`` (time.monotonic()), a sooner watch or the close."""
+        self._wakes_at = until
+        try:
+            self._changed.wait(max(until - time.monotonic(), 0.0))
+        finally:
+            self._wakes_at = 0.0
 
     def _renew(self, due: list[WatchedLease]) -> None:
         try:
