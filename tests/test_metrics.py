@@ -88,7 +88,7 @@ def test_a_job_taken_over_from_a_lost_worker_is_counted_as_a_takeover(schema, da
         WorkerSlot(lane, database, "shops", clock=clock, metrics=metrics) as taker,
     ):
         job = lost.take()
-        lost.lease.close()  # it stops renewing: it died
+        lost.leases.close()  # it stops renewing: it died
         clock.advance(lane.queue("shops").lease + timedelta(seconds=1))
         taker.run_one(then_continue=False)
     assert metrics.total(LEASE_TAKEOVERS, queue="shops", type="orders") == 1

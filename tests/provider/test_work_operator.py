@@ -28,6 +28,10 @@ from tests.support.provider_helpers import first_event, operations
 pytestmark = pytest.mark.airflow
 
 
+JOBS_PER_SLOT = pytest.mark.parametrize("jobs_per_slot", [1, 4], ids=["one job a slot", "4 jobs a slot"])
+"""The worker operator's promises hold whether its slot runs one job at a time or several."""
+
+
 def worker(**kwargs) -> SyncLaneWorkOperator:
     settings = dict(
         task_id="work", declaration=DECLARATION, synclane_queue="shops", idle_timeout=30, deferrable=True, linger=0
@@ -52,9 +56,12 @@ def statuses(admin, schema) -> dict[str, int]:
     return counts
 
 
-def test_the_worker_drains_then_defers_and_resumes_when_a_job_becomes_due(provider_schema, admin, capsys):
+@JOBS_PER_SLOT
+def test_the_worker_drains_then_defers_and_resumes_when_a_job_becomes_due(
+    provider_schema, admin, capsys, jobs_per_slot
+):
     jobs = plan()
-    operator = worker(slot=1)
+    operator = worker(slot=1, jobs_per_slot=jobs_per_slot)
     before = datetime.now(timezone.utc)
     with pytest.raises(TaskDeferred) as deferred:
         operator.execute({})
@@ -261,9 +268,10 @@ def test_two_slots_drain_the_queue_together_and_a_lane_never_runs_two_jobs(provi
     assert decl.PAGES and decl.overlapping_lane_pages() == []
 
 
-def test_sigterm_hands_the_running_job_back_with_its_cursor(provider_schema, admin):
+@JOBS_PER_SLOT
+def test_sigterm_hands_the_running_job_back_with_its_cursor(provider_schema, admin, jobs_per_slot):
     plan("slow")
-    operator = worker(synclane_queue="slow")
+    operator = worker(synclane_queue="slow", jobs_per_slot=jobs_per_slot)
     # As in Airflow's task runner: SIGTERM calls on_kill in the main thread, in the middle of execute.
     previous = signal.signal(signal.SIGTERM, lambda signum, frame: operator.on_kill())
     decl.ON_SECOND_PAGE.append(lambda: os.kill(os.getpid(), signal.SIGTERM))
@@ -278,10 +286,11 @@ def test_sigterm_hands_the_running_job_back_with_its_cursor(provider_schema, adm
     assert row["leased_by"] is None
 
 
-def test_on_kill_from_another_thread_hands_the_job_back(provider_schema, admin):
+@JOBS_PER_SLOT
+def test_on_kill_from_another_thread_hands_the_job_back(provider_schema, admin, jobs_per_slot):
     plan("slow")
     decl.GATE.clear()
-    operator = worker(synclane_queue="slow")
+    operator = worker(synclane_queue="slow", jobs_per_slot=jobs_per_slot)
     with ThreadPoolExecutor(max_workers=1) as pool:
         running = pool.submit(operator.execute, {})
         assert decl.IN_FLIGHT.wait(30)
@@ -293,12 +302,13 @@ def test_on_kill_from_another_thread_hands_the_job_back(provider_schema, admin):
     assert (row["status"], row["cursor"], row["processed_count"]) == ("pending", "100", 100)
 
 
+@JOBS_PER_SLOT
 def test_on_kill_during_a_page_that_does_not_end_hands_the_job_back_at_once_at_the_cursor_it_started_from(
-    provider_schema, admin
+    provider_schema, admin, jobs_per_slot
 ):
     plan("slow")
     decl.GATE.clear()  # the second page hangs
-    operator = worker(synclane_queue="slow")
+    operator = worker(synclane_queue="slow", jobs_per_slot=jobs_per_slot)
     try:
         with ThreadPoolExecutor(max_workers=1) as pool:
             running = pool.submit(operator.execute, {})
@@ -314,10 +324,11 @@ def test_on_kill_during_a_page_that_does_not_end_hands_the_job_back_at_once_at_t
         decl.GATE.set()
 
 
-def test_at_the_max_run_time_a_running_job_is_handed_back_and_the_task_succeeds(provider_schema, admin):
+@JOBS_PER_SLOT
+def test_at_the_max_run_time_a_running_job_is_handed_back_and_the_task_succeeds(provider_schema, admin, jobs_per_slot):
     plan("slow")
     decl.SLOW_PAGE_SECONDS = 0.3  # 10 pages: about 3 s of work
-    summary = worker(synclane_queue="slow", max_run_time=1).execute({})
+    summary = worker(synclane_queue="slow", max_run_time=1, jobs_per_slot=jobs_per_slot).execute({})
     assert (summary["released"], summary["ended"]) == (1, "max_run_time")
     [row] = rows(admin, provider_schema)
     assert row["status"] == "pending" and row["cursor"] is not None
