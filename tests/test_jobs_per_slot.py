@@ -457,3 +457,25 @@ def test_a_work_started_takes_its_first_step_ahead_of_the_steps_already_waiting_
         ended += stepper.pump(1.0)
     stepper.close()
     assert order == ["first 0", "first 1", "first 2", "started", "second 0", "second 1", "second 2"]
+
+
+def test_a_drain_that_runs_out_of_time_leaves_no_job_taken_for_later(database_url, schema, admin):
+    """A drain given until a moment returns once its running jobs end: a job a seat took with its last finish is
+    handed back at once, pending for any worker, not held until the slot closes."""
+
+    def handler(job):
+        time.sleep(0.4)
+        return Page(None, 1)
+
+    synclane = declare(schema, products(handler), owner_source=owners(*LANES[:4]))
+    database = synclane.database(database_url)
+    with Operations(synclane, database) as ops:
+        for owner in LANES[:4]:
+            for key in "abc":
+                ops.enqueue("shops", owner, "products", key=key)
+    with MultiSlot(synclane, database, "shops", jobs_per_slot=4, connections=2) as slot:
+        summary = slot.drain(until=time.monotonic() + 0.2)
+        left = rows(admin, schema)
+    assert summary.outcomes == {"completed": 4}
+    assert sorted(r["status"] for r in left) == ["completed"] * 4 + ["pending"] * 8
+    assert {r["leased_by"] for r in left if r["status"] == "pending"} == {None}
