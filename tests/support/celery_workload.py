@@ -15,8 +15,9 @@ from __future__ import annotations
 import os
 import time
 from collections import defaultdict
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass
 from datetime import timedelta
+from typing import ClassVar
 
 import psycopg
 from psycopg import sql
@@ -24,14 +25,18 @@ from psycopg.rows import dict_row
 
 from synclane_provider.core import Job, Operations, Owner, Page, Queue, SnapshotType, SyncLane
 from tests.support.database import drop_schemas
+from tests.support.environment import FromEnvironment
+
+ENV_PREFIX = "SYNCLANE_SCALEOUT_"
 
 QUEUE = "scaleout"
 RECORDS_PER_PAGE = 10
-ENV_PREFIX = "SYNCLANE_SCALEOUT_"
 
 
 @dataclass(frozen=True)
-class Workload:
+class Workload(FromEnvironment):
+    PREFIX: ClassVar[str] = ENV_PREFIX
+
     schema: str
     database_url: str
     """The database of the jobs table; the page log is written there too."""
@@ -42,19 +47,6 @@ class Workload:
     slots: int = 4
     """The queue's concurrency: how many mapped tasks the worker DAG runs."""
     lease: float = 15.0
-
-    def environment(self) -> dict[str, str]:
-        """The settings for Airflow's processes, which build the same workload with :meth:`from_environment`."""
-        return {ENV_PREFIX + name.upper(): str(value) for name, value in asdict(self).items()}
-
-    @classmethod
-    def from_environment(cls, env=os.environ) -> "Workload":
-        values = {}
-        for spec in fields(cls):
-            raw = env.get(ENV_PREFIX + spec.name.upper())
-            if raw is not None:
-                values[spec.name] = raw if spec.type == "str" else (float(raw) if spec.type == "float" else int(raw))
-        return cls(**values)
 
     def owner_list(self) -> list[Owner]:
         return [Owner(f"owner-{i:04d}", lane=f"lane-{i % self.lanes:02d}") for i in range(self.owners)]

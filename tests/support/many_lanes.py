@@ -23,11 +23,13 @@ import json
 import os
 import threading
 import time
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
+from typing import ClassVar
 
 from synclane_provider.core import Job, Operations, Owner, Page, Queue, SnapshotType, SyncLane
+from tests.support.environment import FromEnvironment
 
 QUEUE = "many"
 TYPES = ("first", "second")
@@ -47,25 +49,14 @@ def latency(job_id: int) -> float:
 
 
 @dataclass(frozen=True)
-class ManyLanes:
+class ManyLanes(FromEnvironment):
+    PREFIX: ClassVar[str] = ENV_PREFIX
+
     schema: str
     pages_dir: str
     owners: int = 400
     slots: int = 2
     jobs_per_slot: int = 200
-
-    def environment(self) -> dict[str, str]:
-        """The settings for Airflow's processes, which build the same workload with :meth:`from_environment`."""
-        return {ENV_PREFIX + name.upper(): str(value) for name, value in asdict(self).items()}
-
-    @classmethod
-    def from_environment(cls, env=os.environ) -> ManyLanes:
-        values: dict[str, object] = {}
-        for spec in fields(cls):
-            raw = env.get(ENV_PREFIX + spec.name.upper())
-            if raw is not None:
-                values[spec.name] = raw if spec.type == "str" else int(raw)
-        return cls(**values)  # type: ignore[arg-type]
 
     def owner_list(self) -> list[Owner]:
         return [Owner(f"owner-{i:04d}", lane=f"lane-{i:04d}") for i in range(self.owners)]

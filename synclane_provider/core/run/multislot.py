@@ -36,7 +36,7 @@ from synclane_provider.core.run.lease import Leases
 from synclane_provider.core.run.log_redaction import redact_logs
 from synclane_provider.core.run.runner import DEFAULT_STOP_GRACE, RunResult, slot_watch
 from synclane_provider.core.run.seat import Seat
-from synclane_provider.core.run.slot import new_worker_id, worker_settings
+from synclane_provider.core.run.slot import new_worker_id, worker_session
 from synclane_provider.core.run.stepper import Stepper
 from synclane_provider.core.run.summary import Summary
 from synclane_provider.core.run.taking import TakingMany
@@ -92,11 +92,7 @@ class MultiSlot:
         self.connections = Connections(
             database,
             size=connections or self.queue.connections,
-            stop=self.stop,
-            let_go=lambda: False,
-            give_up_after=give_up_after,
-            settings=worker_settings(synchronous_commit=synclane.synchronous_commit),
-            prepare_threshold=0,
+            **worker_session(synclane, self.stop, lambda: False, give_up_after),
         )
         """The few connections every seat's statements go through."""
         self.store = Store(self.connections)

@@ -15,6 +15,7 @@ import time
 import uuid
 from collections.abc import Callable
 from datetime import timedelta
+from typing import Any
 
 from synclane_provider.core.clock import Clock, database_clock
 from synclane_provider.core.credentials import Sealer
@@ -50,6 +51,20 @@ def worker_settings(*, synchronous_commit: bool = False) -> dict[str, str]:
         "synchronous_commit": "on" if synchronous_commit else "off",
         "plan_cache_mode": "force_generic_plan",
         "jit": "off",
+    }
+
+
+def worker_session(
+    synclane: SyncLane, stop: threading.Event, let_go: Callable[[], bool], give_up_after: timedelta
+) -> dict[str, Any]:
+    """The options of a worker's sessions (see :class:`Session`): its declaration's settings, each statement prepared
+    from its first run, backing off through outages until ``give_up_after``, letting go when stopped or ``let_go``."""
+    return {
+        "stop": stop,
+        "let_go": let_go,
+        "give_up_after": give_up_after,
+        "settings": worker_settings(synchronous_commit=synclane.synchronous_commit),
+        "prepare_threshold": 0,
     }
 
 
@@ -95,14 +110,7 @@ class WorkerSlot:
         self.interrupted = threading.Event()
         """Set by :meth:`interrupt`: the process is about to be killed."""
         self._let_go = let_go
-        self.session = Session(
-            database,
-            stop=self.stop,
-            let_go=self._may_let_go,
-            give_up_after=give_up_after,
-            settings=worker_settings(synchronous_commit=synclane.synchronous_commit),
-            prepare_threshold=0,
-        )
+        self.session = Session(database, **worker_session(synclane, self.stop, self._may_let_go, give_up_after))
         self.store = Store(self.session)
         self._own_leases = leases is None
         self.leases = leases or Leases(self.store, clock=clock)
