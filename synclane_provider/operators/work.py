@@ -302,9 +302,10 @@ class SyncLaneWorkOperator(QueueOperator):
                 if now < linger_until:
                     # Short gaps between jobs are waited out here: no deferral, so no resume to race with.
                     self.log.info(
-                        "nothing to take in queue %s: waiting here for a job until %s, then deferring",
+                        "nothing to take in queue %s: waiting here for a job until %s, then %s",
                         queue.name,
                         linger_until.isoformat(timespec="seconds"),
+                        "ending" if linger_until >= until else "deferring",
                     )
                     self._linger(self._trigger(declaration, queue.name, state, linger_until), worker.stop)
                     continue

@@ -193,6 +193,14 @@ def test_a_resumed_slot_lingers_from_its_resume_before_deferring_again(provider_
     assert datetime.fromisoformat(until) >= resumed + timedelta(seconds=59)
 
 
+def test_a_slot_whose_idle_timeout_comes_before_its_linger_ends_says_it_will_end_not_defer(provider_schema, capsys):
+    summary = worker(linger=60, idle_timeout=2).execute({})
+    assert (summary["jobs"], summary["ended"]) == (0, "idle_timeout")
+    log = capsys.readouterr().out
+    assert re.search(r"waiting here for a job until \S+, then ending", log), log
+    assert "then deferring" not in log
+
+
 def test_an_on_kill_before_the_slot_exists_stops_the_task_before_it_runs_any_job(provider_schema, admin, monkeypatch):
     """Airflow's SIGTERM lands while the task is still connecting, before it has a worker slot to interrupt: the
     slot it then makes takes nothing, and the task fails as stopped, every job still pending and unleased."""
