@@ -10,6 +10,8 @@ import logging
 import threading
 import time
 import urllib.parse
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 
 import httpx
@@ -47,6 +49,15 @@ class Lanes:
         with self._lock:
             self.now[lane] -= 1
 
+    @contextmanager
+    def paging(self, lane: str) -> Iterator[None]:
+        """A page of ``lane`` in flight for the length of the block."""
+        self.enter(lane)
+        try:
+            yield
+        finally:
+            self.leave(lane)
+
 
 def enqueue_two_jobs_per_lane(synclane, database) -> None:
     with Operations(synclane, database) as ops:
@@ -61,11 +72,8 @@ def test_a_slot_of_many_jobs_runs_every_lane_at_once_and_never_two_jobs_of_one_l
     seen = Lanes()
 
     def handler(job):
-        seen.enter(job.lane)
-        try:
+        with seen.paging(job.lane):
             time.sleep(0.3)
-        finally:
-            seen.leave(job.lane)
         return Page(None, 1)
 
     synclane = declare(schema, products(handler), owner_source=owners(*LANES))
@@ -90,13 +98,10 @@ def test_an_async_handler_runs_every_lane_on_one_event_loop(database_url, schema
     threads: set[int] = set()
 
     async def handler(job):
-        seen.enter(job.lane)
         loops.add(id(asyncio.get_running_loop()))
         threads.add(threading.get_ident())
-        try:
+        with seen.paging(job.lane):
             await asyncio.sleep(0.3)
-        finally:
-            seen.leave(job.lane)
         return Page(None, 1)
 
     synclane = declare(schema, products(handler), owner_source=owners(*LANES))
@@ -169,9 +174,8 @@ def test_a_lane_two_wide_runs_two_of_its_jobs_at_once_in_one_slot(database_url, 
     seen = Lanes()
 
     def handler(job):
-        seen.enter(job.owner)
-        time.sleep(0.3)
-        seen.leave(job.owner)
+        with seen.paging(job.owner):
+            time.sleep(0.3)
         return Page(None, 1)
 
     synclane = declare(schema, products(handler), owner_source=owners(Owner("acme", lane_width=2)))

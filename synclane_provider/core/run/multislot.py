@@ -130,8 +130,6 @@ class MultiSlot:
         """Set by :meth:`wake`, and by the process's listener when the table notifies the queue (see core.db.listener)."""
         self._listener = listener(database)
         self._listening = False
-        self.running_peak = 0
-        """The most jobs this slot ran at once."""
 
     @property
     def summary(self) -> Summary:
@@ -189,9 +187,7 @@ class MultiSlot:
                 asking = [idle.pop() for _ in range(min(len(idle), TAKE_AT_MOST))]
                 self.stepper.start(self._taking(asking), (TAKE, asking))
                 taking = True
-            running = self.stepper.running
-            self.running_peak = max(self.running_peak, running - taking)
-            if running == 0 and (dry or stopping()):
+            if self.stepper.running == 0 and (dry or stopping()):
                 break
             for tag, value, error in self.stepper.pump(self.poll_interval):
                 kind, seats = cast(tuple[str, list[Seat]], tag)
