@@ -88,7 +88,10 @@ def test_a_slot_of_many_jobs_runs_every_lane_at_once_and_never_two_jobs_of_one_l
     assert took < 48 * 0.3 / 4, took  # far from one page at a time
     assert {r["status"] for r in rows(admin, schema)} == {"completed"}
     assert database.traffic.connections <= 2 + 1  # the slot's two, and the schema check's
-    assert database.traffic.statements["take_many"] <= 3  # the 24 seats filled by one statement
+    # The 24 seats filled by a few takes each wave, the ends of pages that returned together written together: far
+    # fewer statements than jobs.
+    sent = database.traffic.statements
+    assert sent["take_many"] <= 12 and sent["finish_many"] <= 12 and sent["finish_and_take"] == 0, sent
 
 
 def test_an_async_handler_runs_every_lane_on_one_event_loop(database_url, schema, admin):

@@ -452,17 +452,10 @@ def test_every_transition_the_engine_performs_is_allowed_and_every_allowed_one_i
             ("batch-lost", "many-1"),
             ("batch-waiting", "many-2"),
         ]
-        for each in batch:
-            done = Finish(each.job.id, JobStatus.COMPLETED, 0)
-            finished = slot.store.finish_and_take(
-                queue="shops",
-                worker=each.job.leased_by,
-                lease=timedelta(minutes=5),
-                finish=done,
-                take=False,
-                now=clock(),
-            )
-            assert finished.finished
+        # ... and writes the ends of their attempts together (finish_many)
+        ends = [(each.job.leased_by, Finish(each.job.id, JobStatus.COMPLETED, 0)) for each in batch]
+        finished = slot.store.finish_many(ends, queue="shops", now=clock())
+        assert [written.status for written in finished.written] == [JobStatus.COMPLETED, JobStatus.COMPLETED]
         # an operator hands back a running job, and gives up on another
         held = WorkerSlot(synclane, database, "shops", clock=clock)
         slots.append(held)

@@ -180,40 +180,43 @@ WHERE j.queue = %(queue)s AND j.status = 'completed'
   AND j.completed_at > span.since AND j.completed_at <= span.upto
 
 -- fragment: finish_the_job
--- finish_and_take's first part, the CTE ``finished``: the job named by %(finished)s, if it is still this worker's,
--- leaves running for how its attempt ended (a cancel's abandonment for any end but completion), its lease
--- and lane slot freed.
+-- The CTE ``finished``: each job named in the statement's CTE ``ending`` (one row per attempt ended: the job's id,
+-- its worker, the status asked for, processed_count, the landed counts inserted … deleted (NULL: as last saved),
+-- error, delay, owner_failed), if it is still that worker's, leaves running for how its attempt ended (a cancel's
+-- abandonment for any end but completion), its lease and lane slot freed. Used by finish_and_take (one row) and
+-- finish_many.
 finished AS (
     UPDATE {schema}.jobs AS done
-    SET status = CASE WHEN done.stop_reason IS NOT NULL AND %(status)s <> 'completed' THEN 'abandoned'
-                      ELSE %(status)s END,
-        processed_count = %(processed_count)s,
-        inserted_count = coalesce((%(landed)s::bigint[])[1], done.inserted_count),
-        updated_count = coalesce((%(landed)s::bigint[])[2], done.updated_count),
-        unchanged_count = coalesce((%(landed)s::bigint[])[3], done.unchanged_count),
-        stale_count = coalesce((%(landed)s::bigint[])[4], done.stale_count),
-        deleted_count = coalesce((%(landed)s::bigint[])[5], done.deleted_count),
-        error = CASE WHEN done.stop_reason IS NOT NULL AND %(status)s <> 'completed' THEN done.stop_reason
-                     ELSE %(error)s END,
-        next_run_at = clock.now + CASE WHEN done.stop_reason IS NOT NULL AND %(status)s <> 'completed'
-                                       THEN interval '0' ELSE %(delay)s::interval END,
-        heartbeat_at = CASE WHEN done.stop_reason IS NOT NULL AND %(status)s <> 'completed' THEN clock.now
+    SET status = CASE WHEN done.stop_reason IS NOT NULL AND e.status <> 'completed' THEN 'abandoned'
+                      ELSE e.status END,
+        processed_count = e.processed_count,
+        inserted_count = coalesce(e.inserted, done.inserted_count),
+        updated_count = coalesce(e.updated, done.updated_count),
+        unchanged_count = coalesce(e.unchanged, done.unchanged_count),
+        stale_count = coalesce(e.stale, done.stale_count),
+        deleted_count = coalesce(e.deleted, done.deleted_count),
+        error = CASE WHEN done.stop_reason IS NOT NULL AND e.status <> 'completed' THEN done.stop_reason
+                     ELSE e.error END,
+        next_run_at = clock.now + CASE WHEN done.stop_reason IS NOT NULL AND e.status <> 'completed'
+                                       THEN interval '0' ELSE e.delay END,
+        heartbeat_at = CASE WHEN done.stop_reason IS NOT NULL AND e.status <> 'completed' THEN clock.now
                             ELSE done.heartbeat_at END,
-        completed_at = CASE WHEN %(status)s = 'completed'
+        completed_at = CASE WHEN e.status = 'completed'
                             THEN coalesce(%(now)s::timestamptz, clock_timestamp()) END,
         leased_by = NULL,
         lease_expires_at = NULL,
         stop_reason = NULL
-    FROM clock
-    WHERE done.id = %(finished)s AND done.leased_by = %(worker)s AND done.status = 'running'
-    RETURNING done.id, done.owner, done.type, done.status, done.error, done.mode
+    FROM clock, ending AS e
+    WHERE done.id = e.id AND done.leased_by = e.worker AND done.status = 'running'
+    RETURNING done.id, done.owner, done.type, done.lane, done.status, done.error, done.mode,
+              e.status AS asked, e.owner_failed
 )
 
 -- fragment: owner_health_after_the_finish
 -- finish_and_take's second part, the CTE ``owner_health``: the owner's row follows how the attempt ended.
 owner_health AS (
     -- The owner's health follows how the attempt ended (core/declare/stretch.py): a completion resets it, an
-    -- attempt that failed for the owner (%(owner_failed)s: not a throttle, and not turned into a cancel's
+    -- attempt that failed for the owner (owner_failed: not a throttle, and not turned into a cancel's
     -- abandonment) counts one more failure in a row, degraded from %(degraded_after)s, failing from
     -- %(failing_after)s. Upserted on the owner's row, which this statement creates when it has none. A
     -- completion of an owner already healthy, with no failure in a row and a clean run stamped within the last
@@ -235,7 +238,9 @@ owner_health AS (
               WHERE clean.queue = %(queue)s AND clean.owner = f.owner
                 AND clean.consecutive_failures = 0 AND clean.last_clean_at > clock.now - interval '1 minute'
           ))
-       OR (%(owner_failed)s AND f.status = %(status)s)
+       OR (f.owner_failed AND f.status = f.asked)
+    -- In owner order: two statements writing several owners' rows lock them in the same order, never in a cycle.
+    ORDER BY f.owner
     ON CONFLICT (queue, owner) DO UPDATE
     SET consecutive_failures = CASE WHEN excluded.consecutive_failures = 0 THEN 0
                                     ELSE o.consecutive_failures + 1 END,
@@ -493,6 +498,15 @@ taken AS (
 WITH RECURSIVE clock AS (
     SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now
 ),
+ending AS (
+    SELECT %(finished)s::bigint AS id, %(worker)s::text AS worker, %(status)s::text AS status,
+           %(processed_count)s::bigint AS processed_count,
+           (%(landed)s::bigint[])[1] AS inserted, (%(landed)s::bigint[])[2] AS updated,
+           (%(landed)s::bigint[])[3] AS unchanged, (%(landed)s::bigint[])[4] AS stale,
+           (%(landed)s::bigint[])[5] AS deleted,
+           %(error)s::text AS error, %(delay)s::interval AS delay, %(owner_failed)s::boolean AS owner_failed
+    WHERE %(finished)s::bigint IS NOT NULL
+),
 {finish_the_job},
 finish_first AS (
     SELECT count(*) AS n FROM finished
@@ -516,6 +530,45 @@ SELECT EXISTS (SELECT 1 FROM finished) AS finished,
        (SELECT count(*) FROM first_load_news) AS notified
 FROM (SELECT) AS one
 LEFT JOIN taken ON true;
+
+-- name: finish_many
+-- How a worker process running many jobs at once writes the ends of several attempts in one statement: each as
+-- finish_and_take writes its finish (fenced on its own worker's lease, a cancel's abandonment winning over any end
+-- but completion, the owner's health following, a first load's notification), with no take: the jobs' workers
+-- take again with take_many. One statement for a batch rather than one a job: the ends of pages that return
+-- together cost one round trip, one plan and one commit. The attempts ended are given as arrays of one value a
+-- job, each in the same order (%(ids)s, %(workers)s, %(statuses)s, %(processed_counts)s, the landed counts
+-- %(inserted)s … %(deleted)s, NULL where a job's are as last saved, %(errors)s, %(delays)s, %(owner_failed)s),
+-- of distinct owners: an owner's row is written once a statement.
+--
+-- Returns a row for each job named, in the given order: finished (false: its lease was lost), finished_status and
+-- finished_error as written, and lane_has_work: whether the job's lane may have work due now (it is waiting again
+-- itself, or another job of its lane is due), which tells the workers whether a take could find some.
+WITH clock AS (
+    SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now
+),
+ending AS (
+    SELECT * FROM unnest(
+        %(ids)s::bigint[], %(workers)s::text[], %(statuses)s::text[], %(processed_counts)s::bigint[],
+        %(inserted)s::bigint[], %(updated)s::bigint[], %(unchanged)s::bigint[], %(stale)s::bigint[],
+        %(deleted)s::bigint[], %(errors)s::text[], %(delays)s::interval[], %(owner_failed)s::boolean[]
+    ) WITH ORDINALITY AS e(id, worker, status, processed_count, inserted, updated, unchanged, stale, deleted,
+                          error, delay, owner_failed, place)
+),
+{finish_the_job},
+{owner_health_after_the_finish},
+{first_load_news}
+SELECT f.id IS NOT NULL AS finished, f.status AS finished_status, f.error AS finished_error,
+       f.status IN ('pending', 'failed', 'deferred') OR EXISTS (
+           SELECT 1 FROM {schema}.jobs AS w
+           WHERE w.queue = %(queue)s AND w.lane = f.lane
+             AND w.status IN ('pending', 'failed', 'deferred') AND w.next_run_at <= clock.now
+       ) AS lane_has_work,
+       (SELECT count(*) FROM first_load_news) AS notified
+FROM ending AS e
+CROSS JOIN clock
+LEFT JOIN finished AS f ON f.id = e.id
+ORDER BY e.place;
 
 -- name: take_many
 -- Several takes in one statement, for a worker process that runs many jobs at once, each leased to a worker id of

@@ -88,6 +88,25 @@ class FinishAndTake:
 
 
 @dataclass(frozen=True)
+class FinishedMany:
+    """What one ``finish_many`` wrote: each finish as written (None: its lease was lost), in the order given."""
+
+    written: list[Finish | None]
+    lane_has_work: bool
+    """A lane left by one of the jobs may have work due now: a take could find some."""
+
+
+def _written(finish: Finish, row: dict[str, Any]) -> Finish | None:
+    """``finish`` as the statement wrote it (a cancel's abandonment instead, when one had asked the job to stop);
+    None when the write found the lease lost."""
+    if not row["finished"]:
+        return None
+    status = JobStatus(row["finished_status"])
+    delay = finish.delay if status is finish.status else timedelta(0)
+    return Finish(finish.job_id, status, finish.processed_count, row["finished_error"], delay, landed=finish.landed)
+
+
+@dataclass(frozen=True)
 class SavedPage:
     """A cursor save (or lease renewal) that found the lease still this worker's."""
 
@@ -297,14 +316,52 @@ class Store:
         taken = None if row["id"] is None else Taken(Job.from_row(row), row["lost_worker"], row["throttle_left"] or 0.0)
         if finish is None:
             return FinishAndTake(finished=None, taken=taken)
-        written = None
-        if row["finished"]:
-            status = JobStatus(row["finished_status"])
-            delay = finish.delay if status is finish.status else timedelta(0)
-            written = Finish(
-                finish.job_id, status, finish.processed_count, row["finished_error"], delay, landed=finish.landed
-            )
-        return FinishAndTake(finished=row["finished"], taken=taken, written=written)
+        return FinishAndTake(finished=row["finished"], taken=taken, written=_written(finish, row))
+
+    def finish_many(
+        self,
+        ends: Sequence[tuple[str, Finish]],
+        *,
+        queue: str,
+        now: datetime | None,
+        health_after: tuple[int, int] = (3, 10),
+    ) -> FinishedMany:
+        """Write how several attempts ended, each fenced on its worker's lease, in one statement and with no take:
+        ``ends`` pairs each job's worker with its finish, jobs of distinct owners. What each write was, in order.
+
+        Everything :meth:`finish_and_take` does with a finish holds for each (a cancel's abandonment, the owner's
+        health, a first load's notification); see ``finish_many`` in queries.sql.
+        """
+        finishes = [finish for _, finish in ends]
+        landed = [finish.landed.as_list() if finish.landed else [None] * 5 for finish in finishes]
+        rows = self.session.run(
+            "finish_many",
+            ids=[finish.job_id for finish in finishes],
+            workers=[worker for worker, _ in ends],
+            statuses=[finish.status.value for finish in finishes],
+            processed_counts=[finish.processed_count for finish in finishes],
+            inserted=[counts[0] for counts in landed],
+            updated=[counts[1] for counts in landed],
+            unchanged=[counts[2] for counts in landed],
+            stale=[counts[3] for counts in landed],
+            deleted=[counts[4] for counts in landed],
+            errors=[finish.error for finish in finishes],
+            delays=[finish.delay for finish in finishes],
+            owner_failed=[finish.owner_failed for finish in finishes],
+            degraded_after=health_after[0],
+            failing_after=health_after[1],
+            healthy=OwnerHealth.HEALTHY.value,
+            degraded=OwnerHealth.DEGRADED.value,
+            failing=OwnerHealth.FAILING.value,
+            queue=queue,
+            now=now,
+            channel=channel(self.schema),
+            payload=payload(queue),
+        )
+        return FinishedMany(
+            written=[_written(finish, row) for finish, row in zip(finishes, rows, strict=True)],
+            lane_has_work=any(row["lane_has_work"] for row in rows),
+        )
 
     def take_many(self, *, queue: str, workers: Sequence[str], lease: timedelta, now: datetime | None) -> list[Taken]:
         """Lease up to one job to each of ``workers`` (distinct ids, each holding no job), in one statement.

@@ -8,11 +8,15 @@ pages driven by one :class:`~synclane_provider.core.run.stepper.Stepper`.
 
 How seats fill: one statement takes a job for each of up to ``TAKE_AT_MOST`` idle seats, in distinct free lanes
 (``take_many``), and another follows while idle seats are left and the last one found some. A take that finds
-nothing makes the slot *dry*: idle seats wait
-until a running seat's finish takes its next job in another lane (work may have come), a poll interval passes, or
-:meth:`MultiSlot.wake`. A running seat moves on as a one-job slot does: its finish takes its next job in the same
-statement. :meth:`MultiSlot.drain` returns once no job runs and the last take found nothing, so a worker task
-defers only with nothing running and nothing due.
+nothing makes the slot *dry*: idle seats wait until a job ends in a lane that may have work due (work may have
+come), a poll interval passes, or :meth:`MultiSlot.wake`.
+
+How seats end their jobs: not one statement a job, as a one-job slot's finish and next take are, but the ends of
+every page that returned meanwhile in one statement (``finish_many``, distinct owners a statement), after which
+their seats are idle and take together. When hundreds of pages return at once, each job's end then costs a share
+of two statements instead of a whole one: a round trip, a plan and a commit spread over the batch.
+:meth:`MultiSlot.drain` returns once no job runs and the last take found nothing, so a worker task defers only with
+nothing running and nothing due.
 """
 
 from __future__ import annotations
@@ -37,11 +41,12 @@ from synclane_provider.core.run.log_redaction import redact_logs
 from synclane_provider.core.run.runner import DEFAULT_STOP_GRACE, RunResult, slot_watch
 from synclane_provider.core.run.seat import Seat
 from synclane_provider.core.run.slot import new_worker_id, worker_session
-from synclane_provider.core.run.stepper import Stepper
+from synclane_provider.core.run.stepper import Answer, Stepper
 from synclane_provider.core.run.summary import Summary
 from synclane_provider.core.run.taking import TakingMany
 from synclane_provider.core.run.tokens import TokenSource
 from synclane_provider.core.run.work_thread import Work
+from synclane_provider.core.run.write_end import WriteEnd
 
 log = logging.getLogger("synclane_provider.core.run.worker")
 """The slots' log (and their jobs' lines), under the name logging configurations already give it."""
@@ -123,6 +128,7 @@ class MultiSlot:
             watch=slot_watch(self.stop, self.interrupted, stop_grace),
             steps=self.connections.size,
             pages=jobs_per_slot,
+            write_ends=self._write_ends,
         )
         self.takes = TakingMany(self.store, self.queue, clock=clock, metrics=metrics)
         """The takes for idle seats: up to ``TAKE_AT_MOST`` of them in one statement, in distinct lanes."""
@@ -243,6 +249,27 @@ class MultiSlot:
             seat.hand_back()
         return result
 
+    def _write_ends(self, requests: list[WriteEnd]) -> list[Answer]:
+        """On a step thread: the ends of several seats' attempts, written in as few statements as their owners allow
+        (one a statement each, as an owner's row is written once a statement); each one's answer, in their order.
+        A lane left with work due wakes the slot's idle seats."""
+        answers: dict[int, Answer] = {}
+        for batch in _distinct_owners(requests):
+            try:
+                done = self.store.finish_many(
+                    [(request.ends.worker, request.end.finish) for request in batch],
+                    queue=self.queue.name,
+                    now=self.clock(),
+                    health_after=self.queue.owner_stretch.health_after,
+                )
+            except BaseException as exc:  # noqa: BLE001 - thrown into each work of the batch
+                answers.update((id(request), (None, exc)) for request in batch)
+                continue
+            if done.lane_has_work:
+                self._woken.set()
+            answers.update((id(request), (written, None)) for request, written in zip(batch, done.written, strict=True))
+        return [answers[id(request)] for request in requests]
+
     def close(self) -> None:
         """Hand back jobs taken for later, end the stepper's threads and close the connections."""
         try:
@@ -264,3 +291,18 @@ class MultiSlot:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _distinct_owners(requests: list[WriteEnd]) -> list[list[WriteEnd]]:
+    """``requests`` in batches with no owner twice, each in the first batch that has none of its owner's."""
+    batches: list[tuple[set[str], list[WriteEnd]]] = []
+    for request in requests:
+        owner = request.end.job.owner
+        for owners, batch in batches:
+            if owner not in owners:
+                owners.add(owner)
+                batch.append(request)
+                break
+        else:
+            batches.append(({owner}, [request]))
+    return [batch for _, batch in batches]

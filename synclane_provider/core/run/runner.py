@@ -22,9 +22,19 @@ from synclane_provider.core.run.results import Outcome, RunResult
 from synclane_provider.core.run.taking import Taking
 from synclane_provider.core.run.tokens import TokenSource
 from synclane_provider.core.run.work_thread import Watch, Work
+from synclane_provider.core.run.write_end import WriteEnd
 from synclane_provider.core.states import JobStatus
 
-__all__ = ["DEFAULT_STOP_GRACE", "INTERRUPT_GRACE", "KILL_GRACE", "EndOfAttempt", "JobRunner", "Outcome", "RunResult"]
+__all__ = [
+    "DEFAULT_STOP_GRACE",
+    "INTERRUPT_GRACE",
+    "KILL_GRACE",
+    "EndOfAttempt",
+    "JobRunner",
+    "Outcome",
+    "RunResult",
+    "WriteEnd",
+]
 
 DEFAULT_STOP_GRACE = timedelta(seconds=30)
 """How long a stopping worker waits for a page in flight before it leaves the job to lapse to another worker."""
@@ -114,7 +124,7 @@ class JobRunner:
             return self.ended(_ended(job, JobStatus.ABANDONED, job.processed_count, error=describe_error(exc)))
         with self._lease.watch(job.id) as lease:
             attempt = Attempt(self._setting, job, job_type, lease, throttle_left=throttle_left, heard=heard)
-            return self.ended((yield from attempt.run()))
+            return (yield from self.ending((yield from attempt.run())))
 
     def after_lost_worker(self, job: Job, lost_worker: str) -> RunResult:
         """Write down the attempt of a worker whose lease lapsed: abandoned when a cancel had asked it to stop,
@@ -127,11 +137,23 @@ class JobRunner:
         return self.ended(end)
 
     def ended(self, end: Ended) -> RunResult:
-        """An attempt's result: as it is when it is written already, else once its slot wrote its end."""
+        """An attempt's result: as it is when it is written already, else once its slot wrote its end, here."""
         if isinstance(end, RunResult):
             return end
         resent = self._setting.store.repeats
         return self.written(end, self._ends.write_end(end), resent)
+
+    def ending(self, end: Ended) -> Work[RunResult]:
+        """An attempt's result, its end written by whoever drives the work (:class:`WriteEnd`): a one-job slot writes
+        it with its next take, a slot of many jobs with the ends of other jobs' pages that returned meanwhile. An
+        end whose last page's rows landed in the jobs database is written here, in that page's transaction."""
+        if isinstance(end, RunResult):
+            return end
+        if end.landing is not None:
+            return self.ended(end)
+        resent = self._setting.store.repeats
+        written: Finish | None = yield WriteEnd(end, self._ends)
+        return self.written(end, written, resent)
 
     def written(self, end: EndOfAttempt, written: Finish | None, resent: int) -> RunResult:
         """The result of an attempt whose end the slot wrote: what was written (a cancel turns any end but

@@ -11,7 +11,10 @@ of its slot from the thread that calls :meth:`Stepper.pump`:
 * **pages** of a plain handler run on a bounded pool of page threads (:class:`PageThreads`, one per job at most);
   those of an ``async def`` handler on the process's one event loop (:mod:`~synclane_provider.core.run.page_loop`),
   no thread of their own;
-* **waits** a work yields (its turn in a lane's rate budget) are timers, holding no thread at all.
+* **waits** a work yields (its turn in a lane's rate budget) are timers, holding no thread at all;
+* **ends** a work yields (the write that ends its attempt) are gathered: the ends of pages that returned together
+  are written in one statement on a step thread (the slot's ``write_ends``), one batch at a time, so that the
+  ends that come while one is written make the next.
 
 The pump watches every page in flight as a work thread watches its one (:meth:`InFlight.why_end`): a page past its
 timeout, whose lease was lost, or still running a grace after a stop or an interrupt is left behind -- its page
@@ -35,10 +38,18 @@ from typing import Any
 from synclane_provider.core.run.page_loop import start_page
 from synclane_provider.core.run.waits import Wait
 from synclane_provider.core.run.work_thread import WAKE_EVERY, InFlight, PageCall, Watch, Work, WorkLeft
+from synclane_provider.core.run.write_end import WriteEnd
 
 Log = logging.Logger | logging.LoggerAdapter[logging.Logger]
 Done = Callable[[Any, BaseException | None], None]
 """Told a page's answer: its value, or what it raised."""
+Answer = tuple[Any, BaseException | None]
+"""What a work is sent back: a value, or what to throw into it."""
+WriteEnds = Callable[[list[WriteEnd]], list[Answer]]
+"""Writes several works' ends, each one's answer in their order."""
+
+ENDS_AT_MOST = 100
+"""The most ends one batch writes (those that came meanwhile wait for the next)."""
 
 
 class PageRun:
@@ -130,6 +141,9 @@ Ended = tuple[Hashable, Any, BaseException | None]
 Step = tuple[Entry, Any, BaseException | None]
 """A work's step to run: the work, and what to send it (or throw into it)."""
 
+Task = Step | Callable[[], None]
+"""What a step thread runs: a work's step, or a batch of ends to write."""
+
 STARTING, GOING_ON, CLOSING = 0, 1, 2
 """Ranks of the queued steps: a work's first step, its later ones, and the step threads' end after both."""
 
@@ -137,15 +151,23 @@ STARTING, GOING_ON, CLOSING = 0, 1, 2
 class Stepper:
     """Drives many works at once for one slot (see the module's docstring)."""
 
-    def __init__(self, name: str, log: Log, *, watch: Watch, steps: int, pages: int) -> None:
+    def __init__(
+        self, name: str, log: Log, *, watch: Watch, steps: int, pages: int, write_ends: WriteEnds | None = None
+    ) -> None:
+        """``write_ends``: how the slot writes a batch of ends; None writes each alone (:meth:`WriteEnd.write`)."""
         self._name = name
         self._log = log
         self._watch = watch
         self._stop = watch.stop
         self._events: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
-        self._steps: queue.PriorityQueue[tuple[int, int, Step | None]] = queue.PriorityQueue()
+        self._steps: queue.PriorityQueue[tuple[int, int, Task | None]] = queue.PriorityQueue()
         """Steps to run, a work's first step ahead of the others (see :meth:`start`), else in the order they came."""
         self._step_threads = steps
+        self._write_ends = write_ends or _one_by_one
+        self._ends: list[tuple[Entry, WriteEnd]] = []
+        """Works waiting for their ends to be written, in the order they asked."""
+        self._writing = False
+        """A batch of ends is being written (the next waits for it)."""
         self._started = False
         self.pages = PageThreads(name, pages)
         self._running: set[Entry] = set()
@@ -213,6 +235,9 @@ class Stepper:
         if kind == "nudge":
             self._nudged = True
             return
+        if kind == "wrote":
+            self._wrote(event[1], event[2])
+            return
         if entry not in self._running:
             return  # abandoned for good meanwhile
         if kind == "ended":
@@ -230,6 +255,9 @@ class Stepper:
     def _yielded(self, entry: Entry, step: PageCall | Wait, interrupt: BaseException | None) -> None:
         if interrupt is not None:
             self._step(entry, None, interrupt)
+        elif isinstance(step, WriteEnd):
+            self._ends.append((entry, step))
+            self._write_some()
         elif isinstance(step, Wait):
             if self._stop.is_set():
                 self._step(entry, 0.0, None)
@@ -261,6 +289,32 @@ class Stepper:
         else:
             run = self.pages.run(call, done)
             entry.stop_page = partial(self.pages.abandon, run)
+
+    def _write_some(self) -> None:
+        """Write the ends waiting, up to ``ENDS_AT_MOST`` of them in one batch, unless a batch is being written."""
+        if self._writing or not self._ends:
+            return
+        batch, self._ends = self._ends[:ENDS_AT_MOST], self._ends[ENDS_AT_MOST:]
+        self._writing = True
+        # Ahead of the steps waiting: it ends many jobs at once, freeing their seats.
+        self._steps.put((STARTING, next(self._order), partial(self._write, batch)))
+
+    def _write(self, batch: list[tuple[Entry, WriteEnd]]) -> None:
+        """On a step thread: write the batch's ends, and tell the pump each work's answer."""
+        try:
+            answers = self._write_ends([request for _, request in batch])
+        except BaseException as exc:  # noqa: BLE001 - thrown into every work of the batch
+            answers = [(None, exc)] * len(batch)
+        self._events.put(("wrote", batch, answers))
+
+    def _wrote(self, batch: list[tuple[Entry, WriteEnd]], answers: list[Answer]) -> None:
+        """Send each work of a written batch what was written (an interrupt meanwhile waits for its next step: its
+        end is written either way), then write the ends that came meanwhile."""
+        self._writing = False
+        for (entry, _), (value, error) in zip(batch, answers, strict=True):
+            if entry in self._running:
+                self._step(entry, value, error)
+        self._write_some()
 
     def _wake_due(self, interrupt: BaseException | None) -> None:
         """Send the works whose waits are over (all of them once the slot stops) the seconds they slept."""
@@ -325,6 +379,9 @@ class Stepper:
 
     def _serve_steps(self) -> None:
         while (task := self._steps.get()[2]) is not None:
+            if callable(task):
+                task()
+                continue
             entry, send, throw = task
             try:
                 step = entry.work.send(send) if throw is None else entry.work.throw(throw)
@@ -342,3 +399,14 @@ class Stepper:
             for _ in range(self._step_threads):
                 self._steps.put((CLOSING, next(self._order), None))
         self.pages.close()
+
+
+def _one_by_one(requests: list[WriteEnd]) -> list[Answer]:
+    """Each end written alone, its failure thrown into its own work only."""
+    answers: list[Answer] = []
+    for request in requests:
+        try:
+            answers.append((request.write(), None))
+        except BaseException as exc:  # noqa: BLE001 - thrown into its work
+            answers.append((None, exc))
+    return answers

@@ -39,6 +39,7 @@ from synclane_provider.core.page_context import PageJob
 from synclane_provider.core.run import waits
 from synclane_provider.core.run.page_loop import start_page
 from synclane_provider.core.run.waits import Wait
+from synclane_provider.core.run.write_end import WriteEnd
 
 WAKE_EVERY = 0.5
 """Longest wait between two looks at the page in flight (its clock, its lease and the stop flag), in seconds."""
@@ -78,9 +79,10 @@ def asynchronous(handler: object) -> bool:
     return inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(getattr(handler, "__call__", None))
 
 
-Work = Generator[PageCall | Wait, Any, T]
-"""A slot's work: yields the pages it needs run and the waits between them (see core.run.waits), is sent each
-page's value (or thrown what it raised) and each wait's seconds slept."""
+Work = Generator[PageCall | Wait | WriteEnd, Any, T]
+"""A slot's work: yields the pages it needs run, the waits between them (see core.run.waits) and the write that ends
+its attempt (see core.run.write_end); is sent each page's value (or thrown what it raised), each wait's seconds
+slept and what the write wrote."""
 
 Answer = tuple[Any, BaseException | None]
 """What a work thread hands back: the work's value, or what it raised."""
@@ -297,6 +299,12 @@ class WorkThread:
                 return None, exc
             if isinstance(call, Wait):
                 send, throw = waits.slept_on(call, self._stop), None
+                continue
+            if isinstance(call, WriteEnd):
+                try:
+                    send, throw = call.write(), None
+                except BaseException as exc:  # noqa: BLE001 - thrown into the work, where the write was asked for
+                    send, throw = None, exc
                 continue
             with self._lock:
                 if generation != self._generation:  # abandoned for good between pages: unwind without a write
