@@ -284,6 +284,30 @@ def test_a_cancel_and_a_pause_stop_their_own_jobs_and_no_other(database_url, sch
     assert summary.outcomes == {"completed": 4, "abandoned": 1, "released": 1}
 
 
+def test_pages_of_one_owner_that_fail_together_each_count_against_it(database_url, schema, admin):
+    """An owner's lane twelve wide, twelve of its pages failing at the same moment: their ends come together, and
+    each failure is counted on the owner's row (written once a statement, so they take a statement each)."""
+    together = threading.Barrier(12, timeout=30)
+
+    def handler(job):
+        together.wait()
+        raise RuntimeError("HTTP 500")
+
+    synclane = declare(schema, products(handler), owner_source=owners(Owner("one", lane_width=12)))
+    database = synclane.database(database_url)
+    with Operations(synclane, database) as ops:
+        for key in LANES[:12]:
+            ops.enqueue("shops", "one", "products", key=key)
+    with MultiSlot(synclane, database, "shops", jobs_per_slot=12, connections=2) as slot:
+        summary = slot.drain()
+    assert summary.outcomes["failed"] == 12
+    [owner] = admin.execute(
+        f'SELECT health, consecutive_failures FROM "{schema}".owners WHERE owner = %s', ["one"]
+    ).fetchall()
+    assert owner == {"health": "failing", "consecutive_failures": 12}
+    assert database.traffic.statements["finish_many"] == 12
+
+
 def test_a_job_taken_over_from_a_slot_of_many_is_no_longer_written_by_it(database_url, schema, admin):
     """One job's lease is expired by hand and another worker takes it over while its page runs: the slot's write
     for that job finds the lease gone and stops (lease_lost); the other five complete as theirs."""
