@@ -213,22 +213,11 @@ class MultiSlot:
                             continue
                         seat.taking.next, seat.held_over = job, False
                         started += 1
-                        self.stepper.start(self._running(seat, until, max_jobs, started), (RUN, [seat]))
+                        self.stepper.start(self._running(seat), (RUN, [seat]))
                     if not taken:
                         dry, dry_since = True, time.monotonic()
                     continue
-                [seat] = seats
-                result: RunResult = value
-                following = seat.next_job
-                if following is None:
-                    idle.append(seat)
-                    if seat.taking.found_nothing:
-                        dry, dry_since = True, time.monotonic()
-                    continue
-                started += 1
-                if following.lane != result.job.lane:
-                    dry = False  # this seat left a lane that may still have work
-                self.stepper.start(self._running(seat, until, max_jobs, started), (RUN, [seat]))
+                idle.extend(seats)  # its job's end written (a lane left with work due has woken the slot)
         if errors:
             raise errors[0]
         return self.summary
@@ -239,15 +228,10 @@ class MultiSlot:
         return self.takes.take([seat.worker_id for seat in seats])
         yield  # a generator: the stepper runs it on a step thread
 
-    def _running(self, seat: Seat, until: float | None, max_jobs: int | None, started: int) -> Work[RunResult | None]:
-        """A seat's job, run to the end of its attempt; its next job taken with its finish while the slot goes on,
-        else handed back."""
-        go_on = until is None or time.monotonic() < until
-        go_on = go_on and (max_jobs is None or started < max_jobs)
-        result = yield from seat.running_one(then_continue=go_on)
-        if seat.taking.next is not None and (self.stop.is_set() or (until is not None and time.monotonic() >= until)):
-            seat.hand_back()
-        return result
+    def _running(self, seat: Seat) -> Work[RunResult | None]:
+        """A seat's job (the one its take leased it), run to the end of its attempt, whose end the slot writes with
+        the others' that come meanwhile (:meth:`_write_ends`); the seat then takes again with the idle ones."""
+        return (yield from seat.running_one(then_continue=False))
 
     def _write_ends(self, requests: list[WriteEnd]) -> list[Answer]:
         """On a step thread: the ends of several seats' attempts, written in as few statements as their owners allow
