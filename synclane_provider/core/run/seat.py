@@ -64,7 +64,8 @@ class Seat:
         """Its jobs' leases, kept by the process's (or the slot's) :class:`Leases` under this seat's worker name."""
         self.gate = LaneGate(store, queue, clock=clock, stop=stop, rates=rates, log=log, metrics=metrics)
         self.taking = Taking(store, queue, worker=worker_id, clock=clock, stop=stop, metrics=metrics)
-        """This seat's finishes and takes (``finish_and_take``), and the job it took for later."""
+        """This seat's finishes and takes (``finish_and_take``; a slot of many jobs writes its seats' ends together
+        and takes for them together instead), and the job it took for later."""
         self.runner = JobRunner(
             store,
             queue,
