@@ -20,7 +20,7 @@ from synclane_provider.core import Operations, Owner, Page
 from synclane_provider.core.errors import PageTimeout
 from synclane_provider.core.run.multislot import MultiSlot
 from synclane_provider.core.run.page_loop import page_loop
-from synclane_provider.core.run.runner import slot_watch
+from synclane_provider.core.run.runner import slot_graces
 from synclane_provider.core.run.stepper import Stepper
 from synclane_provider.core.run.waits import Wait
 from tests.support.helpers import Background, declare, execute, owners, products, rows
@@ -450,7 +450,7 @@ def test_a_work_started_takes_its_first_step_ahead_of_the_steps_already_waiting_
     stepper = Stepper(
         "test",
         logging.getLogger("test"),
-        watch=slot_watch(threading.Event(), threading.Event(), timedelta(seconds=30)),
+        graces=slot_graces(threading.Event(), threading.Event(), timedelta(seconds=30)),
         steps=1,
         pages=1,
     )

@@ -38,7 +38,7 @@ from synclane_provider.core.metrics import NO_METRICS, Metrics
 from synclane_provider.core.run.lane_gate import OwnerRates
 from synclane_provider.core.run.lease import Leases
 from synclane_provider.core.run.log_redaction import redact_logs
-from synclane_provider.core.run.runner import DEFAULT_STOP_GRACE, RunResult, slot_watch
+from synclane_provider.core.run.runner import DEFAULT_STOP_GRACE, RunResult, slot_graces
 from synclane_provider.core.run.seat import Seat
 from synclane_provider.core.run.slot import new_worker_id, worker_session
 from synclane_provider.core.run.stepper import Answer, Stepper
@@ -125,7 +125,7 @@ class MultiSlot:
         self.stepper = Stepper(
             self.worker_id,
             self.log,
-            watch=slot_watch(self.stop, self.interrupted, stop_grace),
+            graces=slot_graces(self.stop, self.interrupted, stop_grace),
             steps=self.connections.size,
             pages=jobs_per_slot,
             write_ends=self._write_ends,

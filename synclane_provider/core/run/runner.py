@@ -21,7 +21,7 @@ from synclane_provider.core.run.outcomes import describe_error, lost_attempt
 from synclane_provider.core.run.results import Outcome, RunResult
 from synclane_provider.core.run.taking import Taking
 from synclane_provider.core.run.tokens import TokenSource
-from synclane_provider.core.run.work_thread import Watch, Work
+from synclane_provider.core.run.work_thread import Graces, Work
 from synclane_provider.core.run.write_end import WriteEnd
 from synclane_provider.core.states import JobStatus
 
@@ -45,10 +45,10 @@ KILL_GRACE = timedelta(seconds=2)
 back at the cursor that page started from (Airflow sends SIGKILL 5 s after SIGTERM; see WorkerSlot.interrupt)."""
 
 
-def slot_watch(stop: threading.Event, interrupted: threading.Event, stop_grace: timedelta) -> Watch:
+def slot_graces(stop: threading.Event, interrupted: threading.Event, stop_grace: timedelta) -> Graces:
     """How a slot watches its pages in flight: left behind ``stop_grace`` after a stop, ``KILL_GRACE`` after an
     interrupt; an interrupt raised into the slot's thread waits ``INTERRUPT_GRACE`` for the works to end."""
-    return Watch(
+    return Graces(
         stop=stop,
         stop_grace=stop_grace.total_seconds(),
         interrupted=interrupted,

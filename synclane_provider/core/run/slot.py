@@ -27,7 +27,7 @@ from synclane_provider.core.records import Job
 from synclane_provider.core.run.lane_gate import OwnerRates
 from synclane_provider.core.run.lease import Leases
 from synclane_provider.core.run.log_redaction import redact_logs
-from synclane_provider.core.run.runner import DEFAULT_STOP_GRACE, RunResult, slot_watch
+from synclane_provider.core.run.runner import DEFAULT_STOP_GRACE, RunResult, slot_graces
 from synclane_provider.core.run.seat import Seat
 from synclane_provider.core.run.summary import Summary
 from synclane_provider.core.run.tokens import TokenSource
@@ -138,7 +138,7 @@ class WorkerSlot:
         self.taking = self.seat.taking
         self.runner = self.seat.runner
         self.thread = WorkThread(
-            self.worker_id, logger or log, watch=slot_watch(self.stop, self.interrupted, stop_grace)
+            self.worker_id, logger or log, graces=slot_graces(self.stop, self.interrupted, stop_grace)
         )
         """Where this slot's jobs run, their pages watched from the thread that asked for them."""
 

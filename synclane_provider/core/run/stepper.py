@@ -37,7 +37,7 @@ from typing import Any
 
 from synclane_provider.core.run.page_loop import start_page
 from synclane_provider.core.run.waits import Wait
-from synclane_provider.core.run.work_thread import WAKE_EVERY, InFlight, PageCall, Watch, Work, WorkLeft
+from synclane_provider.core.run.work_thread import WAKE_EVERY, Graces, InFlight, PageCall, Work, WorkLeft
 from synclane_provider.core.run.write_end import WriteEnd
 
 Log = logging.Logger | logging.LoggerAdapter[logging.Logger]
@@ -152,13 +152,13 @@ class Stepper:
     """Drives many works at once for one slot (see the module's docstring)."""
 
     def __init__(
-        self, name: str, log: Log, *, watch: Watch, steps: int, pages: int, write_ends: WriteEnds | None = None
+        self, name: str, log: Log, *, graces: Graces, steps: int, pages: int, write_ends: WriteEnds | None = None
     ) -> None:
         """``write_ends``: how the slot writes a batch of ends; None writes each alone (:meth:`WriteEnd.write`)."""
         self._name = name
         self._log = log
-        self._watch = watch
-        self._stop = watch.stop
+        self._graces = graces
+        self._stop = graces.stop
         self._events: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
         self._steps: queue.PriorityQueue[tuple[int, int, Task | None]] = queue.PriorityQueue()
         """Steps to run, a work's first step ahead of the others (see :meth:`start`), else in the order they came."""
@@ -334,7 +334,7 @@ class Stepper:
             page = entry.page
             if page is None:
                 continue
-            why = page.why_end(self._watch)
+            why = page.why_end(self._graces)
             if why is not None:
                 self._leave_behind(entry)
                 self._step(entry, None, why)  # the work goes on at once without its page
@@ -351,7 +351,7 @@ class Stepper:
     def _finish_after(self, interrupt: BaseException) -> None:
         """Throw ``interrupt`` into every work at its next step and wait up to ``finish_grace`` for them to end;
         abandon the works whose pages still run then (they unwind with WorkLeft, writing nothing more)."""
-        deadline = time.monotonic() + self._watch.finish_grace
+        deadline = time.monotonic() + self._graces.finish_grace
         ended: list[Ended] = []
         while self._running and time.monotonic() < deadline:
             try:

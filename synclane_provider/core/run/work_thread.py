@@ -92,7 +92,7 @@ Task = tuple[Work[Any], BaseException | None]
 
 
 @dataclass(frozen=True)
-class Watch:
+class Graces:
     """When a slot stops waiting for a page in flight, besides its timeout and its lease: ``stop_grace`` after it was
     asked to ``stop``, ``interrupt_grace`` after its process was found about to be killed (``interrupted``); and how
     long an interrupt raised into the waiting thread waits for the work to reach the end of its page (and hand its
@@ -120,24 +120,24 @@ class InFlight:
         self.cancel: Callable[[], object] | None = None
         """Cancels an async page on the loop, once it is left behind."""
 
-    def why_end(self, watch: Watch) -> Exception | None:
+    def why_end(self, graces: Graces) -> Exception | None:
         """What ends this page now: its timeout, its lost lease, the stop or the interrupt outlived; None: nothing."""
         now = time.monotonic()
         if now - self.started >= self.call.timeout:
             return PageTimeout(f"the page did not return within {_seconds(self.call.timeout)}")
         if self.call.lease_lost():
             return PageLeftBehind("the job's lease was lost while the page ran")
-        if watch.interrupted.is_set():
+        if graces.interrupted.is_set():
             self.interrupted_at = self.interrupted_at if self.interrupted_at is not None else now
-            if now - self.interrupted_at >= watch.interrupt_grace:
+            if now - self.interrupted_at >= graces.interrupt_grace:
                 return PageLeftBehind(
-                    f"interrupted, and the page was still running {_seconds(watch.interrupt_grace)} later"
+                    f"interrupted, and the page was still running {_seconds(graces.interrupt_grace)} later"
                 )
-        if watch.stop.is_set():
+        if graces.stop.is_set():
             self.stopped_at = self.stopped_at if self.stopped_at is not None else now
-            if now - self.stopped_at >= watch.stop_grace:
+            if now - self.stopped_at >= graces.stop_grace:
                 return PageLeftBehind(
-                    f"asked to stop, and the page was still running {_seconds(watch.stop_grace)} later"
+                    f"asked to stop, and the page was still running {_seconds(graces.stop_grace)} later"
                 )
         return None
 
@@ -160,11 +160,13 @@ class InFlight:
 class WorkThread:
     """One worker slot's work thread, replaced when a page is left behind."""
 
-    def __init__(self, name: str, log: logging.Logger | logging.LoggerAdapter[logging.Logger], *, watch: Watch) -> None:
+    def __init__(
+        self, name: str, log: logging.Logger | logging.LoggerAdapter[logging.Logger], *, graces: Graces
+    ) -> None:
         self._name = name
         self._log = log
-        self._watch = watch
-        self._stop = watch.stop
+        self._graces = graces
+        self._stop = graces.stop
         self._lock = threading.Lock()
         self._generation = 0
         """Which work thread is the live one; a thread of an older generation was left behind."""
@@ -238,7 +240,7 @@ class WorkThread:
             page = self._page
             if page is None:
                 return
-            ended = page.why_end(self._watch)
+            ended = page.why_end(self._graces)
             if ended is not None:
                 self._leave_behind()
                 self._start().put((page.work, ended))  # the work goes on at once, on a new thread
@@ -266,7 +268,7 @@ class WorkThread:
             outbox = self._outbox
         if outbox is not None:
             try:
-                outbox.get(timeout=self._watch.finish_grace)  # the work ends on the interrupt (or had just ended)
+                outbox.get(timeout=self._graces.finish_grace)  # the work ends on the interrupt (or had just ended)
                 return
             except queue.Empty:
                 pass
