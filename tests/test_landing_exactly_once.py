@@ -331,14 +331,30 @@ def test_a_slot_of_many_jobs_commits_each_page_with_its_own_cursor(database_url,
     declaration = landing_declaration(schema, total=50, size=10, before_save=fail_once, owner_source=owners(*shops))
     database = declaration.database(database_url)
     planned(declaration, database)
+    opened = count_connects(database)
     with MultiSlot(declaration, database, "shops", jobs_per_slot=4, connections=2) as slot:
         deadline = time.monotonic() + 20
         while slot.drain().outcomes["completed"] < 4:  # the failed job is retried after its millisecond
             assert time.monotonic() < deadline
             time.sleep(0.05)
         assert slot.summary.outcomes == {"completed": 4, "failed": 1}
+    # The pages' transactions borrowed the slot's connections: its two and the process's listening one, no more.
+    assert opened() <= 2 + 1
     assert writes_per_record(admin, schema) == {i: 4 for i in range(50)}
     assert {(r["status"], r["processed_count"]) for r in rows(admin, schema)} == {("completed", 50)}
+
+
+def count_connects(database) -> Callable[[], int]:
+    """From now on, count the connections ``database`` opens (sessions', pages' own, the listener's); the count."""
+    opened = [0]
+    real = database.connect
+
+    def connect():
+        opened[0] += 1
+        return real()
+
+    database.connect = connect
+    return lambda: opened[0]
 
 
 @pytest.mark.parametrize("jobs_per_slot", [1, 2])

@@ -119,6 +119,7 @@ class MultiSlot:
                 tokens=self.tokens,
                 leases=self.leases,
                 rates=rates,
+                connections=self.connections,
             )
             for i in range(jobs_per_slot)
         ]

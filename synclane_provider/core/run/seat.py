@@ -50,7 +50,10 @@ class Seat:
         tokens: TokenSource,
         leases: Leases,
         rates: OwnerRates,
+        connections: Connections | None = None,
     ) -> None:
+        """``connections``: the slot's shared ones (a slot of many jobs), which the seat's pages that land rows in the
+        jobs database borrow one from for their transaction; None: they open one of their own."""
         self.queue = queue
         self.store = store
         self.worker_id = worker_id
@@ -58,7 +61,7 @@ class Seat:
         self.metrics = metrics
         self.busy = False
         """A job of this seat is running (taken and not yet ended)."""
-        self.landing = PageTransaction(database, store.session if isinstance(store.session, Connections) else None)
+        self.landing = PageTransaction(database, connections)
         """The connection pages land on in the jobs database, opened by the first page that lands there."""
         self.lease = leases.keeper(worker=worker_id, lease=queue.lease)
         """Its jobs' leases, kept by the process's (or the slot's) :class:`Leases` under this seat's worker name."""
