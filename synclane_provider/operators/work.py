@@ -272,6 +272,14 @@ class SyncLaneWorkOperator(QueueOperator):
                 tokens=tokens,
             )
         self._worker = worker
+        self.log.info(
+            "worker %s of queue %s runs %s",
+            worker.worker_id,
+            queue.name,
+            "one job at a time"
+            if isinstance(worker, WorkerSlot)
+            else f"up to {jobs} jobs at once, each in a lane of its own, over {worker.connections.size} connections",
+        )
         if self._stop_requested:
             worker.interrupt()
         # At the end of the run time a job in flight is handed back after its current page.

@@ -123,6 +123,9 @@ def test_the_worker_drains_then_defers_and_resumes_when_a_job_becomes_due(
     log = capsys.readouterr().out
     job_lines = [line for line in log.splitlines() if " page(s), " in line and "#" in line]
     assert len(job_lines) == jobs + 1  # one line per job run
+    # The start and the resume that ran a job each say how many jobs the slot runs at once.
+    runs = "one job at a time" if jobs_per_slot == 1 else "up to 4 jobs at once, each in a lane of its own"
+    assert sum(f"of queue shops runs {runs}" in line for line in log.splitlines()) == 2
     assert any("globex/products" in line and "failed after 0 page(s)" in line and "429" in line for line in job_lines)
     assert any("acme-us/orders [" in line and "completed after 2 page(s), 100 record(s)" in line for line in job_lines)
 
