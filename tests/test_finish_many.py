@@ -14,14 +14,13 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from synclane_provider.core import Operations
 from synclane_provider.core.db.database import Session
 from synclane_provider.core.db.store import Finish, Store
 from synclane_provider.core.db.wakeups import channel
 from synclane_provider.core.records import LandCounts
 from synclane_provider.core.states import JobStatus
-from tests.support.helpers import Background, declare, execute, orders, owners, products, rows
-from tests.support.take_table import add_job
+from tests.support.helpers import Background, execute, rows
+from tests.support.take_table import ShopsTable, add_job
 
 UTC = timezone.utc
 NOW = datetime(2026, 11, 30, 10, 20, tzinfo=UTC)
@@ -57,18 +56,8 @@ WRITTEN = (
 """The columns an end writes."""
 
 
-class Table:
+class Table(ShopsTable):
     """An empty jobs table of the queue shops, running jobs put in it, and their ends written."""
-
-    def __init__(self, schema: str, database_url: str, admin: psycopg.Connection) -> None:
-        self.schema = schema
-        self.admin = admin
-        self.declaration = declare(schema, products(), orders(), owner_source=owners())
-        self.database = self.declaration.database(database_url)
-        with Operations(self.declaration, self.database) as ops:
-            ops.activity("shops")  # creates the table
-        self.session = Session(self.database)
-        self.store = Store(self.session)
 
     def running(self, lane: str, *, cancelled: bool = False, worker: str | None = None) -> int:
         """A job of ``lane`` (and of the owner of its name) running for the worker ``w-<lane>``; its id."""
@@ -88,10 +77,6 @@ class Table:
             ),
             [owner],
         ).fetchone()
-
-    def close(self) -> None:
-        self.session.close()
-        self.database.close()
 
 
 @pytest.fixture

@@ -19,13 +19,11 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from synclane_provider.core import Operations
-from synclane_provider.core.db.database import Session
-from synclane_provider.core.db.store import Store, Taken
+from synclane_provider.core.db.store import Taken
 from synclane_provider.core.metrics import LEASE_TAKEOVERS, NO_METRICS, TAKE_WAIT
 from synclane_provider.core.run.taking import TakingMany
-from tests.support.helpers import Background, declare, execute, orders, owners, products, race, rows
-from tests.support.take_table import add_job, another_take_holding
+from tests.support.helpers import Background, execute, race, rows
+from tests.support.take_table import ShopsTable, add_job, another_take_holding
 from tests.test_metrics import RecordingMetrics
 
 UTC = timezone.utc
@@ -37,18 +35,11 @@ BUSY_HEAD = 32 * MOST_WORKERS + 1
 """Due jobs of one busy lane put at the head of the queue: more than the first look of MOST_WORKERS reads."""
 
 
-class Table:
+class Table(ShopsTable):
     """An empty jobs table of the queue shops, a way to put rows in it, and takes of it."""
 
     def __init__(self, schema: str, database_url: str, admin: psycopg.Connection, *, metrics=NO_METRICS) -> None:
-        self.schema = schema
-        self.admin = admin
-        self.declaration = declare(schema, products(), orders(), owner_source=owners())
-        self.database = self.declaration.database(database_url)
-        with Operations(self.declaration, self.database) as ops:
-            ops.activity("shops")  # creates the table
-        self.session = Session(self.database)
-        self.store = Store(self.session)
+        super().__init__(schema, database_url, admin)
         self.taking = TakingMany(self.store, self.declaration.queue("shops"), clock=lambda: NOW, metrics=metrics)
 
     def add(self, lane: str, **job) -> None:
@@ -79,9 +70,6 @@ class Table:
     def take(self, *workers: str) -> list[tuple]:
         """take_many for ``workers``: each job taken as (lane, days ago, worker, lost worker)."""
         return [described(taken) for taken in self.taking.take(workers)]
-
-    def close(self) -> None:
-        self.session.close()
 
 
 def described(taken: Taken) -> tuple:

@@ -9,7 +9,28 @@ from datetime import datetime, timedelta
 
 import psycopg
 
-from tests.support.helpers import execute
+from synclane_provider.core import Operations
+from synclane_provider.core.db.database import Session
+from synclane_provider.core.db.store import Store
+from tests.support.helpers import declare, execute, orders, owners, products
+
+
+class ShopsTable:
+    """An empty jobs table of the queue shops (types products and orders, no owner source), and a store of it."""
+
+    def __init__(self, schema: str, database_url: str, admin: psycopg.Connection) -> None:
+        self.schema = schema
+        self.admin = admin
+        self.declaration = declare(schema, products(), orders(), owner_source=owners())
+        self.database = self.declaration.database(database_url)
+        with Operations(self.declaration, self.database) as ops:
+            ops.activity("shops")  # creates the table
+        self.session = Session(self.database)
+        self.store = Store(self.session)
+
+    def close(self) -> None:
+        self.session.close()
+        self.database.close()
 
 
 def add_job(

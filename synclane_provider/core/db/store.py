@@ -299,18 +299,12 @@ class Store:
             delay=finish.delay if finish else None,
             owner_failed=finish.owner_failed if finish else False,
             landed=finish.landed.as_list() if finish and finish.landed else None,
-            degraded_after=health_after[0],
-            failing_after=health_after[1],
-            healthy=OwnerHealth.HEALTHY.value,
-            degraded=OwnerHealth.DEGRADED.value,
-            failing=OwnerHealth.FAILING.value,
             queue=queue,
             worker=worker,
             lease=lease,
             take=take,
             now=now,
-            channel=channel(self.schema),
-            payload=payload(queue),
+            **self._after_a_finish(queue, health_after),
         )
         assert row is not None
         taken = None if row["id"] is None else Taken(Job.from_row(row), row["lost_worker"], row["throttle_left"] or 0.0)
@@ -348,20 +342,27 @@ class Store:
             errors=[finish.error for finish in finishes],
             delays=[finish.delay for finish in finishes],
             owner_failed=[finish.owner_failed for finish in finishes],
-            degraded_after=health_after[0],
-            failing_after=health_after[1],
-            healthy=OwnerHealth.HEALTHY.value,
-            degraded=OwnerHealth.DEGRADED.value,
-            failing=OwnerHealth.FAILING.value,
             queue=queue,
             now=now,
-            channel=channel(self.schema),
-            payload=payload(queue),
+            **self._after_a_finish(queue, health_after),
         )
         return FinishedMany(
             written=[_written(finish, row) for finish, row in zip(finishes, rows, strict=True)],
             lane_has_work=any(row["lane_has_work"] for row in rows),
         )
+
+    def _after_a_finish(self, queue: str, health_after: tuple[int, int]) -> dict[str, Any]:
+        """What a finish's statement needs besides the finish: how the owner's health follows (``health_after``:
+        degraded after, failing after), and the channel and payload of a first load's notification."""
+        return {
+            "degraded_after": health_after[0],
+            "failing_after": health_after[1],
+            "healthy": OwnerHealth.HEALTHY.value,
+            "degraded": OwnerHealth.DEGRADED.value,
+            "failing": OwnerHealth.FAILING.value,
+            "channel": channel(self.schema),
+            "payload": payload(queue),
+        }
 
     def take_many(self, *, queue: str, workers: Sequence[str], lease: timedelta, now: datetime | None) -> list[Taken]:
         """Lease up to one job to each of ``workers`` (distinct ids, each holding no job), in one statement.
