@@ -7,6 +7,7 @@ import asyncio
 import http.server
 import json
 import logging
+import signal
 import threading
 import time
 import urllib.parse
@@ -15,6 +16,7 @@ from contextlib import contextmanager
 from datetime import timedelta
 
 import httpx
+import pytest
 
 from synclane_provider.core import Operations, Owner, Page
 from synclane_provider.core.errors import PageTimeout
@@ -23,6 +25,7 @@ from synclane_provider.core.run.page_loop import page_loop
 from synclane_provider.core.run.runner import slot_graces
 from synclane_provider.core.run.stepper import Stepper
 from synclane_provider.core.run.waits import Wait
+from synclane_provider.core.run.write_end import WriteEnd
 from tests.support.helpers import Background, declare, execute, owners, products, rows
 
 LANES = [f"shop-{i:02}" for i in range(24)]
@@ -510,3 +513,43 @@ def test_a_drain_that_runs_out_of_time_leaves_no_job_taken_for_later(database_ur
     assert summary.outcomes == {"completed": 4}
     assert sorted(r["status"] for r in left) == ["completed"] * 4 + ["pending"] * 8
     assert {r["leased_by"] for r in left if r["status"] == "pending"} == {None}
+
+
+def test_an_end_reached_after_an_interrupt_was_raised_into_the_slot_is_still_written():
+    """Ctrl-C or a task's timeout raised into a slot of many jobs' thread while a job's step after its page is on its
+    way to its end: the end is written as it would have been, not dropped for the job's lease to lapse."""
+    written: list[str] = []
+
+    def write_ends(requests):
+        written.extend(request.end for request in requests)
+        return [("written", None) for _ in requests]
+
+    stepper = Stepper(
+        "test",
+        logging.getLogger("test"),
+        graces=slot_graces(threading.Event(), threading.Event(), timedelta(seconds=30)),
+        steps=1,
+        pages=1,
+        write_ends=write_ends,
+    )
+    on_its_way, go_on = threading.Event(), threading.Event()
+
+    def after_its_page():
+        on_its_way.set()
+        go_on.wait(10)  # the step between the page's return and the end, still running as the interrupt comes
+        return (yield WriteEnd("the job's end", None))
+
+    stepper.start(after_its_page(), "job")
+    assert on_its_way.wait(10)
+    threading.Timer(0.3, go_on.set).start()
+    previous = signal.signal(signal.SIGALRM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    signal.setitimer(signal.ITIMER_REAL, 0.1)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            stepper.pump(10)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        go_on.set()
+        stepper.close()
+    assert written == ["the job's end"]

@@ -252,12 +252,13 @@ class Stepper:
                 value, error = None, interrupt
             self._step(entry, value, error)
 
-    def _yielded(self, entry: Entry, step: PageCall | Wait, interrupt: BaseException | None) -> None:
-        if interrupt is not None:
-            self._step(entry, None, interrupt)
-        elif isinstance(step, WriteEnd):
+    def _yielded(self, entry: Entry, step: PageCall | Wait | WriteEnd, interrupt: BaseException | None) -> None:
+        if isinstance(step, WriteEnd):
+            # Written even after an interrupt: it ends the job's attempt, as the interrupt's hand-back would.
             self._ends.append((entry, step))
             self._write_some()
+        elif interrupt is not None:
+            self._step(entry, None, interrupt)
         elif isinstance(step, Wait):
             if self._stop.is_set():
                 self._step(entry, 0.0, None)
