@@ -17,7 +17,14 @@ from synclane_provider.triggers.due import JobDueTrigger
 from synclane_provider.triggers.initial_load import InitialLoadTrigger
 from tests.support import provider_declaration as decl
 from tests.support.helpers import execute
-from tests.support.provider_helpers import first_event, in_background, operations, unique_name, wait_until_waiting
+from tests.support.provider_helpers import (
+    first_event,
+    in_background,
+    operations,
+    together,
+    unique_name,
+    wait_until_waiting,
+)
 
 pytestmark = pytest.mark.airflow
 
@@ -118,12 +125,12 @@ def waiting_count(admin, name: str) -> int:
 
 
 def test_one_notify_wakes_one_idle_worker_per_job_not_all_of_them(provider_schema, admin, connection):
-    """Six idle workers, one job at a time: one wakes for each, not six. (A waiter whose look comes after the
-    one ahead of it has left and before that one's worker took the job wakes too, so under load a job may
-    wake two or three: bench/wakeup.py measures the average, 1.03-1.10 with 24 waiters.)"""
+    """Six idle workers, waiting in one triggerer, one job at a time: one wakes for each, not six. (A waiter whose
+    look comes after the one ahead of it has left and before that one's worker took the job wakes too, so under
+    load a job may wake two or three: bench/wakeup.py measures the average, 1.03-1.10 with 24 waiters.)"""
     name = unique_name("due-herd")
     conn_id = connection(application_name=name)
-    waiting = [in_background(due_trigger(conn_id, seconds=12)) for _ in range(6)]
+    waiting = together([due_trigger(conn_id, seconds=12) for _ in range(6)])
     try:
         deadline = time.monotonic() + 20
         while waiting_count(admin, name) < 6:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -29,6 +30,28 @@ def in_background(trigger, timeout: float = 30.0) -> Future:
     future = pool.submit(first_event, trigger, timeout)
     pool.shutdown(wait=False)
     return future
+
+
+def together(triggers: list, timeout: float = 30.0) -> list[Future]:
+    """Run ``triggers`` on one event loop of one thread, as Airflow's triggerer runs them; each future's
+    ``.result()`` is that trigger's first event's payload. A trigger leaves (its connection closed) as soon as it
+    has fired, as it does in the triggerer, not when the last one has."""
+    futures: list[Future] = [Future() for _ in triggers]
+
+    async def one(trigger, future: Future) -> None:
+        events = trigger.run()
+        try:
+            future.set_result((await asyncio.wait_for(anext(events), timeout)).payload)
+        except BaseException as error:  # noqa: BLE001 - handed to the test through its future
+            future.set_exception(error)
+        finally:
+            await events.aclose()
+
+    async def all_of_them() -> None:
+        await asyncio.gather(*(one(trigger, future) for trigger, future in zip(triggers, futures)))
+
+    threading.Thread(target=asyncio.run, args=(all_of_them(),), name="triggerer", daemon=True).start()
+    return futures
 
 
 def unique_name(prefix: str) -> str:
