@@ -19,6 +19,18 @@ from tests.support.airflow_env import METADATA_DB, MIGRATED_COPY, backup
 from tests.support.database import DATABASE_URL, drop_schemas
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """On several workers (pytest-xdist, as scripts/test runs the suite), the slow tests that start Airflow's own
+    processes (``airflow standalone``, the API server, Celery workers, its CLI) all go to one worker, one after
+    another: two Airflows at once on a small machine starve each other, and the page's tests share one API server.
+    Every other test goes to whichever worker is free."""
+    if not config.pluginmanager.hasplugin("xdist"):
+        return
+    for item in items:
+        if item.get_closest_marker("airflow") and item.get_closest_marker("slow"):
+            item.add_marker(pytest.mark.xdist_group("airflow processes"))
+
+
 @pytest.fixture(scope="session")
 def database_url() -> str:
     """The test database. Unreachable is a failure, never a skip: the tests would prove nothing."""
