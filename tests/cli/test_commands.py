@@ -194,6 +194,20 @@ def unfinished(database_url: str, schema: str, owner: str) -> int:
         ).fetchone()[0]
 
 
+def database_now(database_url: str) -> datetime:
+    with psycopg.connect(database_url) as conn:
+        return conn.execute("SELECT now()").fetchone()[0]
+
+
+def planned_since(database_url: str, schema: str, since: datetime) -> tuple[datetime, list[tuple[str, datetime]]]:
+    """When the scene was planned, and the mode and window end of each job created after ``since``."""
+    with psycopg.connect(database_url) as conn:
+        jobs = sql.Identifier(schema)
+        [(scene,)] = conn.execute(sql.SQL("SELECT min(created_at) FROM {}.jobs").format(jobs)).fetchall()
+        query = sql.SQL("SELECT mode, window_end FROM {}.jobs WHERE created_at > %s ORDER BY id").format(jobs)
+        return scene, conn.execute(query, [since]).fetchall()
+
+
 def test_requeue_cancel_enqueue_and_plan_change_the_table(scene, env, database_url, cli_schema):
     assert json.loads(synclane("requeue", "--job-id", str(scene["abandoned"]), "-o", "json", env=env)) == [
         {"requeued": "1"}
@@ -217,8 +231,12 @@ def test_requeue_cancel_enqueue_and_plan_change_the_table(scene, env, database_u
     )
     assert (enqueued["enqueued"], enqueued["mode"], enqueued["dedup_key"]) == ("1", "manual", "manual:after-ticket-42")
 
+    before = database_now(database_url)
     [planned] = json.loads(synclane("plan", "--owner", "globex", "-o", "json", env=env))
-    assert (planned["queue"], planned["owners"], planned["inserted"]) == ("shops", "1", "0")  # planned already
+    # planned already: new is only a window that opened since the scene's plan (a quarter hour or a day begun since)
+    scene_planned, created = planned_since(database_url, cli_schema, before)
+    assert (planned["queue"], planned["owners"], planned["inserted"]) == ("shops", "1", str(len(created)))
+    assert all(mode == "recurring" and (end is None or end > scene_planned) for mode, end in created), created
     assert "requeued" in synclane("requeue", "--owner", "globex", "-o", "table", env=env)
 
 
@@ -491,7 +509,7 @@ def test_credentials_set_without_a_key_or_for_an_unknown_owner_is_refused_by_nam
 
 # --- the wrong connection, a schema missing or behind, an unreachable database ----------------------------------
 
-SCRATCH = "cliconn_scratch"
+SCRATCH = f"cliconn_scratch_{uuid.uuid4().hex[:8]}"
 """A database of its own, made and dropped by the test, that no command may put a schema into."""
 
 ON_JOBS = (
