@@ -19,36 +19,6 @@ from tests.support.airflow_env import METADATA_DB, MIGRATED_COPY, backup
 from tests.support.database import DATABASE_URL, drop_schemas
 
 
-AIRFLOW_PROCESSES = "airflow processes"
-"""The xdist group of the slow tests that start Airflow's own processes."""
-
-
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the groups to schedule them
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """On several workers (pytest-xdist, as scripts/test runs the suite), the slow tests that start Airflow's own
-    processes (``airflow standalone``, the API server, Celery workers, its CLI) all go to one worker, one after
-    another: two Airflows at once on a small machine starve each other, and some of them share a scratch database.
-    Every other test goes to whichever worker is free."""
-    if not config.pluginmanager.hasplugin("xdist"):
-        return
-    for item in items:
-        if item.get_closest_marker("airflow") and item.get_closest_marker("slow"):
-            item.add_marker(pytest.mark.xdist_group(AIRFLOW_PROCESSES))
-
-
-def pytest_runtest_setup(item: pytest.Item) -> None:
-    """A grouped test fails if xdist did not take its group: ``loadgroup`` marks a grouped test by a suffix to its
-    node id, which some pytest releases silently drop (pytest-dev/pytest-xdist#1386), and the suite would then run
-    two Airflows at once and race on what they share."""
-    grouped = getattr(item.config.option, "loadgroup", False) and item.get_closest_marker("xdist_group")
-    if grouped and not item.nodeid.endswith(f"@{AIRFLOW_PROCESSES}"):
-        pytest.fail(
-            f"pytest-xdist did not group {item.nodeid}: this pytest and pytest-xdist do not work together with "
-            "--dist loadgroup (constraints.txt pins a pair that does)",
-            pytrace=False,
-        )
-
-
 @pytest.fixture(scope="session")
 def database_url() -> str:
     """The test database. Unreachable is a failure, never a skip: the tests would prove nothing."""
