@@ -126,6 +126,7 @@ def test_a_job_taken_over_turns_lost_within_an_interval_while_the_others_stay_re
     with keeper(database_url, schema) as (leases, keeper_database), watching(leases, jobs) as watched:
         execute(admin, schema, "UPDATE {jobs} SET leased_by = 'another-worker' WHERE id = %s", [taken.id])
         changed = time.monotonic()
+        held = heartbeats(admin, schema)[taken.id]
         wait_for(lambda: watched[2].lost, "the keeper to find the job taken over", timeout=INTERVAL + 1)
         assert time.monotonic() - changed < INTERVAL + 0.5
         assert not any(lease.lost for n, lease in enumerate(watched) if n != 2)
@@ -134,6 +135,7 @@ def test_a_job_taken_over_turns_lost_within_an_interval_while_the_others_stay_re
         after = heartbeats(admin, schema)
         assert not any(lease.lost for n, lease in enumerate(watched) if n != 2)
     assert {job.id for job in jobs if after[job.id] != before[job.id]} == {job.id for job in jobs} - {taken.id}
+    assert after[taken.id] == held  # the renewal that found it lost wrote nothing to another worker's job
     told = [r.getMessage() for r in caplog.records if "this worker stops writing to it" in r.getMessage()]
     assert told == [
         f"job {taken.id}: the job was taken over by worker another-worker; this worker stops writing to it"
